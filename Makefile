@@ -1,0 +1,24 @@
+# The two set-up commands of the README.  Each does all of its own set-up.
+VENV ?= .venv
+export OFFLOAD_SHIM_LLVM14_ROOT ?= $(CURDIR)/.cache/llvm14
+
+.PHONY: demo test setup bench clean
+
+setup:
+	bash scripts/setup.sh test,cuda
+
+## the main job: every plugin with a device runs register/init/alloc/submit/launch/retrieve/teardown
+demo: setup
+	$(VENV)/bin/offload-shim info
+	$(VENV)/bin/offload-shim demo
+
+## the tests
+test: setup
+	cd tests && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: setup
+	$(VENV)/bin/python -m pip install -q ".[bench]"
+	$(VENV)/bin/python benchmarks/run.py
+
+clean:
+	rm -rf build dist $(VENV) .cache *.egg-info

@@ -1,0 +1,8 @@
+"""ctypes structs and prototype tables of the plugin ABIs.
+
+Only this package and :mod:`offload_shim.plugin` know about ctypes
+(docs/architecture.md)."""
+
+from . import gomp, tgt_rtl
+
+__all__ = ["gomp", "tgt_rtl"]

@@ -1,0 +1,272 @@
+"""``offload-shim``: the command line.
+
+    offload-shim info [--json] [PLUGIN ...]    every plugin found, its ABI and devices
+    offload-shim demo [--json] [PLUGIN ...]    the main job, end to end, on every plugin
+                                               that has a device
+
+``demo`` runs each plugin in its own child process, so a plugin that
+crashes becomes a failed row instead of killing the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+
+
+def _capture_c_stdout(fn):
+    """Run fn() with file descriptor 1 redirected; returns (result, text)."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            result = fn()
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+        tmp.seek(0)
+        return result, tmp.read().decode(errors="replace")
+
+
+# -- info -----------------------------------------------------------------------
+
+def _plugin_views(path):
+    """The plugin views of one file: the bundled plugin exports both ABIs."""
+    from .plugin import load_plugin
+    first = load_plugin(path)
+    views = [first]
+    if first.bundled:
+        views.append(load_plugin(path, abi="gomp"))
+    return views
+
+
+def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[dict]:
+    """One dict per plugin view found: path, abi, generation, num_devices,
+    (GOMP) gomp_version/caps/target_name, and per device what the plugin
+    prints with ``print_device_info`` (LLVM; needs a device init, done and
+    undone here when ``devices``) or an ``error``."""
+    from . import discovery
+    from .errors import OffloadError
+    from .runtime import Runtime
+    out = []
+    for cand in discovery.candidates(paths, system=system, bundled=bundled):
+        base = {"path": cand.path, "source": cand.source}
+        try:
+            views = _plugin_views(cand.path)
+        except (OffloadError, OSError) as exc:
+            out.append({**base, "abi": None, "generation": None, "num_devices": None,
+                        "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        for p in views:
+            rec = {**base, **p.info()}
+            rec.pop("symbols", None)
+            rec["entry_points"] = len(p.symbols)
+            try:
+                with Runtime([p]) as rt:
+                    devs = rt.devices
+                    rec["num_devices"] = len(devs)
+                    rec["devices"] = []
+                    for d in devs:
+                        drec = {"index": d.index}
+                        if devices and p.has("print_device_info"):
+                            d.init()
+                            _, text = _capture_c_stdout(lambda: p.print_device_info(d.index))
+                            drec["info"] = " ".join(text.split())
+                        rec["devices"].append(drec)
+            except (OffloadError, OSError) as exc:
+                rec.setdefault("num_devices", None)
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+            out.append(rec)
+    return out
+
+
+def cmd_info(args) -> int:
+    recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices)
+    if args.json:
+        print(json.dumps(recs, indent=2))
+        return 0
+    if not recs:
+        print("no plugins found")
+        return 1
+    for r in recs:
+        head = f"{r['path']}  [{r['source']}]"
+        print(head)
+        if r.get("abi") is None:
+            print(f"    not usable: {r.get('error')}")
+            continue
+        line = f"    abi={r['abi']} generation={r['generation']} devices={r.get('num_devices')}"
+        if r["abi"] == "gomp":
+            line += (f" GOMP_OFFLOAD_version={r['gomp_version']} caps={r['caps']:#x} "
+                     f"name={r['target_name']} type={r['target_type']}")
+        print(line)
+        if r.get("error"):
+            print(f"    error: {r['error']}")
+        for d in r.get("devices", []):
+            info = d.get("info")
+            print(f"    device {d['index']}" + (f": {info}" if info else ""))
+    return 0
+
+
+# -- demo -----------------------------------------------------------------------
+
+def _demo_one(path: str, abi: str | None) -> int:
+    """The main job on one plugin view; prints one line per step; exit 0 if verified."""
+    import offload_shim as osh
+
+    def step(msg):
+        print(f"  {msg}", flush=True)
+
+    n = 1024
+    plugin = osh.load_plugin(path, abi=abi)
+    step(f"loaded {plugin.name} ({plugin.abi}, {plugin.generation}) from {plugin.path}")
+    with osh.Runtime([plugin]) as rt:
+        img = osh.OffloadImage.sample()
+        step(f"image {img.name}: kernels {', '.join(img.kernels)}; globals {', '.join(img.globals)}")
+        rt.register_image(img)
+        dev = rt.devices[0]
+        step(f"registered before init: pending on {dev.label}: "
+             f"{[i.name for i in rt.pending(dev)]}")
+        t0 = time.perf_counter()
+        dev.init()
+        step(f"init_device({dev.index}) in {1e3 * (time.perf_counter() - t0):.1f} ms; "
+             f"image loaded, {len(dev.address_map)} host->target mappings, "
+             f"pending now {[i.name for i in rt.pending(dev)]}")
+        a_h = array("d", (float(i) for i in range(n)))
+        b_h = array("d", (2.0 * i for i in range(n)))
+        nbytes = n * a_h.itemsize
+        a, b, c = dev.alloc(nbytes), dev.alloc(nbytes), dev.alloc(nbytes)
+        step(f"data_alloc 3 x {nbytes} bytes -> {a:#x} {b:#x} {c:#x}")
+        dev.submit(a, a_h)
+        dev.submit(b, b_h)
+        step("data_submit a, b")
+        dev.launch("vec_add", [a, b, c, n])
+        c_h = array("d", bytes(nbytes))
+        dev.retrieve(c_h, c)
+        ok1 = all(c_h[i] == 3.0 * i for i in range(n))
+        step(f"launch vec_add, data_retrieve c: c[i] == 3*i for all {n}: {ok1}")
+        alpha = array("d", [0.5])
+        al = dev.alloc(8)
+        dev.submit(al, alpha)
+        dev.launch("axpy", [c, a, al, n])
+        dev.launch("scale_by_global", [c, n])
+        dev.retrieve(c_h, c)
+        ok2 = all(c_h[i] == 3.0 * (3.5 * i) for i in range(n))
+        g = dev.global_address("osh_scale")
+        gval = array("d", [0.0])
+        dev.retrieve(gval, g)
+        step(f"launch axpy + scale_by_global (global osh_scale={gval[0]} at {g:#x}, "
+             f"host {img.host_address('osh_scale'):#x} -> "
+             f"{dev.translate(img.host_address('osh_scale')):#x}): {ok2}")
+        for p in (a, b, c, al):
+            dev.free(p)
+        st = dev.pool.stats
+        step(f"data_delete x4 through the pool: {st.bytes_cached} bytes cached, "
+             f"{st.bytes_in_use} in use")
+        rt.unregister_image(img)
+        step(f"unregister: loaded images {len(dev.loaded_images)}, mappings "
+             f"{len(dev.address_map)}")
+        ok3 = len(dev.address_map) == 0 and not dev.loaded_images
+    step("close: pool drained -> images unloaded -> deinit_device -> deinit_plugin")
+    ok = ok1 and ok2 and ok3
+    step("VERIFIED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def demo_targets(paths=(), *, system=True) -> list[tuple[str, str | None, str]]:
+    """(path, abi view, label) of every plugin view that runs on this CPU and
+    has at least one device (vendor GPU plugins report 0 devices here)."""
+    from . import discovery
+    from .errors import OffloadError
+    out = []
+    for cand in discovery.candidates(paths, system=system):
+        if not discovery.is_host_plugin(cand.path) and cand.source not in ("explicit",):
+            continue
+        try:
+            views = _plugin_views(cand.path)
+        except (OffloadError, OSError):
+            if cand.source == "explicit":
+                out.append((cand.path, None, os.path.basename(cand.path)))
+            continue
+        for p in views:
+            label = f"{p.name} ({p.abi}, {p.generation})"
+            out.append((cand.path, p.abi if p.bundled else None, label))
+    return out
+
+
+def cmd_demo(args) -> int:
+    if args.one:
+        try:
+            return _demo_one(args.one, args.abi)
+        except Exception as exc:  # report, as a failed row
+            print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
+            return 1
+    targets = demo_targets(args.plugins, system=not args.no_system)
+    if not targets:
+        print("no plugin with a device found")
+        return 1
+    rows = []
+    for path, abi, label in targets:
+        print(f"== {label}", flush=True)
+        cmd = [sys.executable, "-m", "offload_shim.cli", "demo", "--one", path]
+        if abi:
+            cmd += ["--abi", abi]
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=args.timeout, text=True)
+            sys.stdout.write(proc.stdout)
+            rc = proc.returncode
+            status = "verified" if rc == 0 else (
+                f"crashed ({signal.Signals(-rc).name})" if rc < 0 else "failed")
+        except subprocess.TimeoutExpired:
+            status = f"hung (>{args.timeout}s)"
+        rows.append((label, path, status))
+    print()
+    w = max(len(r[0]) for r in rows)
+    print(f"{'plugin'.ljust(w)}  result")
+    print(f"{'-' * w}  --------")
+    for label, _, status in rows:
+        print(f"{label.ljust(w)}  {status}")
+    if args.json:
+        print(json.dumps([{"plugin": l, "path": p, "result": s} for l, p, s in rows]))
+    return 0 if all(r[2] == "verified" for r in rows) else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="offload-shim", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pi = sub.add_parser("info", help="list plugins, ABIs and devices")
+    pi.add_argument("plugins", nargs="*", help="extra plugin paths")
+    pi.add_argument("--json", action="store_true")
+    pi.add_argument("--no-system", action="store_true", help="skip the standard locations")
+    pi.add_argument("--no-devices", action="store_true",
+                    help="do not initialise devices to print their info")
+    pi.set_defaults(func=cmd_info)
+    pd = sub.add_parser("demo", help="the main job on every plugin with a device")
+    pd.add_argument("plugins", nargs="*", help="extra plugin paths")
+    pd.add_argument("--json", action="store_true")
+    pd.add_argument("--no-system", action="store_true")
+    pd.add_argument("--timeout", type=float, default=120.0)
+    pd.add_argument("--one", help=argparse.SUPPRESS)
+    pd.add_argument("--abi", help=argparse.SUPPRESS)
+    pd.set_defaults(func=cmd_demo)
+    args = ap.parse_args(argv)
+    with contextlib.suppress(BrokenPipeError):
+        return args.func(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""One device of one plugin, as a runtime sees it.
+
+State machine (prior-art I2, seed 002)::
+
+    UNINIT --first use / init()--> READY --deinit()--> UNINIT
+       |                             |
+       +--init_device failed--> FAILED (sticky, like LLVM's call_once)
+    any --runtime close()--> CLOSED (every later call raises LifecycleError)
+
+* Lazy init exactly once, also when many threads touch the device first at
+  the same time (LLVM ``DeviceTy::initOnce``; prior-art B5).  Init loads every
+  registered image the plugin accepts (the pending list, seed 000).
+* Every data/launch call checks the state in Python first: a call before init
+  initialises, a call after close raises :class:`LifecycleError` and never
+  reaches the plugin (real plugins segfault there, abi-reference 1.7).
+* Frees and copies of pointers this device did not hand out raise
+  :class:`UnknownPointerError` before the plugin sees them.
+* Allocation goes through the device's memory manager (seed 004); the pool
+  is drained before ``deinit_device`` (I3, B4).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import logging
+import threading
+from typing import Sequence
+
+from .errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
+                     LifecycleError, OffloadError, OutOfDeviceMemoryError,
+                     UnknownPointerError)
+from .images import AddressMap, OffloadImage
+
+log = logging.getLogger("offload_shim")
+
+
+class DeviceState(enum.Enum):
+    UNINIT = "uninit"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+def _host_view(buf, writable: bool):
+    """(address, nbytes, keepalive) for a buffer-protocol object."""
+    if isinstance(buf, (int, str)):
+        raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
+                        f"ctypes array), not {type(buf).__name__}")
+    mv = memoryview(buf)
+    if not mv.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, None
+    if mv.readonly:
+        if writable:
+            raise TypeError("cannot retrieve into a read-only buffer")
+        tmp = ctypes.create_string_buffer(mv.tobytes(), n)
+        return ctypes.addressof(tmp), n, tmp
+    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
+    arr = (ctypes.c_char * n).from_buffer(flat)
+    return ctypes.addressof(arr), n, arr
+
+
+class _LoadedOnDevice:
+    __slots__ = ("image", "loaded", "kernels", "globals")
+
+    def __init__(self, image, loaded, kernels, globals_):
+        self.image = image
+        self.loaded = loaded
+        self.kernels = kernels      # name -> (entry addr, num_args)
+        self.globals = globals_     # name -> (tgt addr, size)
+
+
+class Device:
+    """A device of a plugin.  Created by :class:`~offload_shim.Runtime`; do not
+    construct directly.
+
+    ``label``: ``"<plugin>:<index>"``; ``index``: the plugin-local device id;
+    ``plugin``: the :class:`~offload_shim.plugin.Plugin`."""
+
+    def __init__(self, runtime, plugin, index: int, pool_options: dict | None = None):
+        self._runtime = runtime
+        self.plugin = plugin
+        self.index = index
+        self.label = f"{plugin.name}:{index}"
+        self._state = DeviceState.UNINIT
+        self._init_error: DeviceInitError | None = None
+        self._life = threading.RLock()            # lifecycle transitions
+        self._flight = threading.Condition(threading.Lock())
+        self._inflight = 0
+        self._images: dict[int, _LoadedOnDevice] = {}
+        self._kernels: dict[str, list[tuple[int, int | None, OffloadImage]]] = {}
+        self._globals: dict[int, int] = {}          # tgt addr -> size
+        self.address_map = AddressMap()
+        self._live: dict[int, int] = {}             # ptr -> size handed out to the user
+        self._live_lock = threading.Lock()
+        self._pool_options = dict(pool_options or {})
+        self._pool = None
+        self.init_count = 0                         # how often this device was initialised
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def state(self) -> DeviceState:
+        return self._state
+
+    @property
+    def initialized(self) -> bool:
+        return self._state is DeviceState.READY
+
+    def __repr__(self) -> str:
+        return f"<Device {self.label} {self._state.value}>"
+
+    def _enter(self) -> None:
+        """Lazy init + in-flight accounting (close waits for calls in flight)."""
+        if self._state is not DeviceState.READY:
+            self._ready()
+        with self._flight:
+            if self._state is not DeviceState.READY:
+                # lost a race with deinit/close
+                state = self._state
+                if state is DeviceState.CLOSED:
+                    raise LifecycleError(f"{self.label}: device used after close",
+                                         device=self.label)
+                raise LifecycleError(f"{self.label}: device deinitialised during the call",
+                                     device=self.label)
+            self._inflight += 1
+
+    def _exit(self) -> None:
+        with self._flight:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._flight.notify_all()
+
+    def _wait_idle(self) -> None:
+        with self._flight:
+            while self._inflight:
+                self._flight.wait()
+
+    def init(self) -> None:
+        """Initialise now (explicit init; otherwise first use does it).
+        Idempotent.  Raises DeviceInitError, LifecycleError after close."""
+        self._ready()
+
+    def _ready(self) -> None:
+        with self._life:
+            st = self._state
+            if st is DeviceState.READY:
+                return
+            if st is DeviceState.CLOSED:
+                raise LifecycleError(f"{self.label}: device used after close", device=self.label)
+            if st is DeviceState.FAILED:
+                raise DeviceInitError(f"{self.label}: device initialisation failed earlier: "
+                                      f"{self._init_error}", device=self.label)
+            self._runtime._check_open()
+            try:
+                self.plugin.acquire_device(self.index)
+            except DeviceInitError as exc:
+                self._state = DeviceState.FAILED
+                self._init_error = exc
+                raise
+            self.init_count += 1
+            from .memory import MemoryManager
+            try:
+                self._pool = MemoryManager(self._backend_alloc, self._backend_free,
+                                           device_label=self.label, poison=self._poison,
+                                           **self._pool_options)
+                for image in self._runtime._accepted_images(self.plugin):
+                    self._load(image)
+            except BaseException:
+                # leave nothing half set up: unload what was loaded, release the device
+                for rec in list(self._images.values()):
+                    self._unload(rec.image, quiet=True)
+                self._pool = None
+                self.plugin.release_device(self.index)
+                raise
+            self._state = DeviceState.READY
+            log.debug("%s: initialised (%d images loaded)", self.label, len(self._images))
+
+    def deinit(self) -> tuple[int, int]:
+        """Explicit deinit (seed 002): drain the pool (every cached block and
+        every allocation still held is freed through the plugin, I3), unload
+        the images, ``deinit_device``.  The device can be used again (it
+        re-initialises on next use).  Returns (leaked allocation count, bytes).
+        Raises LifecycleError if not initialised."""
+        with self._life:
+            if self._state is not DeviceState.READY:
+                raise LifecycleError(f"{self.label}: deinit of a device that is not "
+                                     f"initialised ({self._state.value})", device=self.label)
+            return self._teardown(DeviceState.UNINIT)
+
+    def _close(self) -> tuple[int, int]:
+        """Runtime teardown: like deinit when initialised, then CLOSED."""
+        with self._life:
+            if self._state is DeviceState.READY:
+                return self._teardown(DeviceState.CLOSED)
+            self._state = DeviceState.CLOSED
+            return (0, 0)
+
+    def _teardown(self, final: DeviceState) -> tuple[int, int]:
+        with self._flight:
+            self._state = DeviceState.UNINIT  # refuse new calls
+        self._wait_idle()
+        errors = []
+        leaked = (0, 0)
+        try:
+            leaked = self._pool.drain()
+        except OffloadError as exc:
+            errors.append(exc)
+        with self._live_lock:
+            self._live.clear()
+        if leaked[0]:
+            log.warning("%s: %d allocation(s), %d bytes still held at deinit; freed "
+                        "before deinit_device", self.label, leaked[0], leaked[1])
+        for image_id in list(self._images):
+            try:
+                self._unload(self._images[image_id].image)
+            except OffloadError as exc:
+                errors.append(exc)
+        try:
+            self.plugin.release_device(self.index)
+        except OffloadError as exc:
+            errors.append(exc)
+        self._state = final
+        if errors:
+            raise errors[0]
+        return leaked
+
+    # -- images ------------------------------------------------------------------
+    def _load(self, image: OffloadImage) -> None:
+        if image.id in self._images:
+            return
+        loaded = self.plugin.load_image(self.index, image)
+        kernels, globals_ = {}, {}
+        hosts = image.host_addresses()
+        try:
+            for host_entry, tgt, haddr in zip(image.entries, loaded.entries, hosts):
+                if host_entry.is_kernel:
+                    kernels[host_entry.name] = (tgt.addr, host_entry.num_args)
+                else:
+                    if not tgt.addr:
+                        raise InvalidImageError(f"{self.label}: global {host_entry.name!r} "
+                                                "has no device address", device=self.label)
+                    globals_[host_entry.name] = (tgt.addr, host_entry.size)
+                self.address_map.insert(haddr, host_entry.size, tgt.addr, image)
+        except BaseException:
+            self.address_map.remove_owner(image)
+            try:
+                self.plugin.unload_image(self.index, loaded)
+            except OffloadError:
+                pass
+            raise
+        rec = _LoadedOnDevice(image, loaded, kernels, globals_)
+        self._images[image.id] = rec
+        for name, (addr, nargs) in kernels.items():
+            self._kernels.setdefault(name, []).append((addr, nargs, image))
+        for addr, size in globals_.values():
+            self._globals[addr] = size
+
+    def _unload(self, image: OffloadImage, quiet: bool = False) -> None:
+        rec = self._images.pop(image.id, None)
+        if rec is None:
+            return
+        self.address_map.remove_owner(image)
+        for name in rec.kernels:
+            lst = [k for k in self._kernels.get(name, []) if k[2] is not image]
+            if lst:
+                self._kernels[name] = lst
+            else:
+                self._kernels.pop(name, None)
+        for addr, _ in rec.globals.values():
+            self._globals.pop(addr, None)
+        try:
+            self.plugin.unload_image(self.index, rec.loaded)
+        except OffloadError:
+            if not quiet:
+                raise
+
+    def _on_register(self, image: OffloadImage) -> None:
+        with self._life:
+            if self._state is DeviceState.READY:
+                self._load(image)
+
+    def _on_unregister(self, image: OffloadImage) -> None:
+        with self._life:
+            if self._state is DeviceState.READY:
+                self._unload(image)
+
+    @property
+    def loaded_images(self) -> list[OffloadImage]:
+        """Images loaded into this device (empty when not initialised)."""
+        return [r.image for r in self._images.values()]
+
+    @property
+    def kernels(self) -> list[str]:
+        return sorted(self._kernels)
+
+    def global_address(self, name: str, image: OffloadImage | None = None) -> int:
+        """Device address of a global of a loaded image (initialises the device).
+        Raises KeyError."""
+        self._enter()
+        try:
+            for rec in self._images.values():
+                if (image is None or rec.image is image) and name in rec.globals:
+                    return rec.globals[name][0]
+            raise KeyError(f"{self.label}: no loaded image has a global {name!r}")
+        finally:
+            self._exit()
+
+    def translate(self, host_addr: int) -> int:
+        """Target address mapped for a host address (host->target map of the
+        loaded images).  KeyError when unmapped."""
+        return self.address_map.lookup(host_addr)
+
+    # -- memory ----------------------------------------------------------------------
+    def _backend_alloc(self, size: int) -> int:
+        return self.plugin.alloc(self.index, size)
+
+    def _backend_free(self, ptr: int) -> None:
+        self.plugin.free(self.index, ptr)
+
+    def _poison(self, ptr: int, size: int) -> None:
+        buf = (ctypes.c_char * size).from_buffer(bytearray(b"\xdb" * size))
+        self.plugin.submit(self.index, ptr, ctypes.addressof(buf), size)
+
+    @property
+    def pool(self):
+        """The device's MemoryManager (None before init)."""
+        return self._pool
+
+    def alloc(self, size: int) -> int:
+        """Allocate ``size`` bytes of device memory through the device's memory
+        manager; returns the device address (int).  ``size`` 0 returns 0
+        (LLVM). Raises OutOfDeviceMemoryError, ValueError (negative size),
+        LifecycleError."""
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError("size must be an int (bytes)")
+        if size < 0:
+            raise ValueError(f"negative allocation size {size}")
+        self._enter()
+        try:
+            ptr = self._pool.allocate(size)
+            if ptr:
+                with self._live_lock:
+                    self._live[ptr] = size
+            return ptr
+        finally:
+            self._exit()
+
+    def free(self, ptr: int) -> None:
+        """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
+        Raises UnknownPointerError for a pointer not live on this device
+        (never handed out, or already freed), before the plugin sees it."""
+        if not ptr:
+            return
+        with self._live_lock:
+            size = self._live.pop(ptr, None)
+        if size is None:
+            raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
+                                      f"pointer {ptr:#x}", device=self.label)
+        self._enter()
+        try:
+            self._pool.free(ptr)
+        finally:
+            self._exit()
+
+    @property
+    def allocations(self) -> tuple[int, int]:
+        """(count, bytes) of allocations currently held by the user."""
+        with self._live_lock:
+            return len(self._live), sum(self._live.values())
+
+    def _check_range(self, tgt: int, nbytes: int) -> None:
+        with self._live_lock:
+            size = self._live.get(tgt)
+        if size is None:
+            size = self._globals.get(tgt)
+        if size is None:
+            raise UnknownPointerError(f"{self.label}: {tgt:#x} is not an allocation or "
+                                      "global of this device", device=self.label)
+        if nbytes > size:
+            raise ValueError(f"{self.label}: copy of {nbytes} bytes exceeds the "
+                             f"{size}-byte block at {tgt:#x}")
+
+    def submit(self, tgt: int, host, *, offset: int = 0, nbytes: int | None = None) -> None:
+        """Copy host -> device (``data_submit``/``host2dev``).  ``tgt``: a
+        pointer from :meth:`alloc` or :meth:`global_address`; ``host``: a
+        buffer object; ``offset`` (bytes) into the device block; ``nbytes``
+        defaults to the whole host buffer.  Raises UnknownPointerError,
+        ValueError (range outside the block), LifecycleError."""
+        addr, n, keep = _host_view(host, writable=False)
+        n = n if nbytes is None else int(nbytes)
+        if offset < 0 or n < 0:
+            raise ValueError("negative offset or size")
+        self._enter()
+        try:
+            self._check_range(tgt, offset + n)
+            if n:
+                self.plugin.submit(self.index, tgt + offset, addr, n)
+        finally:
+            self._exit()
+        del keep
+
+    def retrieve(self, host, tgt: int, *, offset: int = 0, nbytes: int | None = None) -> None:
+        """Copy device -> host (``data_retrieve``/``dev2host``) into the
+        writable buffer ``host``.  Same rules as :meth:`submit`."""
+        addr, n, keep = _host_view(host, writable=True)
+        n = n if nbytes is None else int(nbytes)
+        if offset < 0 or n < 0:
+            raise ValueError("negative offset or size")
+        self._enter()
+        try:
+            self._check_range(tgt, offset + n)
+            if n:
+                self.plugin.retrieve(self.index, addr, tgt + offset, n)
+        finally:
+            self._exit()
+        del keep
+
+    # -- launch ------------------------------------------------------------------
+    def launch(self, kernel: str, args: Sequence[int], *, image: OffloadImage | None = None,
+               offsets: Sequence[int] | None = None) -> None:
+        """Run kernel ``kernel`` synchronously with pointer-sized ``args``
+        (device pointers or integer scalars; argument i = args[i] +
+        offsets[i], LLVM ``TgtArgs``/``TgtOffsets``).  Raises
+        KernelNotFoundError, ValueError (wrong arity when the image declares
+        it, ambiguous name across images), LifecycleError, PluginCallError."""
+        args = [int(a) for a in args]
+        if offsets is not None and len(offsets) != len(args):
+            raise ValueError("offsets must have one entry per argument")
+        self._enter()
+        try:
+            cands = self._kernels.get(kernel, [])
+            if image is not None:
+                cands = [c for c in cands if c[2] is image]
+            if not cands:
+                raise KernelNotFoundError(
+                    f"{self.label}: no loaded image has a kernel {kernel!r} "
+                    f"(kernels: {', '.join(self.kernels) or 'none'})", device=self.label)
+            if len(cands) > 1:
+                raise ValueError(f"{self.label}: kernel {kernel!r} is in several images; "
+                                 "pass image=")
+            entry, nargs, _ = cands[0]
+            if nargs is not None and nargs != len(args):
+                raise ValueError(f"{self.label}: kernel {kernel!r} takes {nargs} arguments, "
+                                 f"got {len(args)}")
+            self.plugin.launch(self.index, entry, args, offsets)
+        finally:
+            self._exit()
+
+
+__all__ = ["Device", "DeviceState", "OutOfDeviceMemoryError"]

@@ -1,0 +1,94 @@
+"""Where plugins are looked for.
+
+Order: explicit paths, then ``$OFFLOAD_SHIM_PLUGINS`` (an ``os.pathsep``
+separated list of files or directories), then the standard locations
+(``/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*``, the multiarch
+directory's ``libgomp-plugin-*.so.1``, and LLVM 14 plugins unpacked under
+``$OFFLOAD_SHIM_LLVM14_ROOT``), then the bundled host plugin.
+Duplicates (the same real file through symlinks) are listed once.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "OFFLOAD_SHIM_PLUGINS"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: str
+    source: str      # "explicit" | "env" | "system" | "bundled"
+
+
+def _multiarch_dirs() -> list[str]:
+    arch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    return [f"/usr/lib/{arch}", f"/lib/{arch}", "/usr/lib64", "/usr/lib"]
+
+
+def _plugin_files_in(directory: str) -> list[str]:
+    pats = ["libomptarget.rtl.*.so*", "libgomp-plugin-*.so.1"]
+    out = []
+    for pat in pats:
+        out.extend(sorted(glob.glob(os.path.join(directory, pat))))
+    return out
+
+
+LLVM14_ROOT_VAR = "OFFLOAD_SHIM_LLVM14_ROOT"
+
+
+def system_plugin_paths(env=None) -> list[str]:
+    """Installed LLVM and GCC plugins (no loading), plus the LLVM 14 plugins
+    unpacked under ``$OFFLOAD_SHIM_LLVM14_ROOT`` (libomp-14-dev conflicts with
+    libomp5-16, so scripts/setup.sh unpacks it with dpkg -x)."""
+    env = os.environ if env is None else env
+    out = sorted(glob.glob("/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))
+    root = env.get(LLVM14_ROOT_VAR)
+    if root:
+        out.extend(sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))))
+    for d in _multiarch_dirs():
+        out.extend(sorted(glob.glob(os.path.join(d, "libgomp-plugin-*.so.1"))))
+    return out
+
+
+def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True) -> list[Candidate]:
+    """Every plugin file to try, deduplicated by real path."""
+    env = os.environ if env is None else env
+    found: list[Candidate] = []
+    seen: set[str] = set()
+
+    def add(p: str, source: str) -> None:
+        real = os.path.realpath(p)
+        if real in seen:
+            return
+        seen.add(real)
+        found.append(Candidate(str(p), source))
+
+    for p in paths:
+        add(str(p), "explicit")
+    for item in filter(None, env.get(ENV_VAR, "").split(os.pathsep)):
+        if os.path.isdir(item):
+            for p in _plugin_files_in(item):
+                add(p, "env")
+        else:
+            add(item, "env")
+    if system:
+        for p in system_plugin_paths(env):
+            add(p, "system")
+    if bundled:
+        from .hostplugin import bundled_plugin_path
+        try:
+            add(str(bundled_plugin_path()), "bundled")
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def is_host_plugin(path: str) -> bool:
+    """True for plugins that run on this CPU (x86_64 host plugins, bundled)."""
+    base = Path(path).name
+    return ".x86_64." in base or base.startswith("libosh_hostplugin")

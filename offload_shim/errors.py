@@ -1,0 +1,135 @@
+"""One exception tree for offload_shim.
+
+Every error raised by the package derives from :class:`OffloadError`, which
+carries the plugin return code (``code``), the entry point or runtime
+function that failed (``function``) and the device (``device``) where they
+apply.  Subclasses name the conditions callers branch on (docs/style.md,
+practice 4).  Caller input is validated with ``TypeError``/``ValueError``.
+"""
+
+from __future__ import annotations
+
+
+class OffloadError(Exception):
+    """Base class.  ``code``: plugin return code or None; ``function``: the
+    entry point (e.g. ``"__tgt_rtl_data_alloc"``) or runtime method;
+    ``device``: a device label such as ``"x86_64.nextgen:0"`` or None."""
+
+    def __init__(self, message: str, *, code: int | None = None,
+                 function: str | None = None, device: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.function = function
+        self.device = device
+
+
+# -- loading plugins -------------------------------------------------------
+
+class PluginLoadError(OffloadError):
+    """A plugin could not be loaded at all."""
+
+
+class PluginNotFoundError(PluginLoadError, FileNotFoundError):
+    """The path does not exist (``.path``, ``.tried``: every candidate looked at)."""
+
+    def __init__(self, message: str, *, path: str, tried: list[str] | None = None):
+        super().__init__(message)
+        self.path = path
+        self.tried = list(tried or [path])
+
+
+class PluginDlopenError(PluginLoadError):
+    """The file exists but ``dlopen`` failed (``.dlerror`` has the loader's
+    text, e.g. a missing ``libLLVM-16.so.1``)."""
+
+    def __init__(self, message: str, *, path: str, dlerror: str):
+        super().__init__(message)
+        self.path = path
+        self.dlerror = dlerror
+
+
+class NotAPluginError(PluginLoadError):
+    """Loaded, but it is not a plugin of a known ABI (``.missing`` lists the
+    required symbols that were not found for the closest ABI)."""
+
+    def __init__(self, message: str, *, path: str, missing: list[str]):
+        super().__init__(message)
+        self.path = path
+        self.missing = list(missing)
+
+
+class ABIMismatchError(PluginLoadError):
+    """A plugin of a known family but an unsupported generation/version."""
+
+
+class MissingEntryPointError(OffloadError):
+    """An optional entry point was needed but the plugin does not export it."""
+
+
+# -- lifecycle ---------------------------------------------------------------
+
+class LifecycleError(OffloadError):
+    """A call in the wrong state: data before init, anything after close,
+    a deinit of what was never initialised.  Raised in Python *before* the
+    call can reach a plugin that would crash (prior-art I1-I3)."""
+
+
+class DeviceInitError(OffloadError):
+    """``init_device`` returned failure; the device stays unusable."""
+
+
+# -- images ------------------------------------------------------------------
+
+class InvalidImageError(OffloadError):
+    """Image bytes the plugin rejects (``is_valid_binary`` == 0, a failed
+    ``load_binary``/``load_image``) or that cannot be parsed."""
+
+
+class TableMismatchError(InvalidImageError):
+    """The target table has a different number of entries than the host
+    table (prior-art I5, GCC PR 68463).  ``.expected``, ``.got``."""
+
+    def __init__(self, message: str, *, expected: int, got: int, **kw):
+        super().__init__(message, **kw)
+        self.expected = expected
+        self.got = got
+
+
+class ImageNotRegisteredError(OffloadError, KeyError):
+    """Unregister of an image that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class KernelNotFoundError(OffloadError, KeyError):
+    """No registered image on this device has a kernel of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# -- memory --------------------------------------------------------------------
+
+class OutOfDeviceMemoryError(OffloadError, MemoryError):
+    """The plugin returned no memory, also after freeing cached blocks.
+    ``.requested``, ``.cached``, ``.in_use`` are bytes."""
+
+    def __init__(self, message: str, *, requested: int = 0, cached: int = 0,
+                 in_use: int = 0, **kw):
+        super().__init__(message, **kw)
+        self.requested = requested
+        self.cached = cached
+        self.in_use = in_use
+
+
+class UnknownPointerError(OffloadError, ValueError):
+    """A free/copy of a device pointer this runtime did not hand out, or one
+    that was already freed (double free)."""
+
+
+class PluginCallError(OffloadError):
+    """An entry point returned a failure code."""
+
+
+__all__ = [name for name in dir() if name.endswith("Error")]

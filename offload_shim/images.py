@@ -1,0 +1,254 @@
+"""Offload images, the image registry and the host->target address map.
+
+* :class:`OffloadImage`: device code bytes (an x86-64 ELF shared object for
+  the host plugins) plus its *host entries*, one per kernel or global, in the
+  order the target table must follow (``__tgt_offload_entry``: name, size in
+  bytes, 0 = function).  Each entry gets a real host address: a one-byte
+  anchor for a kernel, a host copy of ``size`` bytes for a global (libomptarget
+  uses the host function/variable address as the key of its map).
+* :class:`AddressMap`: host range -> target address, per device (libgomp's
+  splay tree of ``[host_start, host_end) -> tgt``; seed 000).
+* :class:`ImageRegistry`: the registered images, in registration order; what
+  is registered but not loaded into a device is that device's pending list
+  (seed 000, prior-art I4).
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import itertools
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from . import elf
+from .errors import InvalidImageError
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """A host entry: ``name`` of the kernel or global, ``size`` in bytes
+    (0 = kernel), ``flags`` (``__tgt_offload_entry.flags``), ``num_args``
+    (kernel arity, needed by the GOMP ABI of the bundled plugin; None if
+    unknown)."""
+    name: str
+    size: int = 0
+    flags: int = 0
+    num_args: int | None = None
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.size == 0
+
+
+#: arity of the kernels in native/samples/kernels.c
+SAMPLE_KERNEL_ARGS = {"vec_add": 4, "axpy": 4, "increment": 2, "scale_by_global": 2}
+
+
+class OffloadImage:
+    """Device code plus host entries.
+
+    ``data``: image bytes; ``entries``: list of HostEntry in target-table
+    order; ``name``: a label.  Raises InvalidImageError for data that is
+    not ELF or is corrupt, ValueError for bad entries (duplicate names,
+    negative sizes).  Objects are immutable after creation and hashable by
+    identity (an image registered twice is the same registration).
+    """
+
+    def __init__(self, data: bytes, entries: Iterable[HostEntry], *, name: str = "image"):
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("image data must be bytes")
+        self.data = bytes(data)
+        self.entries = [e if isinstance(e, HostEntry) else HostEntry(*e) for e in entries]
+        names = [e.name for e in self.entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate entry names in image {name!r}")
+        for e in self.entries:
+            if e.size < 0:
+                raise ValueError(f"entry {e.name!r}: negative size")
+            if not e.name:
+                raise ValueError("entry with an empty name")
+        self.name = name
+        self.id = next(_ids)
+        try:
+            self.machine = elf.machine(self.data)
+        except InvalidImageError as exc:
+            raise InvalidImageError(f"image {name!r}: {exc}") from None
+        self._lock = threading.Lock()
+        self._cbytes = None
+        self._anchors = None
+        self._host_addrs: list[int] | None = None
+
+    # constructors ------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, entries: Iterable[HostEntry] | None = None,
+                  *, num_args: Mapping[str, int] | None = None) -> "OffloadImage":
+        """Read an image file.  Without ``entries`` they come from the image's
+        ``omp_offloading_entries`` section (elf.offload_entries).  Raises
+        FileNotFoundError, InvalidImageError (not ELF, corrupt, no entries)."""
+        p = Path(path)
+        data = p.read_bytes()
+        if entries is None:
+            try:
+                recs = elf.offload_entries(data)
+            except InvalidImageError as exc:
+                raise InvalidImageError(f"image {p.name!r}: {exc}") from None
+            if not recs:
+                raise InvalidImageError(f"image {p.name!r} has no {elf.ENTRIES_SECTION} "
+                                        "section: pass entries=[HostEntry(...)]")
+            arity = dict(num_args or {})
+            entries = [HostEntry(r.name, r.size, r.flags, arity.get(r.name)) for r in recs]
+        return cls(data, entries, name=p.name)
+
+    @classmethod
+    def sample(cls) -> "OffloadImage":
+        """The sample image built from ``native/samples/kernels.c``: kernels
+        ``vec_add(a, b, c, n)``, ``axpy(y, x, alpha_ptr, n)``,
+        ``increment(p, n)``, ``scale_by_global(y, n)`` and the global
+        ``osh_scale`` (double, 3.0)."""
+        from .hostplugin import sample_image_path
+        return cls.from_file(sample_image_path(), num_args=SAMPLE_KERNEL_ARGS)
+
+    # views ---------------------------------------------------------------------
+    @property
+    def kernels(self) -> list[str]:
+        return [e.name for e in self.entries if e.is_kernel]
+
+    @property
+    def globals(self) -> list[str]:
+        return [e.name for e in self.entries if not e.is_kernel]
+
+    def entry(self, name: str) -> HostEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    def num_args(self, name: str) -> int:
+        n = self.entry(name).num_args
+        if n is None:
+            raise InvalidImageError(f"image {self.name!r}: arity of kernel {name!r} unknown "
+                                    "(needed by the GOMP ABI): pass num_args=")
+        return n
+
+    def ctypes_bytes(self):
+        """The image bytes in a ctypes buffer that lives as long as the image
+        (plugins keep pointers into it)."""
+        with self._lock:
+            if self._cbytes is None:
+                self._cbytes = ctypes.create_string_buffer(self.data, len(self.data))
+            return self._cbytes
+
+    def host_addresses(self) -> list[int]:
+        """One host address per entry: an anchor byte for kernels, a zeroed
+        host copy of ``size`` bytes for globals."""
+        with self._lock:
+            if self._host_addrs is None:
+                anchors = ctypes.create_string_buffer(max(1, len(self.entries)))
+                keep = [anchors]
+                addrs = []
+                base = ctypes.addressof(anchors)
+                for i, e in enumerate(self.entries):
+                    if e.is_kernel:
+                        addrs.append(base + i)
+                    else:
+                        buf = ctypes.create_string_buffer(e.size)
+                        keep.append(buf)
+                        addrs.append(ctypes.addressof(buf))
+                self._anchors = keep
+                self._host_addrs = addrs
+            return list(self._host_addrs)
+
+    def host_address(self, name: str) -> int:
+        for e, a in zip(self.entries, self.host_addresses()):
+            if e.name == name:
+                return a
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"OffloadImage(<{len(self.data)} bytes>, {self.entries!r}, name={self.name!r})"
+
+
+class AddressMap:
+    """Host range -> target address (one per device).
+
+    ``insert(host_start, size, tgt, owner)``: map ``[host_start,
+    host_start+max(size,1))``; overlapping ranges are refused (ValueError).
+    ``lookup(host_addr)`` -> target address of that byte (KeyError when
+    unmapped).  ``remove_owner(owner)`` drops every range of one image.
+    Thread-safe."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._starts: list[int] = []
+        self._ranges: list[tuple[int, int, int, object]] = []  # (start, end, tgt, owner)
+
+    def insert(self, host_start: int, size: int, tgt: int, owner: object) -> None:
+        end = host_start + max(int(size), 1)
+        with self._lock:
+            i = bisect.bisect_right(self._starts, host_start)
+            if i > 0 and self._ranges[i - 1][1] > host_start:
+                raise ValueError(f"host range {host_start:#x} already mapped")
+            if i < len(self._ranges) and self._ranges[i][0] < end:
+                raise ValueError(f"host range {host_start:#x}+{size} overlaps a mapping")
+            self._starts.insert(i, host_start)
+            self._ranges.insert(i, (host_start, end, tgt, owner))
+
+    def lookup(self, host_addr: int) -> int:
+        with self._lock:
+            i = bisect.bisect_right(self._starts, host_addr) - 1
+            if i >= 0:
+                start, end, tgt, _ = self._ranges[i]
+                if host_addr < end:
+                    return tgt + (host_addr - start)
+        raise KeyError(hex(host_addr))
+
+    def remove_owner(self, owner: object) -> int:
+        with self._lock:
+            keep = [r for r in self._ranges if r[3] is not owner]
+            removed = len(self._ranges) - len(keep)
+            self._ranges = keep
+            self._starts = [r[0] for r in keep]
+            return removed
+
+    def items(self) -> list[tuple[int, int, int]]:
+        """``[(host_start, host_end, tgt), ...]`` sorted by host address."""
+        with self._lock:
+            return [(s, e, t) for s, e, t, _ in self._ranges]
+
+    def __len__(self) -> int:
+        return len(self._ranges)
+
+
+class ImageRegistry:
+    """Registered images in registration order (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._images: dict[int, OffloadImage] = {}
+
+    def add(self, image: OffloadImage) -> bool:
+        with self._lock:
+            if image.id in self._images:
+                return False
+            self._images[image.id] = image
+            return True
+
+    def remove(self, image: OffloadImage) -> bool:
+        with self._lock:
+            return self._images.pop(image.id, None) is not None
+
+    def __contains__(self, image: OffloadImage) -> bool:
+        return image.id in self._images
+
+    def snapshot(self) -> list[OffloadImage]:
+        with self._lock:
+            return list(self._images.values())
+
+    def __len__(self) -> int:
+        return len(self._images)

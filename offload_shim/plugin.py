@@ -1,0 +1,772 @@
+"""Load one offload plugin ``.so`` and drive it through ctypes.
+
+A :class:`Plugin` is one loaded plugin library seen through one ABI:
+``LLVMPlugin`` for libomptarget plugins (``__tgt_rtl_*``), ``GompPlugin`` for
+libgomp plugins (``GOMP_OFFLOAD_*``).  Both offer the same uniform methods
+(``init_device``, ``deinit_device``, ``load_image``, ``unload_image``,
+``alloc``, ``free``, ``submit``, ``retrieve``, ``launch``...) so that the
+layers above never branch on the ABI family (docs/architecture.md).
+
+Loading (:func:`load_plugin`):
+
+* classifies the ABI family and generation from the exported symbols only:
+  loading makes **no** plugin call (prior-art I6, B2);
+* binds every entry point once into the plugin object;
+* applies libomptarget 16's and libgomp 12's required/optional rules
+  (abi-reference 1.6 and 2.4);
+* tells apart a missing file (:class:`PluginNotFoundError`), a failed
+  ``dlopen`` (:class:`PluginDlopenError`, with the dlerror text) and a library
+  that is not a plugin (:class:`NotAPluginError`, naming the missing symbols).
+
+The same file is loaded once per process and never ``dlclose``\\ d (prior-art
+I7, B10): plugins are shared between runtimes.  Lifecycle calls are
+reference counted here: ``init_plugin`` runs for the first user and
+``deinit_plugin`` after the last (I1); ``init_device`` runs exactly once for
+the first user of a device, also under concurrent first use (I2, LLVM
+``DeviceTy::initOnce``), and ``deinit_device`` after its last user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import POINTER, byref, c_char_p, c_void_p, cast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .abi import gomp as _gomp
+from .abi import tgt_rtl as _tgt
+from .errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
+                     LifecycleError, MissingEntryPointError, NotAPluginError,
+                     PluginCallError, PluginDlopenError, PluginNotFoundError,
+                     TableMismatchError)
+
+MAX_KERNEL_ARGS = 64
+
+# process-wide registry (the only module-level mutable state, lock-protected)
+_REGISTRY_LOCK = threading.Lock()
+_HANDLES: dict[str, ctypes.CDLL] = {}
+_PLUGINS: dict[tuple[str, str], "Plugin"] = {}
+
+
+@dataclass(frozen=True)
+class TargetEntry:
+    """One entry of a loaded image's target table: ``addr`` is what the plugin
+    returned (a kernel handle for functions, a device address for
+    variables), ``size`` in bytes (0 = function)."""
+    name: str
+    addr: int
+    size: int
+
+
+@dataclass
+class LoadedImage:
+    """What ``load_image`` returns: target entries in host-entry order, and
+    the ctypes objects that must outlive the load (the plugin keeps pointers
+    into them, abi-reference 4.3)."""
+    entries: list[TargetEntry]
+    keepalive: list = field(default_factory=list, repr=False)
+
+
+def _dlerror_text(exc: OSError) -> str:
+    return str(exc).strip()
+
+
+def _open_library(path: str) -> ctypes.CDLL:
+    """dlopen once per process (RTLD_NOW|RTLD_LOCAL); never closed."""
+    with _REGISTRY_LOCK:
+        lib = _HANDLES.get(path)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            except OSError as exc:
+                raise PluginDlopenError(
+                    f"{path}: found but dlopen failed: {_dlerror_text(exc)}",
+                    path=path, dlerror=_dlerror_text(exc)) from None
+            _HANDLES[path] = lib
+        return lib
+
+
+def _exported(lib: ctypes.CDLL, prefix: str, names) -> set[str]:
+    found = set()
+    for name in names:
+        try:
+            getattr(lib, prefix + name)
+        except AttributeError:
+            continue
+        found.add(name)
+    return found
+
+
+def _resolve(path: str | os.PathLike) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise PluginNotFoundError(f"plugin not found: {p}", path=str(p))
+    if p.is_dir():
+        raise NotAPluginError(f"{p} is a directory, not a plugin library",
+                              path=str(p), missing=[])
+    return os.path.realpath(p)
+
+
+def probe(path: str | os.PathLike) -> dict:
+    """Classify a library without keeping a Plugin: returns
+    ``{"path", "abi", "generation"}`` or raises like :func:`load_plugin`."""
+    plugin = load_plugin(path)
+    return {"path": plugin.path, "abi": plugin.abi, "generation": plugin.generation}
+
+
+def load_plugin(path: str | os.PathLike, *, abi: str | None = None) -> "Plugin":
+    """Load the plugin at ``path`` and return the process-wide Plugin for it.
+
+    ``abi``: ``"llvm"`` or ``"gomp"`` to pick a view of a library that
+    exports both (the bundled host plugin); default: LLVM if its required
+    symbols are present, else GOMP.
+
+    Raises PluginNotFoundError, PluginDlopenError, NotAPluginError,
+    ABIMismatchError (a known family in an unsupported generation), and
+    ValueError for an unknown ``abi``.
+    """
+    if abi not in (None, "llvm", "gomp"):
+        raise ValueError(f"abi must be 'llvm', 'gomp' or None, not {abi!r}")
+    real = _resolve(path)
+    with _REGISTRY_LOCK:
+        for key in ([(real, abi)] if abi else [(real, "llvm"), (real, "gomp")]):
+            if key in _PLUGINS:
+                return _PLUGINS[key]
+    lib = _open_library(real)
+    llvm_syms = _exported(lib, _tgt.PREFIX, _tgt.all_names())
+    gomp_syms = _exported(lib, _gomp.PREFIX, _gomp._GCC12)
+    llvm_gen = _tgt.classify(llvm_syms)
+    candidates = []
+    if abi in (None, "llvm") and llvm_gen is not None:
+        candidates.append("llvm")
+    if abi in (None, "gomp") and "version" in gomp_syms | set():
+        candidates.append("gomp")
+    if not candidates:
+        # say what is missing for the closest ABI
+        llvm_missing = [_tgt.PREFIX + n for n in _tgt.GENERATIONS["llvm16-classic"][1]
+                        if n not in llvm_syms]
+        gomp_missing = [_gomp.PREFIX + n for n in _gomp.REQUIRED_BASE if n not in gomp_syms]
+        if abi == "gomp" or (abi is None and len(gomp_missing) < len(llvm_missing)):
+            missing, family = gomp_missing, "libgomp (GOMP_OFFLOAD_*)"
+        else:
+            missing, family = llvm_missing, "libomptarget (__tgt_rtl_*)"
+        raise NotAPluginError(
+            f"{real} is not an offload plugin: as a {family} plugin it lacks "
+            f"{', '.join(missing)}", path=real, missing=missing)
+    kind = candidates[0]
+    cls = LLVMPlugin if kind == "llvm" else GompPlugin
+    plugin = cls(real, lib, llvm_syms if kind == "llvm" else gomp_syms)
+    with _REGISTRY_LOCK:
+        return _PLUGINS.setdefault((real, kind), plugin)
+
+
+def _plugin_name(path: str) -> str:
+    base = os.path.basename(path)
+    for pre in ("libomptarget.rtl.", "libgomp-plugin-", "lib"):
+        if base.startswith(pre):
+            base = base[len(pre):]
+            break
+    return base.split(".so")[0]
+
+
+class Plugin:
+    """One loaded plugin seen through one ABI (base class).
+
+    Attributes: ``path`` (real path), ``name`` (``"x86_64.nextgen"``,
+    ``"nvptx"``...), ``abi`` (``"llvm"``/``"gomp"``), ``generation``,
+    ``symbols`` (exported short entry-point names), ``bundled`` (the host
+    plugin built from ``native/``).
+    """
+
+    abi = ""
+    prefix = ""
+
+    def __init__(self, path: str, lib: ctypes.CDLL, symbols: set[str]):
+        self.path = path
+        self.name = _plugin_name(path)
+        self.symbols = frozenset(symbols)
+        self.bundled = os.path.basename(path) == "libosh_hostplugin.so"
+        self._lib = lib
+        self._fn: dict[str, object] = {}
+        self._lock = threading.RLock()           # lifecycle transitions only
+        self._users = 0
+        self._initialized = False
+        self._num_devices: int | None = None
+        self._dev_users: dict[int, int] = {}
+        self._dev_locks: dict[int, threading.Lock] = {}
+        self._keepalive: list = []               # buffers the plugin may still point into
+        self.generation = ""
+
+    # -- binding -------------------------------------------------------------
+    def _bind(self, protos: dict, required: Sequence[str]) -> None:
+        missing = [self.prefix + n for n in required if n not in self.symbols]
+        if missing:
+            raise NotAPluginError(
+                f"{self.path} looks like a {self.generation} plugin but lacks the "
+                f"required entry points {', '.join(missing)}", path=self.path,
+                missing=missing)
+        for name, (restype, argtypes) in protos.items():
+            if name not in self.symbols:
+                continue
+            fn = getattr(self._lib, self.prefix + name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            self._fn[name] = fn
+
+    def has(self, name: str) -> bool:
+        """True if the entry point ``name`` (short, e.g. ``"data_lock"``) is bound."""
+        return name in self._fn
+
+    def _need(self, name: str):
+        fn = self._fn.get(name)
+        if fn is None:
+            raise MissingEntryPointError(
+                f"{self.name}: plugin has no {self.prefix}{name}",
+                function=self.prefix + name)
+        return fn
+
+    def _label(self, dev: int | None = None) -> str:
+        return self.name if dev is None else f"{self.name}:{dev}"
+
+    def _detail(self) -> str:
+        """Extra failure text: the bundled plugin keeps its last error."""
+        if not self.bundled:
+            return ""
+        try:
+            fn = self._lib.osh_host_last_error
+        except AttributeError:
+            return ""
+        fn.restype = c_char_p
+        fn.argtypes = []
+        msg = fn()
+        return f": {msg.decode(errors='replace')}" if msg else ""
+
+    # -- plugin lifecycle (reference counted, process wide) -----------------
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    @property
+    def users(self) -> int:
+        return self._users
+
+    def acquire(self) -> None:
+        """Take a user reference; the first runs ``init_plugin`` (if exported)
+        and reads the device count.  Raises PluginCallError if init fails."""
+        with self._lock:
+            if self._users == 0 and not self._initialized:
+                self._init_plugin()
+                self._initialized = True
+                if self._num_devices is None:
+                    n = self._query_num_devices()
+                    self._num_devices = max(0, int(n))
+            self._users += 1
+
+    def release(self) -> None:
+        """Drop a user reference; the last runs ``deinit_plugin`` after every
+        device it initialised has been deinitialised (I1, I2)."""
+        with self._lock:
+            if self._users <= 0:
+                raise LifecycleError(f"{self.name}: release without acquire")
+            self._users -= 1
+            if self._users == 0 and self._initialized:
+                for dev, n in sorted(self._dev_users.items()):
+                    if n:
+                        # a device still held means a caller skipped deinit: do it now,
+                        # in order, rather than call deinit_plugin under it
+                        self._dev_users[dev] = 0
+                        self._deinit_device(dev)
+                self._initialized = False
+                self._deinit_plugin()
+
+    @property
+    def num_devices(self) -> int:
+        """Device count reported by the plugin (read once, at first acquire)."""
+        if self._num_devices is None:
+            raise LifecycleError(f"{self.name}: device count unknown before acquire()")
+        return self._num_devices
+
+    def _dev_lock(self, dev: int) -> threading.Lock:
+        with self._lock:
+            lk = self._dev_locks.get(dev)
+            if lk is None:
+                lk = self._dev_locks[dev] = threading.Lock()
+            return lk
+
+    def _check_dev(self, dev: int) -> None:
+        if not self._initialized:
+            raise LifecycleError(f"{self.name}: plugin not initialised "
+                                 "(call after deinit_plugin or before init_plugin)",
+                                 device=self._label(dev))
+        if not isinstance(dev, int) or not 0 <= dev < (self._num_devices or 0):
+            raise ValueError(f"{self.name}: device {dev!r} out of range "
+                             f"0..{(self._num_devices or 0) - 1}")
+
+    def acquire_device(self, dev: int, requires_flags: int = _tgt.OMP_REQ_NONE) -> bool:
+        """Take a user reference on device ``dev``; the first user runs
+        ``init_requires`` (if exported) then ``init_device``, exactly once even
+        under concurrent first use.  Returns True if this call initialised it.
+        Raises DeviceInitError (no reference taken) or LifecycleError."""
+        self._check_dev(dev)
+        with self._dev_lock(dev):
+            if self._dev_users.get(dev, 0) == 0:
+                self._init_device(dev, requires_flags)
+                self._dev_users[dev] = 1
+                return True
+            self._dev_users[dev] += 1
+            return False
+
+    def release_device(self, dev: int) -> bool:
+        """Drop a reference; the last runs ``deinit_device`` (if exported).
+        Returns True if the device was deinitialised."""
+        with self._dev_lock(dev):
+            n = self._dev_users.get(dev, 0)
+            if n <= 0:
+                raise LifecycleError(f"{self._label(dev)}: deinit of a device that "
+                                     "is not initialised", device=self._label(dev))
+            self._dev_users[dev] = n - 1
+            if n == 1:
+                self._deinit_device(dev)
+                return True
+            return False
+
+    def device_initialized(self, dev: int) -> bool:
+        return self._dev_users.get(dev, 0) > 0
+
+    def info(self) -> dict:
+        """Static facts (no plugin call beyond the probes of the ABI)."""
+        return {"path": self.path, "name": self.name, "abi": self.abi,
+                "generation": self.generation, "bundled": self.bundled,
+                "symbols": sorted(self.symbols)}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.generation} {self.path}>"
+
+    # ABI-specific hooks ------------------------------------------------------
+    def _init_plugin(self) -> None: ...
+    def _deinit_plugin(self) -> None: ...
+    def _query_num_devices(self) -> int: raise NotImplementedError
+    def _init_device(self, dev: int, flags: int) -> None: raise NotImplementedError
+    def _deinit_device(self, dev: int) -> None: raise NotImplementedError
+
+
+def _host_buffer_address(buf) -> tuple[int, int, object]:
+    """(address, nbytes, keepalive) of a buffer-protocol object.  Read-only
+    buffers are accepted for reads by the plugin."""
+    if isinstance(buf, int):
+        raise TypeError("pass a buffer object (bytearray, array, numpy array, ctypes array), "
+                        "not an int")
+    mv = memoryview(buf)
+    if not mv.contiguous:
+        raise ValueError("host buffer must be contiguous")
+    nbytes = mv.nbytes
+    if nbytes == 0:
+        return 0, 0, mv
+    if mv.readonly:
+        # copy-free view is impossible through ctypes for read-only objects
+        tmp = ctypes.create_string_buffer(mv.tobytes(), nbytes)
+        return ctypes.addressof(tmp), nbytes, tmp
+    arr = (ctypes.c_char * nbytes).from_buffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv)
+    return ctypes.addressof(arr), nbytes, arr
+
+
+class LLVMPlugin(Plugin):
+    """A libomptarget plugin (``__tgt_rtl_*``), LLVM 14 / 16 classic / 16
+    nextgen (17/18 are recognised and refused with ABIMismatchError)."""
+
+    abi = "llvm"
+    prefix = _tgt.PREFIX
+
+    def __init__(self, path, lib, symbols):
+        super().__init__(path, lib, symbols)
+        self.generation = _tgt.classify(set(symbols)) or "unknown"
+        if self.generation not in _tgt.SUPPORTED:
+            raise ABIMismatchError(
+                f"{path}: {self.generation} plugins are recognised but not supported "
+                f"(supported: {', '.join(_tgt.SUPPORTED)})")
+        protos, required = _tgt.GENERATIONS[self.generation]
+        self._bind(protos, required)
+
+    # lifecycle -------------------------------------------------------------
+    def _init_plugin(self):
+        fn = self._fn.get("init_plugin")
+        if fn is not None:
+            rc = fn()
+            if rc != _tgt.OFFLOAD_SUCCESS:
+                raise PluginCallError(f"{self.name}: __tgt_rtl_init_plugin failed ({rc})"
+                                      + self._detail(), code=rc,
+                                      function="__tgt_rtl_init_plugin")
+
+    def _deinit_plugin(self):
+        fn = self._fn.get("deinit_plugin")
+        if fn is not None:
+            rc = fn()
+            if rc != _tgt.OFFLOAD_SUCCESS:
+                raise PluginCallError(f"{self.name}: __tgt_rtl_deinit_plugin failed ({rc})",
+                                      code=rc, function="__tgt_rtl_deinit_plugin")
+
+    def _query_num_devices(self) -> int:
+        return self._fn["number_of_devices"]()
+
+    def _init_device(self, dev, flags):
+        req = self._fn.get("init_requires")
+        if req is not None:
+            req(flags)                          # libomptarget: init_requires before init_device
+        rc = self._fn["init_device"](dev)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise DeviceInitError(f"{self._label(dev)}: __tgt_rtl_init_device failed ({rc})"
+                                  + self._detail(), code=rc,
+                                  function="__tgt_rtl_init_device", device=self._label(dev))
+
+    def _deinit_device(self, dev):
+        fn = self._fn.get("deinit_device")
+        if fn is None:
+            return                               # B7: optional, degrade silently
+        rc = fn(dev)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_deinit_device failed ({rc})",
+                                  code=rc, function="__tgt_rtl_deinit_device",
+                                  device=self._label(dev))
+
+    # images ----------------------------------------------------------------
+    def _device_image(self, image) -> tuple[_tgt.DeviceImage, list]:
+        data = image.ctypes_bytes()
+        n = len(image.entries)
+        arr = (_tgt.OffloadEntry * max(n, 1))()
+        names = []
+        for i, (entry, host_addr) in enumerate(zip(image.entries, image.host_addresses())):
+            nm = entry.name.encode()
+            names.append(nm)
+            arr[i].addr = host_addr
+            arr[i].name = nm
+            arr[i].size = entry.size
+            arr[i].flags = entry.flags
+        base = ctypes.addressof(arr)
+        dimg = _tgt.DeviceImage()
+        dimg.ImageStart = ctypes.addressof(data)
+        dimg.ImageEnd = ctypes.addressof(data) + len(data)
+        dimg.EntriesBegin = cast(base, _tgt.OffloadEntryP)
+        dimg.EntriesEnd = cast(base + n * ctypes.sizeof(_tgt.OffloadEntry), _tgt.OffloadEntryP)
+        return dimg, [data, arr, names, dimg]
+
+    def is_valid_binary(self, image) -> bool:
+        """``is_valid_binary`` on the image bytes (needs an initialised plugin)."""
+        if not self._initialized:
+            raise LifecycleError(f"{self.name}: is_valid_binary before init_plugin")
+        dimg, keep = self._device_image(image)
+        ok = bool(self._fn["is_valid_binary"](byref(dimg)))
+        return ok
+
+    def load_image(self, dev: int, image) -> LoadedImage:
+        """``load_binary`` into device ``dev``; returns the target table in host
+        entry order.  Raises InvalidImageError (NULL table) or
+        TableMismatchError (I5)."""
+        self._check_dev(dev)
+        dimg, keep = self._device_image(image)
+        with self._lock:
+            self._keepalive.append(keep)         # the plugin may keep pointers into them
+        table = self._fn["load_binary"](dev, byref(dimg))
+        if not table:
+            raise InvalidImageError(
+                f"{self._label(dev)}: __tgt_rtl_load_binary rejected image "
+                f"{image.name!r}{self._detail()}", function="__tgt_rtl_load_binary",
+                device=self._label(dev))
+        t = table.contents
+        begin = cast(t.EntriesBegin, c_void_p).value or 0
+        end = cast(t.EntriesEnd, c_void_p).value or 0
+        esz = ctypes.sizeof(_tgt.OffloadEntry)
+        count = (end - begin) // esz if end >= begin else -1
+        if count != len(image.entries):
+            raise TableMismatchError(
+                f"{self._label(dev)}: host and target tables mismatch for image "
+                f"{image.name!r}: expected {len(image.entries)} entries, have {count}",
+                expected=len(image.entries), got=count,
+                function="__tgt_rtl_load_binary", device=self._label(dev))
+        raw = []
+        for i in range(count):
+            e = _tgt.OffloadEntry.from_address(begin + i * esz)
+            raw.append(TargetEntry(e.name.decode(errors="replace") if e.name else "",
+                                   e.addr or 0, e.size))
+        entries = _match_by_name(image.entries, raw)
+        return LoadedImage(entries, keep)
+
+    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+        """LLVM <= 18 plugins have no unload entry point: the image stays in
+        the plugin until ``deinit_device``; the runtime drops its mappings."""
+        self._check_dev(dev)
+
+    # data ------------------------------------------------------------------
+    def alloc(self, dev: int, size: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> int:
+        """``data_alloc``; returns the device address or 0 (out of memory)."""
+        return self._fn["data_alloc"](dev, size, None, kind) or 0
+
+    def free(self, dev: int, ptr: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> None:
+        if self.generation == "llvm14":
+            rc = self._fn["data_delete"](dev, ptr)
+        else:
+            rc = self._fn["data_delete"](dev, ptr, kind)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_delete({ptr:#x}) "
+                                  f"failed ({rc}){self._detail()}", code=rc,
+                                  function="__tgt_rtl_data_delete", device=self._label(dev))
+
+    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        rc = self._fn["data_submit"](dev, tgt, host_addr, size)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_submit failed ({rc})"
+                                  + self._detail(), code=rc,
+                                  function="__tgt_rtl_data_submit", device=self._label(dev))
+
+    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        rc = self._fn["data_retrieve"](dev, host_addr, tgt, size)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_retrieve failed ({rc})"
+                                  + self._detail(), code=rc,
+                                  function="__tgt_rtl_data_retrieve", device=self._label(dev))
+
+    def lock(self, dev: int, host_addr: int, size: int) -> int:
+        """``data_lock`` (16): returns the locked address; MissingEntryPointError if absent."""
+        fn = self._need("data_lock")
+        out = fn(dev, host_addr, size)
+        if not out:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_lock failed"
+                                  + self._detail(), function="__tgt_rtl_data_lock",
+                                  device=self._label(dev))
+        return out
+
+    def unlock(self, dev: int, host_addr: int) -> None:
+        self._need("data_unlock")(dev, host_addr)
+
+    # launch ------------------------------------------------------------------
+    def launch(self, dev: int, entry: int, args: Sequence[int],
+               offsets: Sequence[int] | None = None) -> None:
+        """Launch the kernel whose table address is ``entry`` with pointer-sized
+        ``args`` (argument i = args[i] + offsets[i]); synchronous.  LLVM 14:
+        ``run_target_team_region`` (1 team, 1 thread); 16: ``launch_kernel``
+        with a version-2 ``KernelArgsTy`` (abi-reference 4.7)."""
+        n = len(args)
+        if n > MAX_KERNEL_ARGS:
+            raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
+        argv = (c_void_p * max(n, 1))(*[a or None for a in args])
+        offs = (_tgt.c_ptrdiff_t * max(n, 1))(*(offsets or [0] * n))
+        if self.generation == "llvm14":
+            rc = self._fn["run_target_team_region"](dev, entry, argv, offs, n, 1, 1, 0)
+            fname = "__tgt_rtl_run_target_team_region"
+        else:
+            ka = _tgt.KernelArgs()
+            ka.Version = _tgt.KERNEL_ARGS_VERSION
+            ka.NumArgs = n
+            ka.ArgBasePtrs = argv
+            ka.ArgPtrs = argv
+            ka.NumTeams[0] = 1
+            ka.ThreadLimit[0] = 1
+            rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), None)
+            fname = "__tgt_rtl_launch_kernel"
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: {fname} failed ({rc}){self._detail()}",
+                                  code=rc, function=fname, device=self._label(dev))
+
+    def print_device_info(self, dev: int) -> None:
+        fn = self._fn.get("print_device_info")
+        if fn is not None:
+            fn(dev)
+
+
+def _match_by_name(host_entries, raw: list[TargetEntry]) -> list[TargetEntry]:
+    """Target entries in host-entry order.  Tables are matched by index
+    (libomptarget); LLVM 14 returns the image's own records, whose order may
+    differ (abi-reference 1.8), so when the names are a permutation of the
+    host names, match by name instead."""
+    host_names = [e.name for e in host_entries]
+    tgt_names = [e.name for e in raw]
+    if tgt_names != host_names and sorted(tgt_names) == sorted(host_names) \
+            and len(set(host_names)) == len(host_names):
+        by = {e.name: e for e in raw}
+        return [by[n] for n in host_names]
+    return [TargetEntry(h.name, r.addr, r.size if r.size else h.size)
+            for h, r in zip(host_entries, raw)]
+
+
+class GompPlugin(Plugin):
+    """A libgomp plugin (``GOMP_OFFLOAD_*``), GCC 12 shape (GOMP_VERSION 1).
+    Plugins reporting another version are recognised (``version`` is read,
+    the only call made while loading) and refused with ABIMismatchError."""
+
+    abi = "gomp"
+    prefix = _gomp.PREFIX
+
+    def __init__(self, path, lib, symbols):
+        super().__init__(path, lib, symbols)
+        vfn = getattr(lib, self.prefix + "version")
+        vfn.restype = ctypes.c_uint
+        vfn.argtypes = []
+        self.version = int(vfn())                # probe call, as libgomp does
+        self.generation = _gomp.generation(self.version)
+        if self.version not in _gomp.SUPPORTED_VERSIONS:
+            raise ABIMismatchError(
+                f"{path}: GOMP_OFFLOAD_version() = {self.version} "
+                f"({_gomp.GCC_FOR_VERSION.get(self.version, 'unknown GCC')}); "
+                f"supported: {_gomp.SUPPORTED_VERSIONS}")
+        self._bind(_gomp.PROTOTYPES[self.version], _gomp.REQUIRED_BASE)
+        self.caps = int(self._fn["get_caps"]())
+        self.target_type = int(self._fn["get_type"]())
+        self.target_name = (self._fn["get_name"]() or b"").decode()
+        if self.caps & _gomp.GOMP_OFFLOAD_CAP_OPENMP_400:
+            missing = [self.prefix + n for n in _gomp.REQUIRED_OPENMP if n not in symbols]
+            if missing:
+                raise NotAPluginError(f"{path}: OpenMP-capable GOMP plugin lacks "
+                                      f"{', '.join(missing)}", path=path, missing=missing)
+        self._images: dict[tuple[int, int], object] = {}
+
+    def info(self) -> dict:
+        d = super().info()
+        d.update(gomp_version=self.version, caps=self.caps, target_type=self.target_type,
+                 target_name=self.target_name)
+        return d
+
+    def _query_num_devices(self) -> int:
+        return self._fn["get_num_devices"](0)
+
+    def _init_device(self, dev, flags):
+        if not self._fn["init_device"](dev):
+            raise DeviceInitError(f"{self._label(dev)}: GOMP_OFFLOAD_init_device failed"
+                                  + self._detail(), function="GOMP_OFFLOAD_init_device",
+                                  device=self._label(dev))
+
+    def _deinit_device(self, dev):
+        if not self._fn["fini_device"](dev):
+            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_fini_device failed",
+                                  function="GOMP_OFFLOAD_fini_device", device=self._label(dev))
+
+    # images ----------------------------------------------------------------
+    def image_version(self) -> int:
+        return _gomp.version_pack(self.version, 0 if self.target_type == 2 else 1)
+
+    def _target_data(self, image):
+        """The bundled plugin's ``osh_gomp_target_data`` for an OffloadImage."""
+        if not self.bundled:
+            raise InvalidImageError(
+                f"{self.name}: building target_data for {self.target_name} images is not "
+                "supported (only the bundled host plugin's format)")
+        data = image.ctypes_bytes()
+        funcs = [e for e in image.entries if e.size == 0]
+        vars_ = [e for e in image.entries if e.size > 0]
+        fnames = (c_char_p * max(len(funcs), 1))(*[e.name.encode() for e in funcs])
+        nargs = (ctypes.c_uint32 * max(len(funcs), 1))(*[image.num_args(e.name) for e in funcs])
+        vnames = (c_char_p * max(len(vars_), 1))(*[e.name.encode() for e in vars_])
+        td = _gomp.OshGompTargetData()
+        td.magic = _gomp.OSH_GOMP_TARGET_DATA_MAGIC
+        td.format_version = 1
+        td.image = ctypes.addressof(data)
+        td.image_size = len(data)
+        td.func_names = fnames
+        td.func_num_args = nargs
+        td.num_funcs = len(funcs)
+        td.var_names = vnames
+        td.num_vars = len(vars_)
+        return td, [data, fnames, nargs, vnames, td], funcs + vars_
+
+    def is_valid_binary(self, image) -> bool:
+        """GOMP has no such entry point: an image is for this plugin when its
+        target type matches (x86-64 ELF -> host type, bundled plugin only)."""
+        return self.bundled and image.machine == "EM_X86_64"
+
+    def load_image(self, dev: int, image) -> LoadedImage:
+        """``load_image``; returns target entries in host order (functions
+        first then variables, libgomp's table order, mapped back to the
+        image's entry order).  GCC 12 allows one extra trailing entry (I5)."""
+        self._check_dev(dev)
+        td, keep, order = self._target_data(image)
+        table = POINTER(_gomp.AddrPair)()
+        n = self._fn["load_image"](dev, self.image_version(), byref(td), byref(table), None)
+        if n < 0:
+            raise InvalidImageError(f"{self._label(dev)}: GOMP_OFFLOAD_load_image failed for "
+                                    f"{image.name!r}{self._detail()}",
+                                    function="GOMP_OFFLOAD_load_image", device=self._label(dev))
+        expected = len(order)
+        if n not in (expected, expected + 1):
+            raise TableMismatchError(
+                f"{self._label(dev)}: Cannot map target functions or variables "
+                f"(expected {expected}, have {n})", expected=expected, got=n,
+                function="GOMP_OFFLOAD_load_image", device=self._label(dev))
+        got = {}
+        for i, e in enumerate(order):
+            pair = table[i]
+            got[e.name] = TargetEntry(e.name, pair.start, pair.end - pair.start if e.size else 0)
+        _libc_free(ctypes.cast(table, c_void_p).value)
+        with self._lock:
+            self._keepalive.append(keep)
+        loaded = LoadedImage([got[e.name] for e in image.entries], keep)
+        loaded.target_data = ctypes.addressof(td)  # type: ignore[attr-defined]
+        return loaded
+
+    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+        self._check_dev(dev)
+        if not self._fn["unload_image"](dev, self.image_version(), loaded.target_data):
+            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_unload_image failed"
+                                  + self._detail(), function="GOMP_OFFLOAD_unload_image",
+                                  device=self._label(dev))
+
+    # data ------------------------------------------------------------------
+    def alloc(self, dev: int, size: int, kind: int = 0) -> int:
+        return self._fn["alloc"](dev, size) or 0
+
+    def free(self, dev: int, ptr: int, kind: int = 0) -> None:
+        if not self._fn["free"](dev, ptr):
+            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_free({ptr:#x}) failed"
+                                  + self._detail(), function="GOMP_OFFLOAD_free",
+                                  device=self._label(dev))
+
+    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        if not self._fn["host2dev"](dev, tgt, host_addr, size):
+            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_host2dev failed"
+                                  + self._detail(), function="GOMP_OFFLOAD_host2dev",
+                                  device=self._label(dev))
+
+    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        if not self._fn["dev2host"](dev, host_addr, tgt, size):
+            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_dev2host failed"
+                                  + self._detail(), function="GOMP_OFFLOAD_dev2host",
+                                  device=self._label(dev))
+
+    def launch(self, dev: int, entry: int, args: Sequence[int],
+               offsets: Sequence[int] | None = None) -> None:
+        """``run(dev, fn, vars, args)``: ``vars`` is a device block holding the
+        argument values (the GOMP convention: the target function receives the
+        device address of its variable block); ``args`` is an empty GOMP
+        target-argument vector."""
+        vals = [int(a or 0) + int(o) for a, o in zip(args, offsets or [0] * len(args))]
+        n = len(vals)
+        block = 0
+        if n:
+            block = self.alloc(dev, 8 * n)
+            if not block:
+                raise PluginCallError(f"{self._label(dev)}: no device memory for the "
+                                      "argument block", function="GOMP_OFFLOAD_alloc")
+        try:
+            if n:
+                host = (ctypes.c_uint64 * n)(*[v & 0xFFFFFFFFFFFFFFFF for v in vals])
+                self.submit(dev, block, ctypes.addressof(host), 8 * n)
+            targs = (c_void_p * 1)(None)
+            self._fn["run"](dev, entry, block or None, targs)
+        finally:
+            if block:
+                self.free(dev, block)
+
+
+_libc = None
+
+
+def _libc_free(addr: int | None) -> None:
+    """free() a table the plugin malloc'ed (libgomp frees it, target.c)."""
+    global _libc
+    if not addr:
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+        _libc.free.argtypes = [c_void_p]
+        _libc.free.restype = None
+    _libc.free(addr)

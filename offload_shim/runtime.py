@@ -1,0 +1,279 @@
+"""The runtime: plugins, devices, the image registry, teardown order.
+
+``Runtime`` plays the part of libomptarget's ``PluginManager`` / libgomp's
+``target.c`` over real plugins:
+
+* **register / unregister** images with the seed 000 semantics (prior-art
+  I4): an image registered while a device is initialised is loaded into it
+  at once; otherwise it is pending and loaded when the device initialises.
+  Unregister unloads it from every initialised device, removes its host ->
+  target mappings and drops it from the pending list.
+* **teardown** only here (docs/architecture.md): ``close()`` and the
+  ``atexit`` hook run, per device, pool drain -> image unload ->
+  ``deinit_device``, then ``deinit_plugin`` for plugins no other runtime
+  uses (I1, I3, I7).  Creating a runtime makes no plugin call (I6); plugins
+  are initialised when devices are first listed or an image is registered,
+  devices on first use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from typing import Iterable
+
+from . import discovery
+from .device import Device, DeviceState
+from .errors import (ImageNotRegisteredError, LifecycleError, OffloadError,
+                     PluginLoadError)
+from .images import ImageRegistry, OffloadImage
+from .plugin import Plugin, load_plugin
+
+log = logging.getLogger("offload_shim")
+
+_LIVE: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+_ATEXIT_LOCK = threading.Lock()
+_ATEXIT_DONE = False
+
+
+def _close_all_at_exit() -> None:
+    """atexit: close every live runtime (I7), newest first."""
+    for rt in sorted(list(_LIVE), key=lambda r: -r._serial):
+        try:
+            rt.close()
+        except Exception as exc:  # never raise out of atexit
+            log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
+
+
+def _ensure_atexit() -> None:
+    global _ATEXIT_DONE
+    with _ATEXIT_LOCK:
+        if not _ATEXIT_DONE:
+            atexit.register(_close_all_at_exit)
+            _ATEXIT_DONE = True
+
+
+_serials = iter(range(1, 1 << 62))
+
+
+class Runtime:
+    """A set of plugins and their devices.
+
+    ``plugins``: paths or :class:`Plugin` objects (loaded now: ``dlopen`` and
+    symbol lookup only, no plugin call).  ``bundled``: add the bundled host
+    plugin.  ``abi``: view of the bundled plugin (``"llvm"`` or ``"gomp"``).
+    ``pool``: keyword options for every device's MemoryManager (e.g.
+    ``{"policy": "binned"}``).
+
+    Raises the PluginLoadError family for a plugin that cannot be loaded.
+    Use as a context manager or call :meth:`close`; live runtimes are also
+    closed at interpreter exit.
+    """
+
+    def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
+                 abi: str | None = None, pool: dict | None = None):
+        self._serial = next(_serials)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pool_options = dict(pool or {})
+        self._registry = ImageRegistry()
+        self._accept_cache: dict[tuple[int, int], bool] = {}
+        self._plugins: list[Plugin] = []
+        self._acquired: list[Plugin] = []
+        self._devices: list[Device] | None = None
+        self.load_errors: list[tuple[str, Exception]] = []
+        items = list(plugins)
+        if bundled:
+            from .hostplugin import bundled_plugin_path
+            items.insert(0, bundled_plugin_path())
+        for item in items:
+            p = item if isinstance(item, Plugin) else load_plugin(
+                item, abi=abi if _is_bundled_path(item) else None)
+            if p not in self._plugins:
+                self._plugins.append(p)
+        _LIVE.add(self)
+        _ensure_atexit()
+
+    @classmethod
+    def discover(cls, paths: Iterable = (), *, system: bool = True, bundled: bool = True,
+                 host_only: bool = False, **kw) -> "Runtime":
+        """A runtime over every plugin that loads: ``paths``,
+        ``$OFFLOAD_SHIM_PLUGINS``, the standard locations and the bundled
+        plugin (see :mod:`offload_shim.discovery`).  Plugins that fail to
+        load are skipped and listed in ``load_errors``.  ``host_only``: only
+        plugins that execute on this CPU."""
+        found = []
+        errors = []
+        for cand in discovery.candidates(paths, system=system, bundled=bundled):
+            if host_only and not discovery.is_host_plugin(cand.path):
+                continue
+            try:
+                found.append(load_plugin(cand.path))
+            except (PluginLoadError, OSError) as exc:
+                errors.append((cand.path, exc))
+        rt = cls(found, **kw)
+        rt.load_errors = errors
+        return rt
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LifecycleError("runtime is closed")
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Runtime #{self._serial} {state} plugins={[p.name for p in self._plugins]}>"
+
+    @property
+    def plugins(self) -> list[Plugin]:
+        return list(self._plugins)
+
+    def _acquire_plugins(self) -> None:
+        with self._lock:
+            self._check_open()
+            if self._devices is not None:
+                return
+            devices = []
+            for p in self._plugins:
+                if p not in self._acquired:
+                    p.acquire()
+                    self._acquired.append(p)
+                for i in range(p.num_devices):
+                    devices.append(Device(self, p, i, self._pool_options))
+            self._devices = devices
+
+    @property
+    def devices(self) -> list[Device]:
+        """All devices of all plugins, in plugin order (initialises the plugins,
+        not the devices).  Raises LifecycleError after close."""
+        if self._devices is None:
+            self._acquire_plugins()
+        self._check_open()
+        return list(self._devices)
+
+    def device(self, index: int = 0, plugin: str | None = None) -> Device:
+        """Device ``index`` overall, or of the plugin whose name is ``plugin``."""
+        devs = self.devices
+        if plugin is not None:
+            devs = [d for d in devs if d.plugin.name == plugin]
+        try:
+            return devs[index]
+        except IndexError:
+            raise IndexError(f"no device {index}" + (f" of plugin {plugin}" if plugin else "")
+                             + f" ({len(devs)} devices)") from None
+
+    # -- images --------------------------------------------------------------------
+    def _accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
+        key = (id(plugin), image.id)
+        ok = self._accept_cache.get(key)
+        if ok is None:
+            ok = self._accept_cache[key] = bool(plugin.is_valid_binary(image))
+        return ok
+
+    def _accepted_images(self, plugin: Plugin) -> list[OffloadImage]:
+        return [img for img in self._registry.snapshot() if self._accepts(plugin, img)]
+
+    def register_image(self, image: OffloadImage) -> None:
+        """Register an image (``__tgt_register_lib`` / ``GOMP_offload_register_ver``):
+        loaded at once into every initialised device whose plugin accepts it,
+        pending for the others (seed 000).  Registering the same image twice
+        is a no-op.  Raises LifecycleError after close; a load failure
+        (InvalidImageError, TableMismatchError) unregisters the image again
+        and is re-raised."""
+        if not isinstance(image, OffloadImage):
+            raise TypeError("register_image expects an OffloadImage")
+        self._acquire_plugins()
+        with self._lock:
+            self._check_open()
+            if not self._registry.add(image):
+                return
+            try:
+                for dev in self._devices:
+                    if self._accepts(dev.plugin, image):
+                        dev._on_register(image)
+            except BaseException:
+                self._registry.remove(image)
+                for dev in self._devices:
+                    dev._on_unregister(image)
+                raise
+
+    def unregister_image(self, image: OffloadImage) -> None:
+        """Unregister (``__tgt_unregister_lib`` / ``GOMP_offload_unregister_ver``):
+        unload from every initialised device, remove its host->target
+        mappings, drop it from the pending list.  Raises
+        ImageNotRegisteredError."""
+        with self._lock:
+            self._check_open()
+            if not self._registry.remove(image):
+                raise ImageNotRegisteredError(f"image {image.name!r} is not registered")
+            errors = []
+            for dev in self._devices or []:
+                try:
+                    dev._on_unregister(image)
+                except OffloadError as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+
+    @property
+    def images(self) -> list[OffloadImage]:
+        """Registered images, in registration order."""
+        return self._registry.snapshot()
+
+    def pending(self, device: Device) -> list[OffloadImage]:
+        """Images registered for ``device``'s plugin but not loaded in it."""
+        if device.state is DeviceState.READY:
+            loaded = {img.id for img in device.loaded_images}
+            return [i for i in self._accepted_images(device.plugin) if i.id not in loaded]
+        if device.state is DeviceState.CLOSED:
+            return []
+        return self._accepted_images(device.plugin)
+
+    # -- teardown ---------------------------------------------------------------------
+    def close(self) -> dict[str, tuple[int, int]]:
+        """Tear down in order (I1-I7): per initialised device drain the pool
+        (allocations still held are reported and freed), unload images,
+        ``deinit_device``; then ``deinit_plugin`` of plugins no other runtime
+        still uses.  Idempotent.  Returns ``{device label: (leaked count,
+        bytes)}`` for devices that had allocations still held.  Errors from
+        plugins are collected; teardown completes, then the first is raised."""
+        with self._lock:
+            if self._closed:
+                return {}
+            self._closed = True
+            leaks: dict[str, tuple[int, int]] = {}
+            errors: list[Exception] = []
+            for dev in reversed(self._devices or []):
+                try:
+                    n, nbytes = dev._close()
+                    if n:
+                        leaks[dev.label] = (n, nbytes)
+                except OffloadError as exc:
+                    errors.append(exc)
+            for p in reversed(self._acquired):
+                try:
+                    p.release()
+                except OffloadError as exc:
+                    errors.append(exc)
+            self._acquired.clear()
+            _LIVE.discard(self)
+            if errors:
+                raise errors[0]
+            return leaks
+
+
+def _is_bundled_path(item) -> bool:
+    import os
+    return os.path.basename(str(item)) == "libosh_hostplugin.so"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for offload_shim: the Debian packages the real plugins
+# come from (best effort), the LLVM 14 plugins unpacked beside the project, a
+# virtual environment and the package installed into it.
+#   usage: scripts/setup.sh [extras]     (extras default: test,cuda)
+set -u
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+EXTRAS=${1:-test,cuda}
+DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake"
+LLVM14_DIR=${OFFLOAD_SHIM_LLVM14_ROOT:-.cache/llvm14}
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. system packages -------------------------------------------------------
+missing=""
+for p in $DEB_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO="none"; fi
+  if [ "$SUDO" = none ]; then
+    say "not root and no password-less sudo: install the real plugins yourself with"
+    say "    sudo apt-get install -y$missing"
+    say "carrying on with the bundled host plugin only"
+  else
+    say "installing$missing"
+    if ! ( $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing ) >/tmp/offload_shim_apt.log 2>&1; then
+      say "apt-get failed (see /tmp/offload_shim_apt.log); carrying on with what is installed"
+    fi
+  fi
+else
+  say "Debian packages present"
+fi
+
+# 2. LLVM 14 plugins: libomp-14-dev conflicts with libomp5-16, so unpack it --
+if [ ! -e "$LLVM14_DIR/usr/lib/llvm-14/lib/libomptarget.rtl.x86_64.so" ] && command -v apt-get >/dev/null; then
+  tmp=$(mktemp -d)
+  if ( cd "$tmp" && apt-get download libomp-14-dev >/dev/null 2>&1 ); then
+    mkdir -p "$LLVM14_DIR" && dpkg -x "$tmp"/libomp-14-dev_*.deb "$LLVM14_DIR" \
+      && say "LLVM 14 plugins unpacked into $LLVM14_DIR"
+  else
+    say "could not download libomp-14-dev: LLVM 14 tests will be skipped"
+  fi
+  rm -rf "$tmp"
+fi
+
+# 3. virtual environment and the package --------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  $PY -m venv "$VENV" || exit 1
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+say "installing offload_shim[$EXTRAS] (builds native/ with CMake)"
+"$VENV/bin/python" -m pip install -q ".[$EXTRAS]" || exit 1
+say "done"
