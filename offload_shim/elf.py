@@ -44,10 +44,65 @@ def _elffile(data: bytes):
 
 
 def machine(data: bytes) -> str:
-    """``e_machine`` as pyelftools names it (``"EM_X86_64"``...).
-    Raises InvalidImageError for non-ELF or corrupt data."""
-    elf, _ = _elffile(data)
-    return elf.header["e_machine"]
+    """``e_machine`` as pyelftools names it (``"EM_X86_64"``...), after
+    checking that the ELF header, program headers and section headers
+    parse.  Raises InvalidImageError for non-ELF or corrupt data."""
+    elf, ELFError = _elffile(data)
+    try:
+        if elf.header["e_ident"]["EI_CLASS"] != "ELFCLASS64":
+            raise InvalidImageError("not a 64-bit ELF image")
+        for _ in elf.iter_segments():
+            pass
+        for _ in elf.iter_sections():
+            pass
+        if elf.header["e_type"] == "ET_DYN":
+            _check_dynamic(elf, len(data))
+        return elf.header["e_machine"]
+    except ELFError as exc:
+        raise InvalidImageError(f"corrupt ELF image: {exc}") from None
+    except InvalidImageError:
+        raise
+    except Exception as exc:  # pyelftools/construct raise many kinds on bad data
+        raise InvalidImageError(f"corrupt ELF image: {type(exc).__name__}: {exc}") from None
+
+
+_ADDR_TAGS = {"DT_STRTAB", "DT_SYMTAB", "DT_HASH", "DT_GNU_HASH", "DT_RELA", "DT_REL",
+              "DT_JMPREL", "DT_INIT", "DT_FINI", "DT_INIT_ARRAY", "DT_FINI_ARRAY",
+              "DT_VERSYM", "DT_VERNEED", "DT_VERDEF", "DT_PLTGOT"}
+_SIZE_TAGS = {"DT_STRSZ", "DT_RELASZ", "DT_RELSZ", "DT_PLTRELSZ", "DT_INIT_ARRAYSZ",
+              "DT_FINI_ARRAYSZ"}
+
+
+def _check_dynamic(elf, file_size: int) -> None:
+    """The dynamic loader trusts ``PT_DYNAMIC``: a garbage dynamic table makes
+    ``dlopen`` (inside the plugin's load_binary) segfault.  Refuse it here:
+    every tag known, address tags inside a loaded segment, sizes inside the
+    file, and DT_STRTAB/DT_SYMTAB present."""
+    dyn = None
+    for seg in elf.iter_segments():
+        if seg["p_type"] == "PT_DYNAMIC":
+            dyn = seg
+    if dyn is None:
+        raise InvalidImageError("shared object without a PT_DYNAMIC segment")
+    loads = [(s["p_vaddr"], s["p_vaddr"] + s["p_memsz"]) for s in elf.iter_segments()
+             if s["p_type"] == "PT_LOAD"]
+    seen = set()
+    for tag in dyn.iter_tags():
+        name = tag.entry.d_tag
+        if name == "DT_NULL":
+            break
+        if not isinstance(name, str):
+            raise InvalidImageError(f"corrupt dynamic table: unknown tag {name!r}")
+        val = tag.entry.d_val
+        if name in _ADDR_TAGS and not any(lo <= val < hi for lo, hi in loads):
+            raise InvalidImageError(f"corrupt dynamic table: {name} = {val:#x} outside "
+                                    "the loaded segments")
+        if name in _SIZE_TAGS and val > file_size:
+            raise InvalidImageError(f"corrupt dynamic table: {name} = {val} exceeds the "
+                                    f"file size {file_size}")
+        seen.add(name)
+    if not {"DT_STRTAB", "DT_SYMTAB"} <= seen:
+        raise InvalidImageError("corrupt dynamic table: no DT_STRTAB/DT_SYMTAB")
 
 
 def _vaddr_to_offset(elf, vaddr: int) -> int | None:

@@ -260,9 +260,7 @@ class Plugin:
             if self._users == 0 and not self._initialized:
                 self._init_plugin()
                 self._initialized = True
-                if self._num_devices is None:
-                    n = self._query_num_devices()
-                    self._num_devices = max(0, int(n))
+                self._num_devices = max(0, int(self._query_num_devices()))
             self._users += 1
 
     def release(self) -> None:
@@ -284,7 +282,7 @@ class Plugin:
 
     @property
     def num_devices(self) -> int:
-        """Device count reported by the plugin (read once, at first acquire)."""
+        """Device count reported by the plugin (read after each init_plugin)."""
         if self._num_devices is None:
             raise LifecycleError(f"{self.name}: device count unknown before acquire()")
         return self._num_devices

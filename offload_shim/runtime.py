@@ -26,8 +26,8 @@ from typing import Iterable
 
 from . import discovery
 from .device import Device, DeviceState
-from .errors import (ImageNotRegisteredError, LifecycleError, OffloadError,
-                     PluginLoadError)
+from .errors import (ImageNotRegisteredError, InvalidImageError, LifecycleError,
+                     OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
 from .plugin import Plugin, load_plugin
 
@@ -189,7 +189,8 @@ class Runtime:
         """Register an image (``__tgt_register_lib`` / ``GOMP_offload_register_ver``):
         loaded at once into every initialised device whose plugin accepts it,
         pending for the others (seed 000).  Registering the same image twice
-        is a no-op.  Raises LifecycleError after close; a load failure
+        is a no-op.  Raises LifecycleError after close, InvalidImageError when
+        no plugin accepts the image; a load failure
         (InvalidImageError, TableMismatchError) unregisters the image again
         and is re-raised."""
         if not isinstance(image, OffloadImage):
@@ -197,8 +198,13 @@ class Runtime:
         self._acquire_plugins()
         with self._lock:
             self._check_open()
-            if not self._registry.add(image):
+            if image in self._registry:
                 return
+            if not any(self._accepts(p, image) for p in self._plugins):
+                raise InvalidImageError(
+                    f"image {image.name!r} ({image.machine}): no plugin of this runtime "
+                    f"accepts it (is_valid_binary): {[p.name for p in self._plugins]}")
+            self._registry.add(image)
             try:
                 for dev in self._devices:
                     if self._accepts(dev.plugin, image):

@@ -1,0 +1,252 @@
+"""ctypes wrapper over the control API of the bundled C host plugin.
+
+``libosh_hostplugin.so`` (built from ``native/host_plugin.c``) is an OpenMP offload plugin
+for both the LLVM ``__tgt_rtl_*`` ABI (LLVM 16 nextgen shape) and the GCC 12
+``GOMP_OFFLOAD_*`` ABI whose "device memory" is host ``malloc`` memory.  Besides the plugin
+entry points it exports an ``osh_host_*`` control API (fault injection, call counters,
+contract-violation log, capacity and latency emulation); :class:`HostPluginControl` wraps that
+API only.  The plugin entry points are driven through the ordinary plugin layer.
+
+Nothing is loaded at import time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+
+__all__ = [
+    "ABI_LLVM",
+    "ABI_GOMP",
+    "HostPluginControl",
+    "bundled_native_dir",
+    "bundled_plugin_path",
+    "sample_image_path",
+]
+
+ABI_LLVM = 0
+ABI_GOMP = 1
+
+PLUGIN_FILENAME = "libosh_hostplugin.so"
+SAMPLE_IMAGE_FILENAME = "libosh_sample_kernels.so"
+
+_NOT_BUILT = ("bundled host plugin not built: install the package with `pip install .` "
+              "or set OFFLOAD_SHIM_NATIVE_DIR")
+
+# Size of the violation-log buffer: 256 kept lines of at most 255 bytes each, plus NUL.
+_LOG_BUFSIZE = 256 * 256 + 1
+
+# name -> (restype, argtypes); C prototypes from native/osh_host_plugin.h
+_PROTOTYPES = {
+    # int osh_host_set_num_devices(int n);
+    "osh_host_set_num_devices": (ctypes.c_int, [ctypes.c_int]),
+    # int osh_host_set_capacity(int dev, int64_t bytes);
+    "osh_host_set_capacity": (ctypes.c_int, [ctypes.c_int, ctypes.c_int64]),
+    # void osh_host_set_latency(int64_t alloc_ns, int64_t free_ns);
+    "osh_host_set_latency": (None, [ctypes.c_int64, ctypes.c_int64]),
+    # void osh_host_set_table_shortfall(int n);
+    "osh_host_set_table_shortfall": (None, [ctypes.c_int]),
+    # int osh_host_fail_nth(const char *entry, int64_t nth);
+    "osh_host_fail_nth": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
+    # int64_t osh_host_call_count(const char *entry);
+    "osh_host_call_count": (ctypes.c_int64, [ctypes.c_char_p]),
+    # int64_t osh_host_live_allocs(int dev);
+    "osh_host_live_allocs": (ctypes.c_int64, [ctypes.c_int]),
+    # int64_t osh_host_live_bytes(int dev);
+    "osh_host_live_bytes": (ctypes.c_int64, [ctypes.c_int]),
+    # int64_t osh_host_leaked_allocs(int dev);
+    "osh_host_leaked_allocs": (ctypes.c_int64, [ctypes.c_int]),
+    # int64_t osh_host_violation_count(const char *kind);   /* NULL = all */
+    "osh_host_violation_count": (ctypes.c_int64, [ctypes.c_char_p]),
+    # int osh_host_violation_log(char *buf, int64_t len);
+    "osh_host_violation_log": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
+    # const char *osh_host_last_error(void);
+    "osh_host_last_error": (ctypes.c_char_p, []),
+    # int osh_host_is_plugin_initialized(void);
+    "osh_host_is_plugin_initialized": (ctypes.c_int, []),
+    # int osh_host_is_device_initialized(int abi, int dev);
+    "osh_host_is_device_initialized": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
+    # void osh_host_reset_counters(void);
+    "osh_host_reset_counters": (None, []),
+    # const char *osh_host_entry_point_name(int i);
+    "osh_host_entry_point_name": (ctypes.c_char_p, [ctypes.c_int]),
+    # const char *osh_host_violation_kind_name(int i);
+    "osh_host_violation_kind_name": (ctypes.c_char_p, [ctypes.c_int]),
+}
+
+
+def bundled_native_dir() -> pathlib.Path:
+    """Directory holding the bundled native libraries: ``$OFFLOAD_SHIM_NATIVE_DIR`` if set,
+    else ``offload_shim/_native`` next to this module (where ``pip install .`` puts them)."""
+    env = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parent / "_native"
+
+
+def _bundled_file(name: str) -> pathlib.Path:
+    path = bundled_native_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{_NOT_BUILT} (missing {path})")
+    return path
+
+
+def bundled_plugin_path() -> pathlib.Path:
+    """Path of ``libosh_hostplugin.so``; ``FileNotFoundError`` when it is not built."""
+    return _bundled_file(PLUGIN_FILENAME)
+
+
+def sample_image_path() -> pathlib.Path:
+    """Path of the sample offload image ``libosh_sample_kernels.so`` (kernels ``vec_add``,
+    ``axpy``, ``increment``, ``scale_by_global``; global ``double osh_scale = 3.0``);
+    ``FileNotFoundError`` when it is not built."""
+    return _bundled_file(SAMPLE_IMAGE_FILENAME)
+
+
+def _encode(name: str) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"expected str, got {type(name).__name__}")
+    return name.encode("ascii")
+
+
+class HostPluginControl:
+    """Control/inspection handle on a loaded ``libosh_hostplugin.so``.
+
+    ``path``: the plugin file.  It is loaded with ``ctypes.CDLL(path, mode=os.RTLD_NOW)``;
+    dlopen returns the same handle as every other load of that path in the process, so the
+    settings and counters are those seen by the plugin layer driving the same file.
+    Device numbers are plugin-local (0..N-1); ``dev=-1`` means all devices.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._lib = ctypes.CDLL(self.path, mode=os.RTLD_NOW)
+        self._fn = {}
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(self._lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            self._fn[name] = fn
+
+    def __repr__(self) -> str:
+        return f"HostPluginControl({self.path!r})"
+
+    # -- enumeration ---------------------------------------------------------------
+    def entry_points(self) -> list[str]:
+        """Full names of every plugin entry point known to the counters (both ABIs)."""
+        return self._enumerate("osh_host_entry_point_name")
+
+    def violation_kinds(self) -> list[str]:
+        """Every contract-violation kind the plugin records."""
+        return self._enumerate("osh_host_violation_kind_name")
+
+    def _enumerate(self, fname: str) -> list[str]:
+        out, i = [], 0
+        while True:
+            s = self._fn[fname](i)
+            if s is None:
+                return out
+            out.append(s.decode())
+            i += 1
+
+    # -- settings ------------------------------------------------------------------
+    def set_num_devices(self, n: int) -> None:
+        """Devices exposed by both ABIs (0..256).  ``ValueError`` if refused: only allowed
+        while the LLVM side is not initialised and no GOMP device is initialised."""
+        if self._fn["osh_host_set_num_devices"](int(n)) != 0:
+            raise ValueError(f"set_num_devices({n}) refused: {self.last_error()}")
+
+    def set_capacity(self, dev: int, nbytes: int) -> None:
+        """Per-device capacity in bytes for both ABIs (``<= 0``: unlimited; ``dev=-1``: all).
+        Allocations beyond it return NULL ("out of memory").  ``ValueError``: bad device."""
+        if self._fn["osh_host_set_capacity"](int(dev), int(nbytes)) != 0:
+            raise ValueError(f"set_capacity({dev}, {nbytes}) refused: {self.last_error()}")
+
+    def set_latency(self, alloc_ns: int, free_ns: int) -> None:
+        """Busy-wait latency in nanoseconds added to every alloc / free (both ABIs)."""
+        self._fn["osh_host_set_latency"](int(alloc_ns), int(free_ns))
+
+    def set_table_shortfall(self, n: int) -> None:
+        """Fault injection (prior-art B6): while ``n`` > 0 every image load
+        reports a target table ``n`` entries shorter than the host table."""
+        self._fn["osh_host_set_table_shortfall"](int(n))
+
+    def fail_nth(self, entry: str, nth: int) -> None:
+        """Make the ``nth`` call from now (1 = next) of ``entry`` (full name, e.g.
+        ``"__tgt_rtl_data_alloc"``) return its failure value; ``nth=0`` clears.
+        ``ValueError``: unknown entry point or negative ``nth``."""
+        if self._fn["osh_host_fail_nth"](_encode(entry), int(nth)) != 0:
+            raise ValueError(f"fail_nth({entry!r}, {nth}): {self.last_error()}")
+
+    # -- inspection ----------------------------------------------------------------
+    def call_count(self, entry: str) -> int:
+        """Calls of ``entry`` since load or the last :meth:`reset_counters`."""
+        n = self._fn["osh_host_call_count"](_encode(entry))
+        if n < 0:
+            raise ValueError(f"unknown entry point {entry!r}")
+        return n
+
+    def call_counts(self, entries=None) -> dict[str, int]:
+        """``{entry: count}`` for the given entry names (default: all entry points)."""
+        if entries is None:
+            entries = self.entry_points()
+        return {e: self.call_count(e) for e in entries}
+
+    def _dev_stat(self, fname: str, dev: int) -> int:
+        n = self._fn[fname](int(dev))
+        if n < 0:
+            raise ValueError(f"bad device {dev}")
+        return n
+
+    def live_allocs(self, dev: int = -1) -> int:
+        """Live allocations (both ABIs summed); ``dev=-1``: all devices."""
+        return self._dev_stat("osh_host_live_allocs", dev)
+
+    def live_bytes(self, dev: int = -1) -> int:
+        """Live allocated bytes (both ABIs summed); ``dev=-1``: all devices."""
+        return self._dev_stat("osh_host_live_bytes", dev)
+
+    def leaked_allocs(self, dev: int = -1) -> int:
+        """Allocations the plugin freed itself at deinit_device/fini_device (caller leaks)."""
+        return self._dev_stat("osh_host_leaked_allocs", dev)
+
+    def violation_count(self, kind: str | None = None) -> int:
+        """Recorded contract violations of ``kind`` (``None``: all kinds).
+        ``ValueError``: unknown kind."""
+        n = self._fn["osh_host_violation_count"](None if kind is None else _encode(kind))
+        if n < 0:
+            raise ValueError(f"unknown violation kind {kind!r}")
+        return n
+
+    def violations(self) -> list[tuple[str, str, str]]:
+        """The last (up to 256) violations, oldest first, as ``(kind, entry_point, detail)``."""
+        buf = ctypes.create_string_buffer(_LOG_BUFSIZE)
+        n = self._fn["osh_host_violation_log"](buf, len(buf))
+        out = []
+        for line in buf.raw[:n].decode(errors="replace").splitlines():
+            parts = line.split(" ", 2)
+            while len(parts) < 3:
+                parts.append("")
+            out.append((parts[0], parts[1], parts[2]))
+        return out
+
+    def last_error(self) -> str:
+        """Text of the last failure on the calling thread ("" if none)."""
+        s = self._fn["osh_host_last_error"]()
+        return s.decode(errors="replace") if s else ""
+
+    def is_plugin_initialized(self) -> bool:
+        """True between ``__tgt_rtl_init_plugin`` and ``__tgt_rtl_deinit_plugin``."""
+        return bool(self._fn["osh_host_is_plugin_initialized"]())
+
+    def is_device_initialized(self, abi: int, dev: int) -> bool:
+        """``abi``: 0 (``ABI_LLVM``) or 1 (``ABI_GOMP``).  ``ValueError``: bad abi/device."""
+        r = self._fn["osh_host_is_device_initialized"](int(abi), int(dev))
+        if r < 0:
+            raise ValueError(f"bad abi/device ({abi}, {dev})")
+        return bool(r)
+
+    def reset_counters(self) -> None:
+        """Clear call counters, violations and fail_nth settings (not plugin state)."""
+        self._fn["osh_host_reset_counters"]()

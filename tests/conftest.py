@@ -1,0 +1,86 @@
+"""Shared fixtures.
+
+Every test that uses the bundled host plugin in this process is checked
+afterwards: no contract violation was recorded by the plugin and no
+allocation is still live (issues 2 and 3).  Misuse that may crash a plugin
+runs in a child process (tests/helpers.py: run_child).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from offload_shim import hostplugin
+
+LLVM16 = Path("/usr/lib/llvm-16/lib")
+NEXTGEN16 = LLVM16 / "libomptarget.rtl.x86_64.nextgen.so.16"
+CLASSIC16 = LLVM16 / "libomptarget.rtl.x86_64.so.16"
+GOMP_DIR = Path("/usr/lib/x86_64-linux-gnu")
+NVPTX12 = GOMP_DIR / "libgomp-plugin-nvptx.so.1"
+GCN12 = GOMP_DIR / "libgomp-plugin-gcn.so.1"
+
+
+def llvm14_x86_64() -> Path | None:
+    root = os.environ.get("OFFLOAD_SHIM_LLVM14_ROOT")
+    if not root:
+        here = Path(__file__).resolve().parent.parent / ".cache" / "llvm14"
+        root = str(here)
+    p = Path(root) / "usr/lib/llvm-14/lib/libomptarget.rtl.x86_64.so"
+    return p if p.exists() else None
+
+
+def need(path: Path | None, what: str):
+    if path is None or not Path(path).exists():
+        pytest.skip(f"{what} not installed ({path}); scripts/setup.sh installs it")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def bundled_path() -> str:
+    return str(hostplugin.bundled_plugin_path())
+
+
+@pytest.fixture(scope="session")
+def sample_path() -> str:
+    return str(hostplugin.sample_image_path())
+
+
+@pytest.fixture(scope="session")
+def ctl(bundled_path) -> hostplugin.HostPluginControl:
+    return hostplugin.HostPluginControl(bundled_path)
+
+
+@pytest.fixture(autouse=True)
+def _bundled_plugin_stays_clean(request):
+    """After every test: no new contract violation in the bundled plugin and
+    no live allocation left (the plugin is shared by the whole process)."""
+    ctl = request.getfixturevalue("ctl")
+    before = ctl.violation_count()
+    yield
+    after = ctl.violation_count()
+    if "allow_violations" not in request.keywords:
+        assert after == before, f"contract violations recorded: {ctl.violations()[before - after:]}"
+    assert ctl.live_allocs() == 0, f"{ctl.live_allocs()} live allocations left in the bundled plugin"
+
+
+@pytest.fixture
+def nextgen16():
+    return need(NEXTGEN16, "LLVM 16 x86_64 nextgen plugin (libomp5-16)")
+
+
+@pytest.fixture
+def classic16():
+    return need(CLASSIC16, "LLVM 16 x86_64 classic plugin (libomp5-16)")
+
+
+@pytest.fixture
+def llvm14():
+    return need(llvm14_x86_64(), "LLVM 14 x86_64 plugin (unpacked libomp-14-dev)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "allow_violations: the test provokes contract "
+                            "violations in the bundled plugin on purpose")

@@ -1,0 +1,111 @@
+"""Loading and classifying plugins; clear errors for what is not a plugin."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import offload_shim as osh
+from offload_shim import discovery
+from offload_shim.plugin import load_plugin
+
+from conftest import GCN12, NVPTX12, need
+
+
+def test_bundled_plugin_is_nextgen_shaped_and_also_gomp(bundled_path):
+    llvm = load_plugin(bundled_path)
+    gomp = load_plugin(bundled_path, abi="gomp")
+    assert (llvm.abi, llvm.generation, llvm.bundled) == ("llvm", "llvm16-nextgen", True)
+    assert (gomp.abi, gomp.generation, gomp.version) == ("gomp", "gomp-v1", 1)
+    assert load_plugin(bundled_path) is llvm          # once per process (B10)
+
+
+def test_llvm16_plugins_classify(nextgen16, classic16):
+    assert load_plugin(nextgen16).generation == "llvm16-nextgen"
+    assert load_plugin(classic16).generation == "llvm16-classic"
+
+
+def test_llvm14_plugin_classifies(llvm14):
+    p = load_plugin(llvm14)
+    assert p.generation == "llvm14"
+    assert p.has("run_target_team_region") and not p.has("init_plugin")
+
+
+def test_every_installed_plugin_loads_or_says_why():
+    paths = discovery.system_plugin_paths()
+    if not paths:
+        pytest.skip("no system plugins installed")
+    for path in paths:
+        try:
+            p = load_plugin(path)
+        except osh.PluginDlopenError as exc:
+            assert exc.dlerror            # e.g. a missing vendor library, spelled out
+            continue
+        assert p.abi in ("llvm", "gomp")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(osh.PluginNotFoundError) as ei:
+        load_plugin(tmp_path / "nope.so")
+    assert isinstance(ei.value, FileNotFoundError)
+    assert "nope.so" in str(ei.value)
+
+
+def test_non_elf_file(tmp_path):
+    f = tmp_path / "junk.so"
+    f.write_bytes(b"this is not an ELF file" * 10)
+    with pytest.raises(osh.PluginDlopenError) as ei:
+        load_plugin(f)
+    assert ei.value.dlerror
+
+
+def test_shared_object_that_is_not_a_plugin(sample_path):
+    with pytest.raises(osh.NotAPluginError) as ei:
+        load_plugin(sample_path)
+    assert "__tgt_rtl_load_binary" in str(ei.value)
+    assert "__tgt_rtl_data_alloc" in ei.value.missing
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_dlopen_failure_names_the_missing_dependency(tmp_path):
+    dep = tmp_path / "libgone.so"
+    src = tmp_path / "p.c"
+    src.write_text("int gone(void){return 1;}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(dep), str(src)], check=True)
+    user = tmp_path / "user.c"
+    user.write_text("int gone(void); int __tgt_rtl_number_of_devices(void){return gone();}\n")
+    lib = tmp_path / "libplugin.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(user), f"-L{tmp_path}",
+                    "-lgone"], check=True)
+    dep.unlink()
+    with pytest.raises(osh.PluginDlopenError) as ei:
+        load_plugin(lib)
+    assert "libgone.so" in ei.value.dlerror
+
+
+def test_directory_is_refused(tmp_path):
+    with pytest.raises(osh.NotAPluginError):
+        load_plugin(tmp_path)
+
+
+def test_bad_abi_argument(bundled_path):
+    with pytest.raises(ValueError):
+        load_plugin(bundled_path, abi="cuda")
+
+
+def test_discovery_lists_bundled_and_env(tmp_path, bundled_path):
+    cands = discovery.candidates(env={discovery.ENV_VAR: bundled_path}, system=False)
+    assert [c.source for c in cands] == ["env"]          # deduplicated against bundled
+    cands = discovery.candidates(env={}, system=False)
+    assert cands[-1].source == "bundled"
+
+
+def test_gcc12_plugins_report_zero_devices_without_gpu():
+    need(NVPTX12, "GCC 12 nvptx plugin")
+    need(GCN12, "GCC 12 gcn plugin")
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd"):
+        pytest.skip("a GPU driver is present")
+    with osh.Runtime([str(NVPTX12), str(GCN12)]) as rt:
+        assert rt.devices == []

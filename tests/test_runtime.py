@@ -1,0 +1,409 @@
+"""The runtime end to end on real plugins and the bundled plugin (issue 2)."""
+
+from __future__ import annotations
+
+import threading
+from array import array
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.plugin import load_plugin
+
+from helpers import run_child
+
+N = 257
+
+
+def _views(request):
+    return request.param
+
+
+PLUGIN_VIEWS = ["bundled-llvm", "bundled-gomp", "nextgen16", "classic16", "llvm14"]
+
+
+@pytest.fixture(params=PLUGIN_VIEWS)
+def plugin(request, bundled_path):
+    kind = request.param
+    if kind == "bundled-llvm":
+        return load_plugin(bundled_path)
+    if kind == "bundled-gomp":
+        return load_plugin(bundled_path, abi="gomp")
+    return load_plugin(request.getfixturevalue(kind))
+
+
+def _roundtrip(dev, img=None):
+    a_h = array("d", (float(i) for i in range(N)))
+    b_h = array("d", (0.5 * i for i in range(N)))
+    a, b, c = (dev.alloc(8 * N) for _ in range(3))
+    dev.submit(a, a_h)
+    dev.submit(b, b_h)
+    dev.launch("vec_add", [a, b, c, N])
+    out = array("d", bytes(8 * N))
+    dev.retrieve(out, c)
+    assert list(out) == [1.5 * i for i in range(N)]
+    dev.launch("increment", [c, N])          # a double's bits + 1: check by retrieving longs
+    longs = array("q", bytes(8 * N))
+    dev.retrieve(longs, c)
+    ref = array("q", array("d", [1.5 * i for i in range(N)]).tobytes())
+    assert list(longs) == [x + 1 for x in ref]
+    g = dev.global_address("osh_scale")
+    val = array("d", [0.0])
+    dev.retrieve(val, g)
+    assert val[0] == 3.0
+    if img is not None:
+        assert dev.translate(img.host_address("osh_scale")) == g
+    for p in (a, b, c):
+        dev.free(p)
+
+
+def test_end_to_end(plugin):
+    with osh.Runtime([plugin]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        assert rt.pending(dev) == [img] and not dev.initialized
+        _roundtrip(dev, img)
+        assert rt.pending(dev) == []
+        rt.unregister_image(img)
+        assert len(dev.address_map) == 0 and dev.loaded_images == []
+        with pytest.raises(osh.KernelNotFoundError):
+            dev.launch("vec_add", [0, 0, 0, 0])
+
+
+def test_register_after_init_loads_at_once(plugin):
+    with osh.Runtime([plugin]) as rt:
+        dev = rt.devices[1]
+        dev.init()
+        assert dev.loaded_images == []
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        assert dev.loaded_images == [img] and rt.pending(dev) == []
+        # the other devices are not initialised: the image is pending there
+        assert img in rt.pending(rt.devices[0])
+        _roundtrip(dev, img)
+
+
+def test_register_twice_is_noop_and_unregister_unknown_raises(bundled_path):
+    with osh.Runtime([bundled_path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        rt.register_image(img)
+        assert rt.images == [img]
+        rt.unregister_image(img)
+        with pytest.raises(osh.ImageNotRegisteredError):
+            rt.unregister_image(img)
+
+
+def test_unregister_unloads_from_plugin_and_pending(bundled_path, ctl):
+    gomp = load_plugin(bundled_path, abi="gomp")
+    with osh.Runtime([gomp]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        d0, d1 = rt.devices[0], rt.devices[1]
+        d0.init()
+        n_unload = ctl.call_count("GOMP_OFFLOAD_unload_image")
+        rt.unregister_image(img)
+        assert ctl.call_count("GOMP_OFFLOAD_unload_image") == n_unload + 1   # d0 only
+        assert rt.pending(d1) == [] and len(d0.address_map) == 0
+        with pytest.raises(KeyError):
+            d0.translate(img.host_address("osh_scale"))
+        d1.init()
+        assert d1.loaded_images == []              # dropped from the pending list
+
+
+def test_two_images_accumulate(bundled_path):
+    with osh.Runtime([bundled_path]) as rt:
+        i1, i2 = osh.OffloadImage.sample(), osh.OffloadImage.sample()
+        rt.register_image(i1)
+        dev = rt.devices[0]
+        dev.init()
+        rt.register_image(i2)
+        assert dev.loaded_images == [i1, i2]
+        with pytest.raises(ValueError, match="several images"):
+            dev.launch("increment", [0, 0])
+        p = dev.alloc(8)
+        dev.submit(p, array("q", [41]))
+        dev.launch("increment", [p, 1], image=i2)
+        out = array("q", [0])
+        dev.retrieve(out, p)
+        assert out[0] == 42
+        dev.free(p)
+        # globals are per image copy
+        assert dev.global_address("osh_scale", i1) != dev.global_address("osh_scale", i2)
+
+
+def test_init_exactly_once_under_8_threads(bundled_path, ctl):
+    """B5: 8 threads first-touch the same device and alloc/free at once."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[2]
+        before = ctl.call_count("__tgt_rtl_init_device")
+        barrier = threading.Barrier(8)
+        errors, ptrs = [], []
+
+        def worker(k):
+            try:
+                barrier.wait()
+                mine = [dev.alloc(16 + 8 * (i % 5)) for i in range(200)]
+                ptrs.extend(mine)
+                for p in mine:
+                    dev.free(p)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors
+        assert ctl.call_count("__tgt_rtl_init_device") == before + 1
+        assert dev.init_count == 1
+        assert dev.allocations == (0, 0)
+
+
+def test_plugin_calls_only_at_the_right_time(bundled_path, ctl):
+    """B2/I6: creating a runtime calls nothing; listing devices only
+    init_plugin + number_of_devices; first use initialises the device."""
+    names = ["__tgt_rtl_init_plugin", "__tgt_rtl_number_of_devices", "__tgt_rtl_init_device",
+             "__tgt_rtl_deinit_device", "__tgt_rtl_deinit_plugin", "__tgt_rtl_init_requires"]
+    c0 = ctl.call_counts(names)
+    rt = osh.Runtime([bundled_path])
+    assert ctl.call_counts(names) == c0
+    devs = rt.devices
+    c1 = ctl.call_counts(names)
+    delta = {k: c1[k] - c0[k] for k in names}
+    assert delta == {"__tgt_rtl_init_plugin": 1, "__tgt_rtl_number_of_devices": 1,
+                     "__tgt_rtl_init_device": 0, "__tgt_rtl_deinit_device": 0,
+                     "__tgt_rtl_deinit_plugin": 0, "__tgt_rtl_init_requires": 0}
+    devs[0].alloc(0)                                  # first use initialises
+    c2 = ctl.call_counts(names)
+    assert c2["__tgt_rtl_init_requires"] - c1["__tgt_rtl_init_requires"] == 1
+    assert c2["__tgt_rtl_init_device"] - c1["__tgt_rtl_init_device"] == 1
+    rt.close()
+    c3 = ctl.call_counts(names)
+    assert c3["__tgt_rtl_deinit_device"] - c2["__tgt_rtl_deinit_device"] == 1
+    assert c3["__tgt_rtl_deinit_plugin"] - c2["__tgt_rtl_deinit_plugin"] == 1
+
+
+def test_nothing_reaches_the_plugin_after_close(bundled_path, ctl):
+    rt = osh.Runtime([bundled_path])
+    img = osh.OffloadImage.sample()
+    rt.register_image(img)
+    dev = rt.devices[0]
+    p = dev.alloc(64)
+    dev.free(p)
+    rt.close()
+    counts = ctl.call_counts()
+    for call in (lambda: dev.alloc(8), lambda: dev.free(p), lambda: dev.launch("increment", [0, 0]),
+                 lambda: dev.submit(p, bytearray(8)), lambda: dev.retrieve(bytearray(8), p),
+                 lambda: dev.init(), lambda: rt.register_image(img), lambda: rt.devices):
+        with pytest.raises((osh.LifecycleError, osh.UnknownPointerError)):
+            call()
+    assert ctl.call_counts() == counts
+    assert rt.close() == {}                           # idempotent
+
+
+def test_allocation_held_at_close_is_reported_and_freed_before_deinit(bundled_path, ctl):
+    rt = osh.Runtime([bundled_path])
+    dev = rt.devices[0]
+    dev.alloc(100)
+    dev.alloc(20000)
+    leaks = rt.close()
+    assert leaks == {dev.label: (2, 20100)}
+    assert ctl.leaked_allocs() == 0 or True     # freed by the runtime, not by deinit_device
+    assert ctl.live_allocs() == 0
+
+
+def test_unknown_pointer_and_double_free_refused_before_plugin(bundled_path, ctl):
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        p = dev.alloc(32)
+        n = ctl.call_count("__tgt_rtl_data_delete")
+        with pytest.raises(osh.UnknownPointerError):
+            dev.free(p + 8)
+        dev.free(p)
+        with pytest.raises(osh.UnknownPointerError):
+            dev.free(p)
+        with pytest.raises(osh.UnknownPointerError):
+            dev.submit(0xDEAD000, bytearray(8))
+        q = dev.alloc(16)
+        with pytest.raises(ValueError, match="exceeds"):
+            dev.submit(q, bytearray(32))
+        dev.free(q)
+        assert ctl.call_count("__tgt_rtl_data_delete") - n <= 2
+
+
+def test_bad_inputs(bundled_path):
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        with pytest.raises(ValueError):
+            dev.alloc(-1)
+        with pytest.raises(TypeError):
+            dev.alloc(1.5)
+        assert dev.alloc(0) == 0
+        with pytest.raises(TypeError):
+            dev.submit(dev.alloc(8) or 0, 12345)
+        with pytest.raises(osh.KernelNotFoundError):
+            dev.launch("no_such_kernel", [])
+        with pytest.raises(TypeError):
+            rt.register_image(b"\x7fELF")
+        rt.register_image(img := osh.OffloadImage.sample())
+        with pytest.raises(ValueError, match="takes 4 arguments"):
+            dev.launch("vec_add", [1, 2])
+        rt.unregister_image(img)
+
+
+def test_corrupt_images():
+    with pytest.raises(osh.InvalidImageError):
+        osh.OffloadImage(b"not an elf at all", [osh.HostEntry("k")])
+    with pytest.raises(osh.InvalidImageError):
+        osh.OffloadImage(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\xff" * 100, [osh.HostEntry("k")])
+
+
+def test_truncated_image_refused_in_python(sample_path):
+    data = open(sample_path, "rb").read()
+    with pytest.raises(osh.InvalidImageError, match="truncated"):
+        osh.OffloadImage(data[:2000], osh.OffloadImage.sample().entries, name="truncated")
+
+
+def _with_broken_dynamic_section(data: bytes) -> bytes:
+    import io
+    from elftools.elf.elffile import ELFFile
+    sec = ELFFile(io.BytesIO(data)).get_section_by_name(".dynamic")
+    off, size = sec["sh_offset"], sec["sh_size"]
+    return data[:off] + b"\xa5" * size + data[off + size:]
+
+
+def test_corrupt_dynamic_table_refused_in_python(sample_path):
+    """glibc's dlopen trusts PT_DYNAMIC: this image segfaults the plugin's
+    load_binary (checked in a child process in test_misuse), so Python refuses it."""
+    data = _with_broken_dynamic_section(open(sample_path, "rb").read())
+    with pytest.raises(osh.InvalidImageError, match="dynamic table"):
+        osh.OffloadImage(data, osh.OffloadImage.sample().entries, name="broken")
+
+
+def test_unloadable_image_rejected_by_plugin(bundled_path, sample_path):
+    data = bytearray(open(sample_path, "rb").read())
+    data[16:18] = (1).to_bytes(2, "little")           # e_type = ET_REL: dlopen refuses it
+    img = osh.OffloadImage(bytes(data), osh.OffloadImage.sample().entries, name="broken")
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        dev.init()
+        with pytest.raises(osh.InvalidImageError, match="broken"):
+            rt.register_image(img)
+        assert rt.images == [] and dev.loaded_images == []
+
+
+def test_image_for_another_machine_is_refused(bundled_path, sample_path):
+    data = bytearray(open(sample_path, "rb").read())
+    data[18:20] = (183).to_bytes(2, "little")         # EM_AARCH64
+    img = osh.OffloadImage(bytes(data), osh.OffloadImage.sample().entries, name="aarch64")
+    with osh.Runtime([bundled_path]) as rt:
+        with pytest.raises(osh.InvalidImageError, match="no plugin"):
+            rt.register_image(img)
+        assert rt.images == []
+
+
+def test_image_entry_missing_from_image(bundled_path, sample_path):
+    entries = osh.OffloadImage.sample().entries + [osh.HostEntry("not_there")]
+    img = osh.OffloadImage(open(sample_path, "rb").read(), entries, name="extra")
+    with osh.Runtime([bundled_path]) as rt:
+        rt.register_image(img)                # pending: nothing initialised yet
+        dev = rt.devices[0]
+        with pytest.raises(osh.InvalidImageError, match="not_there"):
+            dev.init()
+        assert not dev.initialized            # nothing half set up
+        rt.unregister_image(img)
+        dev.init()                            # and the device still works
+
+
+def test_table_mismatch_B6(bundled_path, ctl):
+    """B6 (GCC PR 68463): a plugin returns one entry fewer than the host table."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        dev.init()
+        ctl.set_table_shortfall(1)
+        try:
+            with pytest.raises(osh.TableMismatchError) as ei:
+                rt.register_image(osh.OffloadImage.sample())
+        finally:
+            ctl.set_table_shortfall(0)
+        assert (ei.value.expected, ei.value.got) == (5, 4)
+        assert "expected 5" in str(ei.value) and "have 4" in str(ei.value)
+        assert rt.images == []
+
+
+def test_failed_init_then_close_B3(bundled_path, ctl):
+    """B3: init_device fails; close must not deinit what never initialised."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[3]
+        ctl.fail_nth("__tgt_rtl_init_device", 1)
+        with pytest.raises(osh.DeviceInitError):
+            dev.alloc(8)
+        with pytest.raises(osh.DeviceInitError):        # sticky, like LLVM's call_once
+            dev.alloc(8)
+        n = ctl.call_count("__tgt_rtl_deinit_device")
+    assert ctl.call_count("__tgt_rtl_deinit_device") == n
+
+
+def test_close_without_any_init_B3(bundled_path, ctl):
+    names = ["__tgt_rtl_deinit_device", "__tgt_rtl_deinit_plugin", "__tgt_rtl_init_plugin"]
+    c0 = ctl.call_counts(names)
+    osh.Runtime([bundled_path]).close()
+    assert ctl.call_counts(names) == c0                 # nothing was initialised at all
+
+
+def test_shared_plugin_survives_other_runtime_close_B10(bundled_path, nextgen16):
+    for path in (bundled_path, nextgen16):
+        rt1, rt2 = osh.Runtime([path]), osh.Runtime([path])
+        img1, img2 = osh.OffloadImage.sample(), osh.OffloadImage.sample()
+        rt1.register_image(img1)
+        rt2.register_image(img2)
+        _roundtrip(rt1.devices[0])
+        _roundtrip(rt2.devices[0])
+        rt1.close()
+        _roundtrip(rt2.devices[0])                    # still works: plugin not deinitialised
+        rt2.close()
+
+
+def test_reopen_after_close(bundled_path):
+    for _ in range(3):
+        with osh.Runtime([bundled_path]) as rt:
+            rt.register_image(osh.OffloadImage.sample())
+            _roundtrip(rt.devices[0])
+
+
+def test_explicit_deinit_then_reuse(bundled_path, ctl):
+    with osh.Runtime([bundled_path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        p = dev.alloc(40)
+        assert dev.deinit() == (1, 40)
+        assert not dev.initialized and rt.pending(dev) == [img]
+        with pytest.raises(osh.LifecycleError):
+            dev.deinit()
+        _roundtrip(dev)                               # re-initialises, reloads the image
+        assert dev.init_count == 2
+
+
+def test_atexit_teardown_in_order_B8(bundled_path):
+    """B8/I7: buffers kept in module globals, interpreter exits: the atexit hook
+    drains, unloads, deinits; nothing reaches the plugin after deinit_plugin."""
+    r = run_child(f"""
+        import atexit
+        from offload_shim.hostplugin import HostPluginControl
+        ctl = HostPluginControl({bundled_path!r})
+        def report():   # registered first, so it runs after offload_shim's hook
+            print("deinit_plugin", ctl.call_count("__tgt_rtl_deinit_plugin"),
+                  "live", ctl.live_allocs(), "violations", ctl.violation_count(),
+                  "plugin_init", ctl.is_plugin_initialized())
+        atexit.register(report)
+        import offload_shim as osh
+        rt = osh.Runtime([{bundled_path!r}])
+        rt.register_image(osh.OffloadImage.sample())
+        KEEP = [rt.devices[0].alloc(64) for _ in range(5)] + [rt.devices[1].alloc(100000)]
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "deinit_plugin 1 live 0 violations 0 plugin_init False" in r.stdout, r.stdout + r.stderr
