@@ -244,6 +244,9 @@ def cmd_demo(args) -> int:
     return 0 if all(r[2] == "verified" for r in rows) else 1
 
 
+_SUBCOMMAND_MODULES = ("offload_shim.check", "offload_shim.bench", "offload_shim.interpose_cli")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="offload-shim", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -262,6 +265,17 @@ def main(argv=None) -> int:
     pd.add_argument("--one", help=argparse.SUPPRESS)
     pd.add_argument("--abi", help=argparse.SUPPRESS)
     pd.set_defaults(func=cmd_demo)
+    # Other subcommands live in their own modules, each exposing
+    # ``register_cli(subparsers)`` (sets ``func`` on its parser).
+    import importlib
+    for modname in _SUBCOMMAND_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name != modname:
+                raise
+            continue
+        mod.register_cli(sub)
     args = ap.parse_args(argv)
     with contextlib.suppress(BrokenPipeError):
         return args.func(args)
