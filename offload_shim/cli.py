@@ -220,7 +220,9 @@ def cmd_demo(args) -> int:
     rows = []
     for path, abi, label in targets:
         print(f"== {label}", flush=True)
-        cmd = [sys.executable, "-m", "offload_shim.cli", "demo", "--one", path]
+        # -P: do not put the working directory first on sys.path (a source checkout there
+        # would shadow the installed package)
+        cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "demo", "--one", path]
         if abi:
             cmd += ["--abi", abi]
         try:

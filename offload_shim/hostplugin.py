@@ -78,11 +78,23 @@ _PROTOTYPES = {
 
 def bundled_native_dir() -> pathlib.Path:
     """Directory holding the bundled native libraries: ``$OFFLOAD_SHIM_NATIVE_DIR`` if set,
-    else ``offload_shim/_native`` next to this module (where ``pip install .`` puts them)."""
+    else ``offload_shim/_native`` next to this module (where ``pip install .`` puts them),
+    else, when this module is imported from a source checkout that shadows an installed
+    copy, the installed distribution's ``offload_shim/_native``."""
     env = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if env:
         return pathlib.Path(env)
-    return pathlib.Path(__file__).resolve().parent / "_native"
+    here = pathlib.Path(__file__).resolve().parent / "_native"
+    if here.is_dir():
+        return here
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        installed = pathlib.Path(distribution("offload-shim").locate_file("offload_shim/_native"))
+        if installed.is_dir():
+            return installed
+    except (ImportError, PackageNotFoundError, OSError):
+        pass
+    return here
 
 
 def _bundled_file(name: str) -> pathlib.Path:

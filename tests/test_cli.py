@@ -17,10 +17,14 @@ def _row(stdout: str, label: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _cli(*args, timeout=300):
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args, timeout=300, cwd=None):
     exe = shutil.which("offload-shim", path=os.path.dirname(sys.executable))
     cmd = [exe] if exe else [sys.executable, "-m", "offload_shim.cli"]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
 
 
 def test_info_json_lists_every_plugin():
@@ -52,7 +56,9 @@ def test_info_reports_unusable_files(tmp_path):
 
 
 def test_demo_bundled_only():
-    r = _cli("demo", "--no-system")
+    # from the repository root, as `make demo` runs it: the source tree there must not
+    # shadow the installed package in the demo's child processes
+    r = _cli("demo", "--no-system", cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("VERIFIED") == 2          # both ABI views of the bundled plugin
     assert _row(r.stdout, "osh_hostplugin (gomp, gomp-v1)") == "verified"
