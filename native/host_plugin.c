@@ -995,30 +995,33 @@ OSH_EXPORT int32_t __tgt_rtl_data_retrieve(int32_t ID, void *HstPtr, void *TgtPt
   return dev_copy(d, E_DATA_RETRIEVE, HstPtr, TgtPtr, Size, false, true) ? OFFLOAD_FAIL : OFFLOAD_SUCCESS;
 }
 
-OSH_EXPORT void *__tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size) {
-  ENTER(E_DATA_LOCK, NULL);
+/* LLVM 16 nextgen shape (verified against the Debian 16.0.6 plugins):
+   int32_t data_lock(ID, HstPtr, Size, void **LockedPtr); int32_t data_unlock(ID, HstPtr). */
+OSH_EXPORT int32_t __tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size, void **LockedPtr) {
+  ENTER(E_DATA_LOCK, OFFLOAD_FAIL);
+  if (LockedPtr) *LockedPtr = NULL;
   osh_dev *d = llvm_dev(E_DATA_LOCK, ID);
-  if (!d) return NULL;
-  if (!HstPtr || Size <= 0) {
-    set_error("__tgt_rtl_data_lock: invalid range (%p, %lld)", HstPtr, (long long)Size);
-    return NULL;
+  if (!d) return OFFLOAD_FAIL;
+  if (!HstPtr || Size <= 0 || !LockedPtr) {
+    set_error("__tgt_rtl_data_lock: invalid range (%p, %lld) or NULL LockedPtr", HstPtr, (long long)Size);
+    return OFFLOAD_FAIL;
   }
   anode *n = malloc(sizeof *n);
   if (!n) {
     set_error("__tgt_rtl_data_lock: out of host memory");
-    return NULL;
+    return OFFLOAD_FAIL;
   }
   if (mlock(HstPtr, (size_t)Size) != 0) {
     set_error("__tgt_rtl_data_lock: mlock(%p, %lld) failed: %s", HstPtr, (long long)Size, strerror(errno));
     free(n);
-    return NULL;
+    return OFFLOAD_FAIL;
   }
   pthread_mutex_lock(&d->mu);
   if (!dev_live_locked(d, E_DATA_LOCK)) {
     pthread_mutex_unlock(&d->mu);
     munlock(HstPtr, (size_t)Size);
     free(n);
-    return NULL;
+    return OFFLOAD_FAIL;
   }
   anode *old = t_find(d->locks, (uintptr_t)HstPtr);
   if (old) {
@@ -1034,30 +1037,32 @@ OSH_EXPORT void *__tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size) {
     d->locks = t_insert(d->locks, n);
   }
   pthread_mutex_unlock(&d->mu);
-  return HstPtr;
+  *LockedPtr = HstPtr;
+  return OFFLOAD_SUCCESS;
 }
 
-OSH_EXPORT void __tgt_rtl_data_unlock(int32_t ID, void *HstPtr) {
-  ENTER_VOID(E_DATA_UNLOCK);
+OSH_EXPORT int32_t __tgt_rtl_data_unlock(int32_t ID, void *HstPtr) {
+  ENTER(E_DATA_UNLOCK, OFFLOAD_FAIL);
   osh_dev *d = llvm_dev(E_DATA_UNLOCK, ID);
-  if (!d) return;
+  if (!d) return OFFLOAD_FAIL;
   anode *n = NULL;
   pthread_mutex_lock(&d->mu);
   if (!dev_live_locked(d, E_DATA_UNLOCK)) {
     pthread_mutex_unlock(&d->mu);
-    return;
+    return OFFLOAD_FAIL;
   }
   anode *f = t_find(d->locks, (uintptr_t)HstPtr);
   if (f && --f->refs == 0) d->locks = t_erase(d->locks, (uintptr_t)HstPtr, &n);
   pthread_mutex_unlock(&d->mu);
   if (!f) {
     violation(V_UNKNOWN_POINTER, E_DATA_UNLOCK, "device %d: %p was not locked", d->id, HstPtr);
-    return;
+    return OFFLOAD_FAIL;
   }
   if (n) {
     munlock((void *)n->key, (size_t)n->size);
     free(n);
   }
+  return OFFLOAD_SUCCESS;
 }
 
 OSH_EXPORT int32_t __tgt_rtl_launch_kernel(int32_t ID, void *Entry, void **TgtArgs, ptrdiff_t *TgtOffsets,

@@ -526,17 +526,26 @@ class LLVMPlugin(Plugin):
                                   function="__tgt_rtl_data_retrieve", device=self._label(dev))
 
     def lock(self, dev: int, host_addr: int, size: int) -> int:
-        """``data_lock`` (16): returns the locked address; MissingEntryPointError if absent."""
+        """``data_lock`` (LLVM 16+: ``int32_t (ID, HstPtr, Size, void **LockedPtr)``,
+        verified against the Debian 16.0.6 plugins): returns the locked address.
+        Raises MissingEntryPointError if absent, PluginCallError when the plugin
+        fails (e.g. the bundled plugin's mlock hit RLIMIT_MEMLOCK)."""
         fn = self._need("data_lock")
-        out = fn(dev, host_addr, size)
-        if not out:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_lock failed"
-                                  + self._detail(), function="__tgt_rtl_data_lock",
+        locked = c_void_p()
+        rc = fn(dev, host_addr, size, byref(locked))
+        if rc != _tgt.OFFLOAD_SUCCESS or not locked.value:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_lock failed ({rc})"
+                                  + self._detail(), code=rc, function="__tgt_rtl_data_lock",
                                   device=self._label(dev))
-        return out
+        return locked.value
 
     def unlock(self, dev: int, host_addr: int) -> None:
-        self._need("data_unlock")(dev, host_addr)
+        """``data_unlock`` (``int32_t (ID, HstPtr)``); PluginCallError on failure."""
+        rc = self._need("data_unlock")(dev, host_addr)
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_unlock failed ({rc})"
+                                  + self._detail(), code=rc, function="__tgt_rtl_data_unlock",
+                                  device=self._label(dev))
 
     # launch ------------------------------------------------------------------
     def launch(self, dev: int, entry: int, args: Sequence[int],

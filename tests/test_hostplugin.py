@@ -104,8 +104,8 @@ LLVM_PROTOS = {
     "__tgt_rtl_data_delete": (c_int32, [c_int32, c_void_p, c_int32]),
     "__tgt_rtl_data_submit": (c_int32, [c_int32, c_void_p, c_void_p, c_int64]),
     "__tgt_rtl_data_retrieve": (c_int32, [c_int32, c_void_p, c_void_p, c_int64]),
-    "__tgt_rtl_data_lock": (c_void_p, [c_int32, c_void_p, c_int64]),
-    "__tgt_rtl_data_unlock": (None, [c_int32, c_void_p]),
+    "__tgt_rtl_data_lock": (c_int32, [c_int32, c_void_p, c_int64, ctypes.POINTER(c_void_p)]),
+    "__tgt_rtl_data_unlock": (c_int32, [c_int32, c_void_p]),
     "__tgt_rtl_launch_kernel": (c_int32, [c_int32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
     "__tgt_rtl_print_device_info": (None, [c_int32]),
 }
@@ -205,8 +205,10 @@ def ctl():
 
 
 def tmp_images():
+    """The plugin's temp copies of images (``$TMPDIR/tmposh_image_*``, default /tmp).
+    Only that name: other processes on the machine create /tmp/tmp* files too."""
     dirs = {"/tmp", tempfile.gettempdir()}
-    return {p for d in dirs for p in glob.glob(os.path.join(d, "tmp*"))}
+    return {p for d in dirs for p in glob.glob(os.path.join(d, "tmposh_image_*"))}
 
 
 # ----------------------------------------------------------------------------------------
@@ -306,8 +308,10 @@ def child_llvm_roundtrip():
 
     # data_lock / unlock
     host = (ctypes.c_char * 4096)()
-    assert api.data_lock(0, host, 4096) == ctypes.addressof(host)
-    api.data_unlock(0, host)
+    locked = c_void_p()
+    assert api.data_lock(0, host, 4096, ctypes.byref(locked)) == 0
+    assert locked.value == ctypes.addressof(host)
+    assert api.data_unlock(0, host) == 0
 
     api.print_device_info(0)
     for p in (da, db, dc, alpha, dl):
@@ -508,7 +512,7 @@ def child_violations():
     expect("unknown_pointer")
     assert api.data_retrieve(0, host, p + 1, 64) == -1
     expect("unknown_pointer")
-    api.data_unlock(0, host)
+    assert api.data_unlock(0, host) == -1
     expect("unknown_pointer")
     assert api.data_submit(0, ctypes.addressof(host), host, 0) == 0  # size 0 is fine
     assert api.data_delete(0, p, 0) == 0

@@ -201,10 +201,12 @@ _LLVM16.update({
     "supports_empty_images": (c_int32, []),
     # void __tgt_rtl_print_device_info(int32_t ID);
     "print_device_info": (None, [c_int32]),
-    # void *__tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size);
-    "data_lock": (c_void_p, [c_int32, c_void_p, c_int64]),
-    # void __tgt_rtl_data_unlock(int32_t ID, void *HstPtr);
-    "data_unlock": (None, [c_int32, c_void_p]),
+    # int32_t __tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size, void **LockedPtr);
+    #   (the Debian 16.0.6 nextgen and amdgpu plugins store through the 4th argument;
+    #    abi-reference 1.5's 3-argument form is wrong for 16)
+    "data_lock": (c_int32, [c_int32, c_void_p, c_int64, POINTER(c_void_p)]),
+    # int32_t __tgt_rtl_data_unlock(int32_t ID, void *HstPtr);
+    "data_unlock": (c_int32, [c_int32, c_void_p]),
     # int32_t __tgt_rtl_is_data_exchangable(int32_t SrcID, int32_t DstID);
     "is_data_exchangable": (c_int32, [c_int32, c_int32]),
     # int32_t __tgt_rtl_data_exchange(int32_t SrcID, void *SrcPtr, int32_t DstID,
@@ -227,10 +229,6 @@ _LLVM18.update({
     # int32_t __tgt_rtl_get_global(__tgt_device_binary Bin, uint64_t Size,
     #                              const char *Name, void **DevicePtr);
     "get_global": (c_int32, [DeviceBinary, c_uint64, c_char_p, POINTER(c_void_p)]),
-    # int32_t __tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size, void **LockedPtr);
-    "data_lock": (c_int32, [c_int32, c_void_p, c_int64, POINTER(c_void_p)]),
-    # int32_t __tgt_rtl_data_unlock(int32_t ID, void *HstPtr);
-    "data_unlock": (c_int32, [c_int32, c_void_p]),
 })
 
 _REQ_CORE = ("is_valid_binary", "number_of_devices", "init_device", "load_binary",
