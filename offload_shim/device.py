@@ -88,8 +88,12 @@ class Device:
         self._state = DeviceState.UNINIT
         self._init_error: DeviceInitError | None = None
         self._life = threading.RLock()            # lifecycle transitions
-        self._flight = threading.Condition(threading.Lock())
+        # in-flight accounting: the hot path (_enter/_exit) takes the bare lock;
+        # the condition (same lock) is only notified when _wait_idle waits
+        self._flight_lock = threading.Lock()
+        self._flight = threading.Condition(self._flight_lock)
         self._inflight = 0
+        self._idle_waiters = 0
         self._images: dict[int, _LoadedOnDevice] = {}
         self._kernels: dict[str, list[tuple[int, int | None, OffloadImage]]] = {}
         self._globals: dict[int, int] = {}          # tgt addr -> size
@@ -116,7 +120,9 @@ class Device:
         """Lazy init + in-flight accounting (close waits for calls in flight)."""
         if self._state is not DeviceState.READY:
             self._ready()
-        with self._flight:
+        lock = self._flight_lock
+        lock.acquire()      # acquire/release: about half the cost of `with` (issue 5)
+        try:
             if self._state is not DeviceState.READY:
                 # lost a race with deinit/close
                 state = self._state
@@ -126,17 +132,27 @@ class Device:
                 raise LifecycleError(f"{self.label}: device deinitialised during the call",
                                      device=self.label)
             self._inflight += 1
+        finally:
+            lock.release()
 
     def _exit(self) -> None:
-        with self._flight:
+        lock = self._flight_lock
+        lock.acquire()
+        try:
             self._inflight -= 1
-            if self._inflight == 0:
+            if not self._inflight and self._idle_waiters:
                 self._flight.notify_all()
+        finally:
+            lock.release()
 
     def _wait_idle(self) -> None:
         with self._flight:
-            while self._inflight:
-                self._flight.wait()
+            self._idle_waiters += 1
+            try:
+                while self._inflight:
+                    self._flight.wait()
+            finally:
+                self._idle_waiters -= 1
 
     def init(self) -> None:
         """Initialise now (explicit init; otherwise first use does it).
@@ -202,6 +218,7 @@ class Device:
         with self._flight:
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
+        self._runtime._pin_teardown(self)   # issue 6: unpin before deinit_device
         errors = []
         leaked = (0, 0)
         try:
@@ -334,7 +351,7 @@ class Device:
         manager; returns the device address (int).  ``size`` 0 returns 0
         (LLVM). Raises OutOfDeviceMemoryError, ValueError (negative size),
         LifecycleError."""
-        if not isinstance(size, int) or isinstance(size, bool):
+        if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
             raise TypeError("size must be an int (bytes)")
         if size < 0:
             raise ValueError(f"negative allocation size {size}")
@@ -342,8 +359,12 @@ class Device:
         try:
             ptr = self._pool.allocate(size)
             if ptr:
-                with self._live_lock:
+                lock = self._live_lock
+                lock.acquire()
+                try:
                     self._live[ptr] = size
+                finally:
+                    lock.release()
             return ptr
         finally:
             self._exit()
@@ -351,19 +372,29 @@ class Device:
     def free(self, ptr: int) -> None:
         """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
         Raises UnknownPointerError for a pointer not live on this device
-        (never handed out, or already freed), before the plugin sees it."""
+        (never handed out, already freed, or drained by a ``deinit`` that ran
+        concurrently), before the plugin sees it."""
         if not ptr:
             return
         with self._live_lock:
-            size = self._live.pop(ptr, None)
-        if size is None:
+            known = ptr in self._live       # peek: a stale pointer never initialises
+        if known:
+            self._enter()
+            try:
+                # pop only once in flight: a deinit that ran in between has
+                # drained (freed) the block and cleared _live; handing it to
+                # the new pool would free it in the plugin a second time
+                with self._live_lock:
+                    known = self._live.pop(ptr, None) is not None
+                if known:
+                    self._pool.free(ptr)
+                    if self._runtime._pin_policy == "mapped":   # issue 6: unpin at unmap
+                        self._runtime._pin_unmapped(self, ptr)
+            finally:
+                self._exit()
+        if not known:
             raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
                                       f"pointer {ptr:#x}", device=self.label)
-        self._enter()
-        try:
-            self._pool.free(ptr)
-        finally:
-            self._exit()
 
     @property
     def allocations(self) -> tuple[int, int]:
@@ -396,6 +427,8 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
+            if n and self._runtime._pin_policy == "mapped":   # issue 6: pin on first map
+                self._runtime._pin_mapped(self, tgt, host, addr, n)
             if n:
                 self.plugin.submit(self.index, tgt + offset, addr, n)
         finally:
@@ -412,6 +445,8 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
+            if n and self._runtime._pin_policy == "mapped":   # issue 6: pin on first map
+                self._runtime._pin_mapped(self, tgt, host, addr, n)
             if n:
                 self.plugin.retrieve(self.index, addr, tgt + offset, n)
         finally:
@@ -449,5 +484,62 @@ class Device:
         finally:
             self._exit()
 
+    # -- raw forms for the interposer (issue 7) -----------------------------------
+    def _check_inside(self, tgt: int, nbytes: int) -> None:
+        """``[tgt, tgt+nbytes)`` must lie inside one live allocation or global."""
+        with self._live_lock:
+            blocks = list(self._live.items())
+        blocks += list(self._globals.items())
+        for base, size in blocks:
+            if base <= tgt and tgt + nbytes <= base + max(size, 0):
+                return
+        raise UnknownPointerError(f"{self.label}: [{tgt:#x}, +{nbytes}) is not inside an "
+                                  "allocation or global of this device", device=self.label)
+
+    def submit_raw(self, tgt: int, host_addr: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from the host address ``host_addr`` to the device
+        address ``tgt``, which may point anywhere inside an allocation or a
+        global (libomptarget maps sub-ranges).  Raises UnknownPointerError,
+        LifecycleError, PluginCallError."""
+        if nbytes <= 0:
+            return
+        self._enter()
+        try:
+            self._check_inside(tgt, nbytes)
+            self.plugin.submit(self.index, tgt, host_addr, nbytes)
+        finally:
+            self._exit()
+
+    def retrieve_raw(self, host_addr: int, tgt: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from the device address ``tgt`` (inside an allocation
+        or global) to the host address ``host_addr``.  Same errors as
+        :meth:`submit_raw`."""
+        if nbytes <= 0:
+            return
+        self._enter()
+        try:
+            self._check_inside(tgt, nbytes)
+            self.plugin.retrieve(self.index, host_addr, tgt, nbytes)
+        finally:
+            self._exit()
+
+    def launch_entry(self, entry: int, args: Sequence[int],
+                     offsets: Sequence[int] | None = None) -> None:
+        """Launch the kernel whose *target table* address is ``entry`` (e.g.
+        ``translate(host_region_id)``) with pointer-sized ``args``; argument i
+        = args[i] + offsets[i] (libomptarget ``TgtArgs``/``TgtOffsets``).
+        Raises KernelNotFoundError when ``entry`` is not a kernel of a loaded
+        image, LifecycleError, PluginCallError."""
+        args = [int(a) for a in args]
+        if offsets is not None and len(offsets) != len(args):
+            raise ValueError("offsets must have one entry per argument")
+        self._enter()
+        try:
+            if not any(entry == k[0] for lst in self._kernels.values() for k in lst):
+                raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry of "
+                                          "a loaded image", device=self.label)
+            self.plugin.launch(self.index, entry, args, offsets)
+        finally:
+            self._exit()
 
 __all__ = ["Device", "DeviceState", "OutOfDeviceMemoryError"]
