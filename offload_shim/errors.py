@@ -132,4 +132,35 @@ class PluginCallError(OffloadError):
     """An entry point returned a failure code."""
 
 
+# -- pinned host memory (issue 6, seed 003) ---------------------------------------
+
+class PinnedMemoryError(OffloadError):
+    """Pinning (page-locking) host memory failed or was misused."""
+
+
+class PinnedRangeError(PinnedMemoryError, ValueError):
+    """A pin that partly overlaps a pinned range (liboffload ``olMemRegister``
+    / LLVM ``PinnedAllocationMapTy`` refuse those), an unpin of a range that is
+    not pinned, or a zero-sized range.  ``.address``, ``.size`` (bytes)."""
+
+    def __init__(self, message: str, *, address: int = 0, size: int = 0, **kw):
+        super().__init__(message, **kw)
+        self.address = address
+        self.size = size
+
+
+class MemlockLimitError(PinnedMemoryError, MemoryError):
+    """Locking would exceed (or did hit) ``RLIMIT_MEMLOCK`` (``ulimit -l``).
+    ``.limit``, ``.requested``, ``.locked`` are bytes (``limit`` None =
+    unlimited); ``.errno`` is set when the kernel refused."""
+
+    def __init__(self, message: str, *, limit: int | None = None, requested: int = 0,
+                 locked: int = 0, errno: int | None = None, **kw):
+        super().__init__(message, **kw)
+        self.limit = limit
+        self.requested = requested
+        self.locked = locked
+        self.errno = errno
+
+
 __all__ = [name for name in dir() if name.endswith("Error")]

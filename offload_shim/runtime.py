@@ -65,7 +65,10 @@ class Runtime:
     symbol lookup only, no plugin call).  ``bundled``: add the bundled host
     plugin.  ``abi``: view of the bundled plugin (``"llvm"`` or ``"gomp"``).
     ``pool``: keyword options for every device's MemoryManager (e.g.
-    ``{"policy": "binned"}``).
+    ``{"policy": "binned"}``).  ``pinned``: pinned host memory policy
+    ``"none"``/``"mapped"``/``"all"`` (default ``$OFFLOAD_SHIM_PINNED`` or
+    ``"none"``; issue 6, seed 003, see :mod:`offload_shim.memory.pinned`);
+    ``"all"`` calls ``mlockall`` now (warns when ``ulimit -l`` is too low).
 
     Raises the PluginLoadError family for a plugin that cannot be loaded.
     Use as a context manager or call :meth:`close`; live runtimes are also
@@ -73,7 +76,11 @@ class Runtime:
     """
 
     def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
-                 abi: str | None = None, pool: dict | None = None):
+                 abi: str | None = None, pool: dict | None = None,
+                 pinned: str | None = None):
+        from .memory.pinned import resolve_policy
+        self._pin_policy = resolve_policy(pinned)
+        self._pinned = None
         self._serial = next(_serials)
         self._lock = threading.RLock()
         self._closed = False
@@ -95,6 +102,8 @@ class Runtime:
                 self._plugins.append(p)
         _LIVE.add(self)
         _ensure_atexit()
+        if self._pin_policy == "all":
+            self.pinned_memory.lock_all()
 
     @classmethod
     def discover(cls, paths: Iterable = (), *, system: bool = True, bundled: bool = True,
@@ -173,6 +182,34 @@ class Runtime:
         except IndexError:
             raise IndexError(f"no device {index}" + (f" of plugin {plugin}" if plugin else "")
                              + f" ({len(devs)} devices)") from None
+
+    # -- pinned host memory (issue 6) ----------------------------------------------
+    @property
+    def pinned_policy(self) -> str:
+        return self._pin_policy
+
+    @property
+    def pinned_memory(self):
+        """This runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry`
+        (created on first use).  Raises LifecycleError after close."""
+        with self._lock:
+            if self._pinned is None:
+                self._check_open()
+                from .memory.pinned import PinnedRegistry
+                self._pinned = PinnedRegistry(self, policy=self._pin_policy)
+            return self._pinned
+
+    def _pin_mapped(self, dev, tgt, host, addr, n) -> None:
+        if not self._closed:
+            self.pinned_memory._on_map(dev, tgt, host, addr, n)
+
+    def _pin_unmapped(self, dev, tgt) -> None:
+        if self._pinned is not None:
+            self._pinned._on_unmap(dev, tgt)
+
+    def _pin_teardown(self, dev) -> None:
+        if self._pinned is not None:
+            self._pinned._on_device_teardown(dev)
 
     # -- images --------------------------------------------------------------------
     def _accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
@@ -268,6 +305,8 @@ class Runtime:
                         leaks[dev.label] = (n, nbytes)
                 except OffloadError as exc:
                     errors.append(exc)
+            if self._pinned is not None:
+                self._pinned.close()
             for p in reversed(self._acquired):
                 try:
                     p.release()

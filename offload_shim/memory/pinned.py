@@ -1,0 +1,1185 @@
+"""Pinned (page-locked) host memory for offloaded data (issue 6, seed 003).
+
+Seed 003 (Schwinge/Stubbs on ``-foffload-memory=pinned``): libgomp pins the
+*whole process* with ``mlockall``, which (a) runs into ``ulimit -l`` and (b)
+does not register the memory with the GPU driver.  The proposal there is to
+pin only the memory that actually appears in offloading (``map`` clauses),
+after the fact, tracking what was pinned.  This module implements both, per
+:class:`~offload_shim.Runtime`, as three policies (see ``docs/pinned-memory.md``):
+
+* ``"none"``   nothing is pinned implicitly (explicit :meth:`PinnedRegistry.pin`
+  and :meth:`PinnedRegistry.alloc_host` still work);
+* ``"mapped"`` a host range is pinned when it is first submitted to or
+  retrieved from a device block and unpinned when that block is freed, the
+  device is deinitialised, or the runtime closes (the seed's proposal);
+* ``"all"``    ``mlockall(MCL_CURRENT | MCL_FUTURE)`` like libgomp's
+  ``-foffload-memory=pinned``; a too-low limit only warns;
+  ``munlockall`` at close.
+
+Backends, chosen per device, best first (:func:`select_backend`):
+
+1. the plugin's own ``__tgt_rtl_data_lock``/``data_unlock`` (LLVM 16 nextgen,
+   the bundled plugin; the device must be initialised);
+2. a GOMP plugin's ``GOMP_OFFLOAD_page_locked_host_alloc``/``_free`` (GCC
+   trunk; recognised by symbol) -- these *allocate* page-locked memory, so
+   they serve :meth:`PinnedRegistry.alloc_host`; pinning an existing range
+   falls through to the next backend;
+3. cuda-python ``cuMemHostRegister``/``cuMemHostUnregister`` for CUDA
+   plugins (``cuda``/``nvptx``) when a driver is present;
+4. ``mlock``/``munlock`` through libc (process-wide page accounting, so two
+   ranges sharing a page never unlock each other's page).
+
+Range rule (LLVM ``PinnedAllocationMapTy::lockHostBuffer``, which backs
+liboffload ``olMemRegister``): per device, pinning the exact same range again
+counts a reference; a range that lies *fully inside* a pinned range is a
+nested pin that counts on the enclosing range (no second lock call); any
+other intersection -- partial overlap, or a new range that *contains* a pinned
+one -- raises :class:`~offload_shim.errors.PinnedRangeError`.  Unpinning a
+range that is not pinned and pinning 0 bytes raise the same error.
+
+``RLIMIT_MEMLOCK``: before a backend that counts against it (``mlock``, the
+bundled plugin, ``mlockall``) locks, the soft limit is compared with the bytes
+already locked (``VmLck`` of ``/proc/self/status``) plus the page span asked
+for; when it would be exceeded :class:`~offload_shim.errors.MemlockLimitError`
+names the limit, the bytes and ``ulimit -l``.  A process with
+``CAP_IPC_LOCK`` is not checked: the kernel ignores the limit for it
+(mm/mlock.c ``can_do_mlock``).
+
+Importing this module does no work; libc and cuda-python are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import errno as _errno
+import functools
+import logging
+import mmap
+import os
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass, field
+
+from ..errors import (MemlockLimitError, OffloadError, PinnedMemoryError,
+                      PinnedRangeError)
+
+log = logging.getLogger("offload_shim")
+
+PAGE = mmap.PAGESIZE
+PINNED_ENV = "OFFLOAD_SHIM_PINNED"
+POLICIES = ("none", "mapped", "all")
+MCL_CURRENT, MCL_FUTURE = 1, 2
+CAP_IPC_LOCK = 14
+#: default cap on bytes kept pinned in a pinned host pool's cache
+DEFAULT_POOL_CACHE = 64 << 20
+
+
+class PinnedMemoryWarning(RuntimeWarning):
+    """Pinning was skipped (policy ``"all"`` under a low ``ulimit -l``, a
+    ``"mapped"`` pin that could not be made); the transfer itself still runs."""
+
+
+# -- process facts -------------------------------------------------------------
+
+def resolve_policy(policy: str | None) -> str:
+    """``policy`` or ``$OFFLOAD_SHIM_PINNED`` or ``"none"``.  Raises ValueError
+    for anything not in :data:`POLICIES`."""
+    if policy is None:
+        policy = os.environ.get(PINNED_ENV, "").strip().lower() or "none"
+    if policy not in POLICIES:
+        raise ValueError(f"pinned policy must be one of {POLICIES}, not {policy!r}"
+                         f" (argument or ${PINNED_ENV})")
+    return policy
+
+
+def _status_field(name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def vmlck_bytes() -> int:
+    """Bytes the kernel counts as locked for this process (``VmLck`` of
+    ``/proc/self/status``; 0 where unavailable)."""
+    return _status_field("VmLck") or 0
+
+
+def memlock_limit() -> int | None:
+    """Soft ``RLIMIT_MEMLOCK`` in bytes, None when unlimited."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def has_cap_ipc_lock() -> bool:
+    """True when ``CAP_IPC_LOCK`` is in the effective set (``CapEff``): the
+    kernel then ignores ``RLIMIT_MEMLOCK``."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool((int(line.split()[1], 16) >> CAP_IPC_LOCK) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _page_span(addr: int, size: int) -> tuple[int, int]:
+    start = addr - addr % PAGE
+    end = -(-(addr + size) // PAGE) * PAGE
+    return start, end
+
+
+def _limit_error(what: str, requested: int, *, errno: int | None = None) -> MemlockLimitError:
+    limit = memlock_limit()
+    locked = vmlck_bytes()
+    lim = "unlimited" if limit is None else f"{limit} bytes"
+    why = f" ({os.strerror(errno)})" if errno else ""
+    return MemlockLimitError(
+        f"{what}: locking {requested} bytes would exceed RLIMIT_MEMLOCK{why}: limit {lim}, "
+        f"{locked} bytes already locked (VmLck); raise the limit with `ulimit -l` "
+        "(KiB, or 'unlimited'; /etc/security/limits.conf memlock) or pin less",
+        limit=limit, requested=requested, locked=locked, errno=errno)
+
+
+def check_memlock(requested: int, what: str = "pin") -> None:
+    """Raise MemlockLimitError when locking ``requested`` more bytes would pass
+    the soft ``RLIMIT_MEMLOCK`` (not checked with ``CAP_IPC_LOCK``)."""
+    limit = memlock_limit()
+    if limit is None or has_cap_ipc_lock():
+        return
+    if vmlck_bytes() + requested > limit:
+        raise _limit_error(what, requested)
+
+
+# -- libc ----------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    lib = ctypes.CDLL(None, use_errno=True)
+    for name in ("mlock", "munlock"):
+        fn = getattr(lib, name)                 # int mlock(const void *addr, size_t len)
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+    lib.mlockall.restype, lib.mlockall.argtypes = ctypes.c_int, [ctypes.c_int]
+    lib.munlockall.restype, lib.munlockall.argtypes = ctypes.c_int, []
+    return lib
+
+
+class _ProcessLocks:
+    """The process-wide truth about what this package ``mlock``\\ ed.
+
+    mlock is not reference counted by the kernel: munlock of one range
+    unlocks every page in it, also pages another range still needs.  So the
+    page runs locked through the ``mlock`` backend are kept as a multiset and
+    an unlock only munlocks the pages no other run covers.  While
+    ``mlockall`` is in force nothing is munlocked; after ``munlockall`` every
+    run still held is locked again (and so are ranges a plugin locked with
+    mlock, the bundled plugin's ``data_lock``)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[int, int], int] = {}
+        self._all_users = 0
+
+    def lock(self, addr: int, size: int) -> None:
+        start, end = _page_span(addr, size)
+        with self._lock:
+            if not self._all_users and _libc().mlock(start, end - start) != 0:
+                err = ctypes.get_errno()
+                if err in (_errno.ENOMEM, _errno.EPERM, _errno.EAGAIN):
+                    raise _limit_error(f"mlock({start:#x}, {end - start})", end - start,
+                                       errno=err)
+                raise PinnedMemoryError(f"mlock({start:#x}, {end - start}) failed: "
+                                        f"{os.strerror(err)}", code=err, function="mlock")
+            self._runs[(start, end)] = self._runs.get((start, end), 0) + 1
+
+    def unlock(self, addr: int, size: int) -> None:
+        start, end = _page_span(addr, size)
+        with self._lock:
+            n = self._runs.get((start, end), 0)
+            if n <= 0:
+                return
+            if n == 1:
+                del self._runs[(start, end)]
+            else:
+                self._runs[(start, end)] = n - 1
+                return
+            if self._all_users:
+                return
+            for s, e in _uncovered(start, end, self._runs):
+                _libc().munlock(s, e - s)      # ENOMEM if unmapped already: nothing to do
+
+    def bytes_locked(self) -> int:
+        with self._lock:
+            return sum(e - s for s, e in _union(self._runs))
+
+    def lock_all(self) -> tuple[bool, str]:
+        """mlockall(MCL_CURRENT|MCL_FUTURE) for one more user.  Returns (ok, why)."""
+        with self._lock:
+            if self._all_users:
+                self._all_users += 1
+                return True, ""
+            limit = memlock_limit()
+            if limit is not None and not has_cap_ipc_lock():
+                need = _status_field("VmSize") or 0
+                if need > limit:
+                    return False, (f"mlockall skipped: the process maps {need} bytes, "
+                                   f"RLIMIT_MEMLOCK is {limit} bytes; raise it with "
+                                   "`ulimit -l unlimited` to pin the whole process")
+            if _libc().mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+                err = ctypes.get_errno()
+                _libc().munlockall()
+                self._relock_locked()
+                return False, (f"mlockall failed: {os.strerror(err)} (RLIMIT_MEMLOCK "
+                               f"{limit if limit is not None else 'unlimited'} bytes; "
+                               "raise it with `ulimit -l`)")
+            self._all_users = 1
+            return True, ""
+
+    def unlock_all(self) -> None:
+        with self._lock:
+            if self._all_users <= 0:
+                return
+            self._all_users -= 1
+            if self._all_users:
+                return
+            _libc().munlockall()
+            self._relock_locked()
+
+    @property
+    def all_locked(self) -> bool:
+        return self._all_users > 0
+
+    def relock(self, addr: int, size: int) -> None:
+        """A plugin munlocked [addr, +size): lock again the pages this table
+        (or mlockall) still needs there."""
+        start, end = _page_span(addr, size)
+        with self._lock:
+            if self._all_users:
+                _libc().mlock(start, end - start)
+                return
+            for s, e in _union(r for r in self._runs if r[0] < end and r[1] > start):
+                s, e = max(s, start), min(e, end)
+                _libc().mlock(s, e - s)
+
+    def _relock_locked(self) -> None:
+        lib = _libc()
+        for s, e in _union(self._runs):
+            lib.mlock(s, e - s)
+        for reg in list(_REGISTRIES):
+            for s, e in reg._plugin_mlocked_spans():
+                lib.mlock(s, e - s)
+
+
+def _union(runs) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(runs):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _uncovered(start: int, end: int, runs) -> list[tuple[int, int]]:
+    """Sub-ranges of [start, end) covered by none of ``runs``."""
+    gaps, pos = [], start
+    for s, e in _union(r for r in runs if r[0] < end and r[1] > start):
+        if s > pos:
+            gaps.append((pos, min(s, end)))
+        pos = max(pos, e)
+    if pos < end:
+        gaps.append((pos, end))
+    return gaps
+
+
+_PROCESS = _ProcessLocks()
+_REGISTRIES: "weakref.WeakSet[PinnedRegistry]" = weakref.WeakSet()
+
+
+# -- backends ------------------------------------------------------------------
+
+class PinBackend:
+    """How one device (or the process) page-locks host memory.  ``name``;
+    ``counts_memlock``: locks count against ``RLIMIT_MEMLOCK``/``VmLck``;
+    ``registers``: can pin an existing range; ``allocates``: has its own
+    page-locked host allocator."""
+
+    name = "?"
+    counts_memlock = False
+    registers = True
+    allocates = False
+
+    def lock(self, addr: int, size: int) -> None:
+        raise NotImplementedError
+
+    def unlock(self, addr: int, size: int) -> None:
+        raise NotImplementedError
+
+    def host_alloc(self, size: int) -> int:
+        raise NotImplementedError
+
+    def host_free(self, addr: int) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class MlockBackend(PinBackend):
+    """``mlock``/``munlock`` (libc through ctypes), the fallback; page granular,
+    process-wide page accounting (:class:`_ProcessLocks`)."""
+
+    name = "mlock"
+    counts_memlock = True
+
+    def lock(self, addr: int, size: int) -> None:
+        _PROCESS.lock(addr, size)
+
+    def unlock(self, addr: int, size: int) -> None:
+        _PROCESS.unlock(addr, size)
+
+
+class PluginLockBackend(PinBackend):
+    """The plugin's ``__tgt_rtl_data_lock``/``data_unlock`` on one device
+    (LLVM 16; the bundled plugin mlocks, so it counts against the limit; the
+    LLVM 16 x86_64 nextgen plugin returns the pointer and locks nothing)."""
+
+    name = "plugin"
+
+    def __init__(self, device):
+        self.device = device
+        self.counts_memlock = bool(device.plugin.bundled)
+
+    def lock(self, addr: int, size: int) -> None:
+        from ..errors import PluginCallError
+        try:
+            self.device.plugin.lock(self.device.index, addr, size)
+        except PluginCallError as exc:
+            if self.counts_memlock and "mlock" in str(exc):
+                raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", size,
+                                   errno=_errno.ENOMEM) from exc
+            raise PinnedMemoryError(f"{self.device.label}: pinning {size} bytes at "
+                                    f"{addr:#x} failed: {exc}", code=exc.code,
+                                    function=exc.function, device=self.device.label) from exc
+
+    def unlock(self, addr: int, size: int) -> None:
+        self.device.plugin.unlock(self.device.index, addr)
+        if self.counts_memlock:
+            _PROCESS.relock(addr, size)      # the plugin's munlock is not reference counted
+
+
+def _gomp_page_locked_hooks(plugin) -> bool:
+    """Bind ``GOMP_OFFLOAD_page_locked_host_alloc/free`` (GCC trunk libgomp
+    ``libgomp-plugin.h``) into the plugin object once, if exported."""
+    if getattr(plugin, "abi", "") != "gomp":
+        return False
+    if "page_locked_host_alloc" in plugin._fn:
+        return True
+    try:
+        # bool GOMP_OFFLOAD_page_locked_host_alloc (void **ptr, size_t size);
+        al = getattr(plugin._lib, "GOMP_OFFLOAD_page_locked_host_alloc")
+        # bool GOMP_OFFLOAD_page_locked_host_free (void *ptr);
+        fr = getattr(plugin._lib, "GOMP_OFFLOAD_page_locked_host_free")
+    except AttributeError:
+        return False
+    al.restype, al.argtypes = ctypes.c_bool, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    fr.restype, fr.argtypes = ctypes.c_bool, [ctypes.c_void_p]
+    plugin._fn["page_locked_host_alloc"] = al
+    plugin._fn["page_locked_host_free"] = fr
+    return True
+
+
+class GompPageLockedBackend(PinBackend):
+    """A GOMP plugin's own page-locked host allocator (GCC trunk); it cannot
+    pin an existing range (``registers`` False)."""
+
+    name = "gomp_page_locked"
+    registers = False
+    allocates = True
+
+    def __init__(self, device):
+        self.device = device
+
+    def host_alloc(self, size: int) -> int:
+        out = ctypes.c_void_p()
+        if not self.device.plugin._fn["page_locked_host_alloc"](ctypes.byref(out), size) \
+                or not out.value:
+            raise PinnedMemoryError(f"{self.device.label}: GOMP_OFFLOAD_page_locked_host_alloc"
+                                    f"({size}) failed", function="GOMP_OFFLOAD_page_locked_host_alloc",
+                                    device=self.device.label)
+        return out.value
+
+    def host_free(self, addr: int) -> None:
+        if not self.device.plugin._fn["page_locked_host_free"](addr):
+            raise PinnedMemoryError(f"{self.device.label}: GOMP_OFFLOAD_page_locked_host_free"
+                                    f"({addr:#x}) failed", function="GOMP_OFFLOAD_page_locked_host_free",
+                                    device=self.device.label)
+
+
+def _cuda_driver():
+    """The cuda-python driver module, or None (not installed)."""
+    try:
+        from cuda.bindings import driver          # cuda-python >= 12.6
+        return driver
+    except ImportError:
+        pass
+    try:
+        from cuda import cuda as driver           # older cuda-python
+        return driver
+    except ImportError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_driver_available() -> bool:
+    """True when cuda-python imports and ``cuInit(0)`` succeeds with a device."""
+    drv = _cuda_driver()
+    if drv is None:
+        return False
+    try:
+        err, = drv.cuInit(0)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            return False
+        err, n = drv.cuDeviceGetCount()
+        return err == drv.CUresult.CUDA_SUCCESS and n > 0
+    except Exception:                              # driver library missing, etc.
+        return False
+
+
+class CudaHostRegisterBackend(PinBackend):
+    """cuda-python ``cuMemHostRegister(ptr, size, CU_MEMHOSTREGISTER_PORTABLE)``
+    / ``cuMemHostUnregister`` under the primary context of CUDA device
+    ``ordinal`` (registered memory is not counted in ``RLIMIT_MEMLOCK``).
+    Raises PinnedMemoryError without a driver."""
+
+    name = "cuda"
+
+    def __init__(self, ordinal: int = 0):
+        drv = _cuda_driver()
+        if drv is None or not cuda_driver_available():
+            raise PinnedMemoryError("cuMemHostRegister: no CUDA driver/device "
+                                    "(cuda-python not installed or cuInit failed)",
+                                    function="cuInit")
+        self._drv = drv
+        err, dev = drv.cuDeviceGet(ordinal)
+        self._check(err, "cuDeviceGet")
+        err, ctx = drv.cuDevicePrimaryCtxRetain(dev)
+        self._check(err, "cuDevicePrimaryCtxRetain")
+        self._dev, self._ctx = dev, ctx
+
+    def _check(self, err, fn: str) -> None:
+        if err != self._drv.CUresult.CUDA_SUCCESS:
+            raise PinnedMemoryError(f"{fn} failed: {err}", code=int(err), function=fn)
+
+    def _current(self):
+        err, = self._drv.cuCtxSetCurrent(self._ctx)
+        self._check(err, "cuCtxSetCurrent")
+
+    def lock(self, addr: int, size: int) -> None:
+        self._current()
+        err, = self._drv.cuMemHostRegister(
+            addr, size, self._drv.CU_MEMHOSTREGISTER_PORTABLE)
+        self._check(err, "cuMemHostRegister")
+
+    def unlock(self, addr: int, size: int) -> None:
+        self._current()
+        err, = self._drv.cuMemHostUnregister(addr)
+        self._check(err, "cuMemHostUnregister")
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            self._drv.cuDevicePrimaryCtxRelease(self._dev)
+            self._ctx = None
+
+
+_CUDA_PLUGIN_NAMES = ("cuda", "nvptx")
+
+
+def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
+    """The best backend for ``device`` (None = the process: ``mlock``).
+    ``purpose``: ``"register"`` (pin an existing range) or ``"allocate"``
+    (page-locked host allocations; a GOMP plugin's own allocator wins).
+    Order: plugin data_lock, GOMP page-locked hooks (allocate only), CUDA
+    ``cuMemHostRegister`` for CUDA plugins with a driver, ``mlock``."""
+    if device is not None:
+        plugin = device.plugin
+        if plugin.abi == "llvm" and plugin.has("data_lock") and plugin.has("data_unlock"):
+            return PluginLockBackend(device)
+        if purpose == "allocate" and _gomp_page_locked_hooks(plugin):
+            return GompPageLockedBackend(device)
+        if any(k in plugin.name for k in _CUDA_PLUGIN_NAMES) and cuda_driver_available():
+            return CudaHostRegisterBackend(device.index)
+    return MlockBackend()
+
+
+# -- the registry --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PinnedRange:
+    """A snapshot of one pinned range: ``address``, ``size`` (bytes), ``refs``
+    (own pins + nested pins), ``nested`` ({(address, size): count}),
+    ``backend`` name, ``device`` label (None = process domain)."""
+    address: int
+    size: int
+    refs: int
+    nested: dict = field(default_factory=dict)
+    backend: str = ""
+    device: str | None = None
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+
+class _Entry:
+    __slots__ = ("start", "size", "own", "nested", "keep", "host_block")
+
+    def __init__(self, start: int, size: int):
+        self.start, self.size = start, size
+        self.own = 0
+        self.nested: dict[tuple[int, int], int] = {}
+        self.keep: dict[tuple[int, int], list] = {}
+        self.host_block = False
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    @property
+    def refs(self) -> int:
+        return self.own + sum(self.nested.values())
+
+
+class _Domain:
+    """The pinned ranges of one device (or of the process), sorted by start."""
+
+    def __init__(self, device, backend: PinBackend):
+        self.device = device
+        self.backend = backend
+        self.reg_backend = backend if backend.registers else select_backend(device)
+        self.starts: list[int] = []
+        self.entries: dict[int, _Entry] = {}
+        self.maps: dict[int, set[tuple[int, int]]] = {}   # device block -> pinned host ranges
+
+    @property
+    def label(self) -> str | None:
+        return None if self.device is None else self.device.label
+
+    def find(self, addr: int, size: int) -> list[_Entry]:
+        """Entries intersecting [addr, addr+size)."""
+        j = bisect.bisect_right(self.starts, addr)      # first start > addr
+        out = []
+        if j > 0:
+            e = self.entries[self.starts[j - 1]]
+            if e.end > addr:
+                out.append(e)
+        while j < len(self.starts) and self.starts[j] < addr + size:
+            out.append(self.entries[self.starts[j]])
+            j += 1
+        return out
+
+    def insert(self, e: _Entry) -> None:
+        bisect.insort(self.starts, e.start)
+        self.entries[e.start] = e
+
+    def remove(self, e: _Entry) -> None:
+        self.starts.pop(bisect.bisect_left(self.starts, e.start))
+        del self.entries[e.start]
+
+
+def _address_of(obj, size: int | None, *, writable_only: bool = False):
+    """(address, size, keepalive) of an int address (``size`` required) or a
+    C-contiguous buffer-protocol object."""
+    if isinstance(obj, bool):
+        raise TypeError("expected an address (int) or a buffer object")
+    if isinstance(obj, int):
+        if size is None:
+            raise TypeError("an address needs size= (bytes)")
+        if obj <= 0:
+            raise ValueError(f"invalid address {obj!r}")
+        return obj, int(size), None
+    mv = memoryview(obj)
+    if not mv.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    if mv.readonly:
+        raise TypeError("cannot pin a read-only buffer (Python copies it on the way)")
+    n = mv.nbytes if size is None else int(size)
+    if n > mv.nbytes:
+        raise ValueError(f"size {n} exceeds the {mv.nbytes}-byte buffer")
+    if mv.nbytes == 0:
+        return 0, n, mv
+    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
+    arr = (ctypes.c_char * mv.nbytes).from_buffer(flat)
+    return ctypes.addressof(arr), n, (mv, arr)
+
+
+class PinnedRegistry:
+    """Reference-counted pinned host ranges of one runtime (issue 6).
+
+    ``runtime``: the owning :class:`~offload_shim.Runtime` (or None);
+    ``policy``: ``"none"``/``"mapped"``/``"all"`` (see the module docstring).
+    Ranges are kept per device (``device=None`` is the process domain, pinned
+    with ``mlock``).  Thread safe.  :meth:`close` unpins everything (also from
+    ``Runtime.close``).  Raises ValueError for an unknown policy."""
+
+    def __init__(self, runtime=None, *, policy: str = "none",
+                 pool_cache_bytes: int = DEFAULT_POOL_CACHE):
+        self.policy = resolve_policy(policy)
+        self._runtime = weakref.ref(runtime) if runtime is not None else None
+        self._lock = threading.RLock()
+        self._domains: dict[object, _Domain] = {}
+        self._closed = False
+        self._all_locked = False
+        self._warned: set[str] = set()
+        self.skipped = 0                         # "mapped" pins that could not be made
+        self._pools: dict[object, PinnedHostPool] = {}
+        self._pool_cache_bytes = int(pool_cache_bytes)
+        _REGISTRIES.add(self)
+
+    def __repr__(self) -> str:
+        return (f"<PinnedRegistry policy={self.policy!r} ranges={len(self.ranges())}"
+                f"{' closed' if self._closed else ''}>")
+
+    def __enter__(self) -> "PinnedRegistry":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            from ..errors import LifecycleError
+            raise LifecycleError("pinned-memory registry is closed")
+
+    # -- domains ---------------------------------------------------------------
+    def _domain(self, device) -> _Domain:
+        """The domain of ``device``; the caller has initialised the device
+        (never initialise under the registry lock: device teardown takes the
+        device lock, then this one)."""
+        dom = self._domains.get(device)
+        if dom is None:
+            dom = self._domains[device] = _Domain(device, select_backend(device, purpose="allocate"))
+        return dom
+
+    def backend_for(self, device=None) -> str:
+        """Name of the backend that pins existing ranges for ``device``
+        (initialises the device)."""
+        if device is not None:
+            device.init()
+        with self._lock:
+            self._check_open()
+            return self._domain(device).reg_backend.name
+
+    # -- pin / unpin ---------------------------------------------------------------
+    def pin(self, buf, size: int | None = None, *, device=None) -> PinnedRange:
+        """Pin ``[address, address+size)`` of a buffer object (``size``
+        defaults to its length) or of an int address (``size`` required) for
+        ``device`` (None = process).  Same range again: one more reference;
+        fully inside a pinned range: nested reference; any other intersection:
+        PinnedRangeError.  Raises PinnedRangeError (size 0, overlap),
+        MemlockLimitError, PinnedMemoryError (backend failure), TypeError,
+        LifecycleError (closed registry).  Returns the enclosing range."""
+        addr, n, keep = _address_of(buf, size)
+        if n <= 0:
+            raise PinnedRangeError(f"cannot pin {n} bytes at {addr:#x}: size must be > 0",
+                                   address=addr, size=n)
+        return self._pin(device, addr, n, keep)
+
+    def _pin(self, device, addr: int, n: int, keep, *, host_block: bool = False,
+             enter: bool = True) -> PinnedRange:
+        enter = enter and device is not None
+        if enter:
+            device._enter()                       # initialised + not torn down under us
+        try:
+            with self._lock:
+                self._check_open()
+                dom = self._domain(device)
+                hits = dom.find(addr, n)
+                if len(hits) == 1 and hits[0].start <= addr and addr + n <= hits[0].end:
+                    e = hits[0]
+                    key = (addr, n)
+                    if key == (e.start, e.size):
+                        e.own += 1
+                    else:
+                        e.nested[key] = e.nested.get(key, 0) + 1
+                    e.keep.setdefault(key, []).append(keep)
+                    return self._snap(dom, e)
+                if hits:
+                    o = hits[0]
+                    raise PinnedRangeError(
+                        f"[{addr:#x}, +{n}) partly overlaps pinned [{o.start:#x}, +{o.size})"
+                        f"{' on ' + dom.label if dom.label else ''}: a pin must equal or lie "
+                        "inside a pinned range, or not touch one (liboffload olMemRegister "
+                        "rule)", address=addr, size=n, device=dom.label)
+                be = dom.reg_backend
+                if be.counts_memlock and not _PROCESS.all_locked:
+                    s, e_ = _page_span(addr, n)
+                    check_memlock(e_ - s, f"pin [{addr:#x}, +{n})")
+                be.lock(addr, n)
+                e = _Entry(addr, n)
+                e.own = 1
+                e.host_block = host_block
+                e.keep[(addr, n)] = [keep]
+                dom.insert(e)
+                return self._snap(dom, e)
+        finally:
+            if enter:
+                device._exit()
+
+    def unpin(self, buf, size: int | None = None, *, device=None) -> int:
+        """Drop one reference of a pinned range (same arguments as :meth:`pin`;
+        an int address with no size matches a range starting there).  The
+        range is unlocked when its last own and nested reference is gone.
+        Returns the references left on the enclosing range.  Raises
+        PinnedRangeError when that range is not pinned on ``device``."""
+        if isinstance(buf, int) and not isinstance(buf, bool) and size is None:
+            addr, n = buf, None
+        else:
+            addr, n, _ = _address_of(buf, size)
+        with self._lock:
+            dom = self._domains.get(device)
+            e = None if dom is None else self._match(dom, addr, n)
+            if e is None:
+                where = f" on {device.label}" if device is not None else ""
+                raise PinnedRangeError(f"unpin of [{addr:#x}, +{n if n is not None else '?'})"
+                                       f"{where}: not pinned", address=addr, size=n or 0,
+                                       device=None if dom is None else dom.label)
+            key = e[1]
+            return self._drop(dom, e[0], key)
+
+    def _match(self, dom: _Domain, addr: int, n: int | None):
+        hits = dom.find(addr, n or 1)
+        for e in hits:
+            if n is None:
+                if e.start == addr and e.own:
+                    return e, (e.start, e.size)
+                keys = [k for k in e.nested if k[0] == addr]
+                if len(keys) == 1:
+                    return e, keys[0]
+            elif (addr, n) == (e.start, e.size) and e.own:
+                return e, (addr, n)
+            elif (addr, n) in e.nested:
+                return e, (addr, n)
+        return None
+
+    def _drop(self, dom: _Domain, e: _Entry, key) -> int:
+        if key == (e.start, e.size) and e.own:
+            e.own -= 1
+        else:
+            e.nested[key] -= 1
+            if not e.nested[key]:
+                del e.nested[key]
+        lst = e.keep.get(key)
+        if lst:
+            lst.pop()
+            if not lst:
+                del e.keep[key]
+        left = e.refs
+        if left == 0:
+            dom.remove(e)
+            self._unlock(dom, e)
+        return left
+
+    def _unlock(self, dom: _Domain, e: _Entry) -> None:
+        try:
+            dom.reg_backend.unlock(e.start, e.size)
+        except OffloadError as exc:
+            log.warning("unpin [%#x, +%d): %s", e.start, e.size, exc)
+
+    # -- queries -----------------------------------------------------------------
+    @staticmethod
+    def _snap(dom: _Domain, e: _Entry) -> PinnedRange:
+        return PinnedRange(e.start, e.size, e.refs, dict(e.nested), dom.reg_backend.name,
+                           dom.label)
+
+    def ranges(self, device=...) -> list[PinnedRange]:
+        """Pinned ranges, sorted; ``device`` filters (None = process domain;
+        omitted = all)."""
+        with self._lock:
+            out = []
+            for key, dom in self._domains.items():
+                if device is not ... and key is not device:
+                    continue
+                out.extend(self._snap(dom, dom.entries[s]) for s in dom.starts)
+            return out
+
+    def is_pinned(self, addr: int, size: int = 1, *, device=None) -> bool:
+        """True when [addr, addr+size) lies inside one pinned range of ``device``."""
+        with self._lock:
+            dom = self._domains.get(device)
+            if dom is None:
+                return False
+            hits = dom.find(addr, size)
+            return len(hits) == 1 and hits[0].start <= addr and addr + size <= hits[0].end
+
+    def bytes_pinned(self) -> dict[str, int]:
+        """{backend name: bytes of pinned ranges} (range sizes, not pages)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for dom in self._domains.values():
+                for e in dom.entries.values():
+                    name = dom.backend.name if e.host_block else dom.reg_backend.name
+                    out[name] = out.get(name, 0) + e.size
+            return out
+
+    def stats(self) -> dict:
+        """``{"policy", "ranges", "bytes_pinned": {backend: bytes},
+        "mlock_bytes"`` (pages this package mlocked, process wide),
+        ``"vmlck"`` (bytes, /proc/self/status), ``"memlock_limit"`` (bytes or
+        None), ``"all_locked"``, ``"skipped"`` (mapped pins not made),
+        ``"host_pool"`` ({device label: pool stats})}."""
+        with self._lock:
+            return {"policy": self.policy, "ranges": sum(len(d.starts) for d in self._domains.values()),
+                    "bytes_pinned": self.bytes_pinned(), "mlock_bytes": _PROCESS.bytes_locked(),
+                    "vmlck": vmlck_bytes(), "memlock_limit": memlock_limit(),
+                    "all_locked": self._all_locked, "skipped": self.skipped,
+                    "host_pool": {(k.label if k is not None else None): p.stats()
+                                  for k, p in self._pools.items()}}
+
+    def _plugin_mlocked_spans(self):
+        for dom in list(self._domains.values()):
+            if dom.reg_backend.counts_memlock and not isinstance(dom.reg_backend, MlockBackend):
+                for e in list(dom.entries.values()):
+                    yield _page_span(e.start, e.size)
+
+    # -- policy "all" ----------------------------------------------------------------
+    def lock_all(self) -> bool:
+        """``mlockall(MCL_CURRENT|MCL_FUTURE)`` (libgomp ``-foffload-memory=pinned``).
+        Warns (PinnedMemoryWarning) and returns False when ``RLIMIT_MEMLOCK``
+        is below the process size or the call fails; idempotent."""
+        with self._lock:
+            self._check_open()
+            if self._all_locked:
+                return True
+            ok, why = _PROCESS.lock_all()
+            if not ok:
+                warnings.warn(why, PinnedMemoryWarning, stacklevel=3)
+                return False
+            self._all_locked = True
+            return True
+
+    # -- policy "mapped" hooks (called by Device) ---------------------------------------
+    def _on_map(self, device, tgt: int, host, addr: int, n: int) -> None:
+        """First submit/retrieve of host [addr, +n) for device block ``tgt``: pin."""
+        if n <= 0:
+            return
+        try:
+            mv = memoryview(host)
+        except TypeError:
+            return
+        if mv.readonly:
+            return                                # Python copies read-only buffers
+        with self._lock:
+            if self._closed:
+                return
+            dom = self._domains.get(device)
+            if dom is not None and (addr, n) in dom.maps.get(tgt, ()):
+                return
+            try:
+                self._pin(device, addr, n, mv, enter=False)   # the copy holds _enter
+            except PinnedMemoryError as exc:
+                self.skipped += 1
+                kind = type(exc).__name__
+                if kind not in self._warned:
+                    self._warned.add(kind)
+                    warnings.warn(f"pinned='mapped': not pinning [{addr:#x}, +{n}): {exc}",
+                                  PinnedMemoryWarning, stacklevel=4)
+                return
+            self._domains[device].maps.setdefault(tgt, set()).add((addr, n))
+
+    def _on_unmap(self, device, tgt: int) -> None:
+        """Device block ``tgt`` freed: unpin what was pinned for it."""
+        with self._lock:
+            dom = self._domains.get(device)
+            if dom is None:
+                return
+            for addr, n in dom.maps.pop(tgt, ()):
+                m = self._match(dom, addr, n)
+                if m is not None:
+                    self._drop(dom, *m)
+
+    def _on_device_teardown(self, device) -> None:
+        """Before ``deinit_device``: every range pinned for the device is
+        unlocked (its pins do not survive the device, like LLVM's per-device
+        PinnedAllocs), host-pool blocks of the device are released."""
+        with self._lock:
+            pool = self._pools.pop(device, None)
+            if pool is not None:
+                pool._detach()
+            dom = self._domains.pop(device, None)
+            if dom is None:
+                return
+            for s in list(dom.starts):
+                e = dom.entries[s]
+                if e.host_block and not dom.backend.registers:
+                    continue
+                self._unlock(dom, e)
+            dom.starts.clear()
+            dom.entries.clear()
+            dom.maps.clear()
+
+    # -- pinned host allocations ------------------------------------------------------------
+    def host_pool(self, device=None) -> "PinnedHostPool":
+        """The pinned host pool for ``device`` (None = process, mlock)."""
+        with self._lock:
+            self._check_open()
+            pool = self._pools.get(device)
+            if pool is None:
+                pool = self._pools[device] = PinnedHostPool(self, device,
+                                                            max_cached=self._pool_cache_bytes)
+            return pool
+
+    def alloc_host(self, nbytes: int, *, device=None) -> "PinnedHostBuffer":
+        """A page-locked host buffer of ``nbytes`` bytes (see :class:`PinnedHostPool`)."""
+        return self.host_pool(device).allocate(nbytes)
+
+    # -- teardown ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unpin every range (all references), release the host pools, and
+        ``munlockall`` when this registry did ``mlockall``.  Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            for device in list(self._pools):
+                pool = self._pools.pop(device)
+                pool._detach()
+            for device in list(self._domains):
+                self._on_device_teardown(device)
+            if self._all_locked:
+                self._all_locked = False
+                _PROCESS.unlock_all()
+            self._closed = True
+            _REGISTRIES.discard(self)
+
+
+# -- pinned host allocations ---------------------------------------------------
+
+def size_class_pages(nbytes: int) -> int:
+    """Pages of the size class for ``nbytes`` (> 0): exact pages up to 15
+    pages, above that 8..16 classes per power of two, so the rounding waste
+    is under one page plus 1/8 of the size (CuPy's power-of-two pinned pool
+    can waste half)."""
+    if nbytes <= 0:
+        raise ValueError(f"size must be > 0 bytes, not {nbytes}")
+    pages = -(-nbytes // PAGE)
+    g = 1 << max(0, pages.bit_length() - 4)
+    return -(-pages // g) * g
+
+
+class _Block:
+    __slots__ = ("addr", "size", "mm", "gomp")
+
+    def __init__(self, addr: int, size: int, mm, gomp: bool):
+        self.addr, self.size, self.mm, self.gomp = addr, size, mm, gomp
+
+
+class _PinnedHostBufferMixin:
+    """Methods of :class:`PinnedHostBuffer`."""
+
+    def free(self) -> None:
+        """Give the memory back to its pool (idempotent).  Using the buffer
+        afterwards is undefined, as with C ``free``."""
+        fin = self.__dict__.get("_fin")
+        if fin is not None:
+            fin()
+
+    @property
+    def freed(self) -> bool:
+        fin = self.__dict__.get("_fin")
+        return fin is None or not fin.alive
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self)
+
+    @property
+    def nbytes(self) -> int:
+        return ctypes.sizeof(self)
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of the underlying page-granular block."""
+        return self.__dict__["_capacity"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        return (f"<PinnedHostBuffer {self.nbytes} bytes at {self.address:#x}"
+                f"{' freed' if self.freed else ''}>")
+
+
+#: ``isinstance(x, PinnedHostBuffer)`` is True for every pinned host buffer
+PinnedHostBuffer = _PinnedHostBufferMixin
+
+
+@functools.lru_cache(maxsize=256)
+def _buffer_type(nbytes: int):
+    return type("PinnedHostBuffer", (_PinnedHostBufferMixin, ctypes.c_ubyte * nbytes), {})
+
+
+class PinnedHostPool:
+    """Page-locked host allocations for one device (or the process).
+
+    One anonymous ``mmap`` per block (libgomp ``linux_memspace_alloc``
+    pinned path), locked through the registry, so it appears in
+    :meth:`PinnedRegistry.ranges` and the limit is checked; a GOMP plugin
+    with ``page_locked_host_alloc`` allocates the block itself.  Freed blocks
+    stay locked in a cache keyed by size class (:func:`size_class_pages`), up
+    to ``max_cached`` bytes, so repeated allocations do not pay the lock cost
+    (CuPy ``PinnedMemoryPool``).  A MemlockLimitError trims the cache and
+    retries once (prior-art section 2, OOM ladder)."""
+
+    def __init__(self, registry: PinnedRegistry, device=None, *,
+                 max_cached: int = DEFAULT_POOL_CACHE):
+        self._reg = registry
+        self._device = device
+        self.max_cached = int(max_cached)
+        self._lock = threading.Lock()
+        self._free: dict[int, list[_Block]] = {}
+        self._cached = 0
+        self._in_use = 0
+        self._detached = False
+        self.hits = 0
+        self.misses = 0
+
+    def stats(self) -> dict:
+        """``{"in_use", "cached"}`` bytes, ``"hits"``, ``"misses"``."""
+        with self._lock:
+            return {"in_use": self._in_use, "cached": self._cached,
+                    "hits": self.hits, "misses": self.misses}
+
+    def allocate(self, nbytes: int) -> PinnedHostBuffer:
+        """A zero-filled-on-first-use pinned buffer exposing the buffer protocol
+        (a ctypes ``c_ubyte`` array of ``nbytes``) with ``free()`` and a
+        context manager.  Raises ValueError (nbytes <= 0), MemlockLimitError,
+        PinnedMemoryError, LifecycleError (registry closed)."""
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool):
+            raise TypeError("nbytes must be an int")
+        cls_bytes = size_class_pages(nbytes) * PAGE
+        with self._lock:
+            if self._detached:
+                from ..errors import LifecycleError
+                raise LifecycleError("pinned host pool closed")
+            lst = self._free.get(cls_bytes)
+            block = lst.pop() if lst else None
+            if block is not None:
+                self._cached -= block.size
+                self.hits += 1
+            else:
+                self.misses += 1
+            self._in_use += cls_bytes
+        if block is None:
+            try:
+                try:
+                    block = self._new_block(cls_bytes)
+                except MemlockLimitError:
+                    self.trim()
+                    block = self._new_block(cls_bytes)
+            except BaseException:
+                with self._lock:
+                    self._in_use -= cls_bytes
+                raise
+        if block.mm is not None:
+            buf = _buffer_type(nbytes).from_buffer(block.mm)
+        else:
+            buf = _buffer_type(nbytes).from_address(block.addr)
+        buf.__dict__["_capacity"] = block.size
+        buf.__dict__["_fin"] = weakref.finalize(buf, self._release, block)
+        return buf
+
+    def _new_block(self, size: int) -> _Block:
+        reg, dev = self._reg, self._device
+        if dev is not None:
+            dev.init()
+        with reg._lock:
+            reg._check_open()
+            dom = reg._domain(dev)
+            be = dom.backend
+        if be.allocates:
+            addr = be.host_alloc(size)
+            block = _Block(addr, size, None, True)
+            with reg._lock:
+                e = _Entry(addr, size)
+                e.own, e.host_block = 1, True
+                dom.insert(e)
+            return block
+        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        view = (ctypes.c_char * size).from_buffer(mm)
+        addr = ctypes.addressof(view)
+        del view
+        try:
+            reg._pin(dev, addr, size, None, host_block=True)
+        except BaseException:
+            mm.close()
+            raise
+        return _Block(addr, size, mm, False)
+
+    def _release(self, block: _Block) -> None:
+        """Finalizer/free: back to the cache, or unlocked and unmapped."""
+        with self._lock:
+            self._in_use -= block.size
+            if not self._detached and self._cached + block.size <= self.max_cached:
+                self._free.setdefault(block.size, []).append(block)
+                self._cached += block.size
+                return
+        self._destroy(block)
+
+    def _destroy(self, block: _Block) -> None:
+        reg = self._reg
+        with reg._lock:
+            dom = reg._domains.get(self._device)
+            e = None if dom is None else dom.entries.get(block.addr)
+            if e is not None and e.host_block:
+                dom.remove(e)
+                if block.gomp:
+                    try:
+                        dom.backend.host_free(block.addr)
+                    except OffloadError as exc:
+                        log.warning("%s", exc)
+                else:
+                    reg._unlock(dom, e)
+        if block.mm is not None:
+            try:
+                block.mm.close()
+            except BufferError:
+                pass        # a buffer still points into it: unmapped when that one dies
+
+    def trim(self) -> int:
+        """Unlock and unmap every cached block; returns the bytes released."""
+        with self._lock:
+            blocks = [b for lst in self._free.values() for b in lst]
+            self._free.clear()
+            self._cached = 0
+        for b in blocks:
+            self._destroy(b)
+        return sum(b.size for b in blocks)
+
+    def _detach(self) -> None:
+        """Registry/device teardown: release the cache; blocks still in use stay
+        mapped (and are destroyed when freed) but are no longer locked."""
+        with self._lock:
+            self._detached = True
+        self.trim()
+
+
+__all__ = ["PAGE", "PINNED_ENV", "POLICIES", "PinnedRegistry", "PinnedRange", "PinnedHostPool",
+           "PinnedHostBuffer", "PinnedMemoryWarning", "PinBackend", "MlockBackend",
+           "PluginLockBackend", "GompPageLockedBackend", "CudaHostRegisterBackend",
+           "select_backend", "resolve_policy", "vmlck_bytes", "memlock_limit",
+           "has_cap_ipc_lock", "check_memlock", "size_class_pages", "cuda_driver_available"]

@@ -1,0 +1,434 @@
+"""Pinned host memory (issue 6, seed 003): registry, backends, policies, host pool."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import offload_shim as osh
+from offload_shim.memory import pinned as pm
+from offload_shim.plugin import load_plugin
+
+from helpers import run_child
+
+PAGE = pm.PAGE
+
+
+def page_buf(pages: int) -> mmap.mmap:
+    """A page-aligned anonymous buffer (VmLck deltas are then exact)."""
+    return mmap.mmap(-1, pages * PAGE)
+
+
+def addr_of(buf) -> int:
+    import ctypes
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def span_bytes(ranges) -> int:
+    pages = set()
+    for a, n in ranges:
+        pages.update(range(a // PAGE, -(-(a + n) // PAGE)))
+    return len(pages) * PAGE
+
+
+@pytest.fixture(params=["bundled", "nextgen16"])
+def plugin(request, bundled_path):
+    if request.param == "bundled":
+        return load_plugin(bundled_path)
+    return load_plugin(request.getfixturevalue("nextgen16"))
+
+
+# -- policy selection --------------------------------------------------------------
+
+def test_policy_default_and_env(monkeypatch, bundled_path):
+    monkeypatch.delenv(pm.PINNED_ENV, raising=False)
+    with osh.Runtime([bundled_path]) as rt:
+        assert rt.pinned_policy == "none"
+    monkeypatch.setenv(pm.PINNED_ENV, "mapped")
+    with osh.Runtime([bundled_path]) as rt:
+        assert rt.pinned_policy == "mapped"
+    with osh.Runtime([bundled_path], pinned="none") as rt:
+        assert rt.pinned_policy == "none"
+    monkeypatch.setenv(pm.PINNED_ENV, "bogus")
+    with pytest.raises(ValueError, match="pinned policy"):
+        osh.Runtime([bundled_path])
+
+
+def test_creating_a_runtime_pins_nothing(bundled_path):
+    before = pm.vmlck_bytes()
+    with osh.Runtime([bundled_path], pinned="mapped") as rt:
+        assert rt._pinned is None            # registry made lazily
+    assert pm.vmlck_bytes() == before
+
+
+# -- the range rule, model-based ------------------------------------------------------
+
+class _Model:
+    def __init__(self):
+        self.top: dict[int, list] = {}      # start -> [size, own, {nested: n}]
+
+    def pin(self, a, n):
+        hits = [(s, v) for s, v in self.top.items() if s < a + n and a < s + v[0]]
+        if len(hits) == 1 and hits[0][0] <= a and a + n <= hits[0][0] + hits[0][1][0]:
+            s, v = hits[0]
+            if (a, n) == (s, v[0]):
+                v[1] += 1
+            else:
+                v[2][(a, n)] = v[2].get((a, n), 0) + 1
+            return True
+        if hits:
+            return False
+        self.top[a] = [n, 1, {}]
+        return True
+
+    def unpin(self, a, n):
+        for s, v in self.top.items():
+            if (a, n) == (s, v[0]) and v[1]:
+                v[1] -= 1
+            elif (a, n) in v[2]:
+                v[2][(a, n)] -= 1
+                if not v[2][(a, n)]:
+                    del v[2][(a, n)]
+            else:
+                continue
+            if not v[1] and not v[2]:
+                del self.top[s]
+            return True
+        return False
+
+
+ops = st.lists(st.tuples(st.sampled_from(["pin", "unpin"]), st.integers(0, 15),
+                         st.integers(1, 6)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops)
+def test_refcount_and_overlap_rules_match_model(seq):
+    """mlock backend, process domain: registry == model after every step, and
+    VmLck grows by exactly the pages of the top-level ranges."""
+    buf = page_buf(24)
+    base = addr_of(buf)
+    quarter = PAGE // 4                      # ranges share pages: the page accounting matters
+    v0 = pm.vmlck_bytes()
+    model = _Model()
+    with pm.PinnedRegistry() as reg:
+        for op, off, ln in seq:
+            a, n = base + off * quarter * 3, ln * quarter * 3
+            if op == "pin":
+                ok = model.pin(a - base, n)
+                if ok:
+                    reg.pin(a, n)
+                else:
+                    with pytest.raises(osh.PinnedRangeError, match="overlaps"):
+                        reg.pin(a, n)
+            else:
+                ok = model.unpin(a - base, n)
+                if ok:
+                    reg.unpin(a, n)
+                else:
+                    with pytest.raises(osh.PinnedRangeError, match="not pinned"):
+                        reg.unpin(a, n)
+            got = {r.address - base: [r.size, r.refs,
+                                      {(k[0] - base, k[1]): c for k, c in r.nested.items()}]
+                   for r in reg.ranges(None)}
+            want = {s: [v[0], v[1] + sum(v[2].values()), v[2]] for s, v in model.top.items()}
+            assert got == want
+            assert pm.vmlck_bytes() - v0 == span_bytes(
+                (base + s, v[0]) for s, v in model.top.items())
+    assert pm.vmlck_bytes() == v0
+    del buf
+
+
+def test_pin_errors_and_buffer_forms():
+    buf = page_buf(4)
+    with pm.PinnedRegistry() as reg:
+        with pytest.raises(osh.PinnedRangeError, match="size must be > 0"):
+            reg.pin(addr_of(buf), 0)
+        with pytest.raises(TypeError):
+            reg.pin(addr_of(buf))                # an address needs a size
+        with pytest.raises(TypeError, match="read-only"):
+            reg.pin(b"abc")
+        with pytest.raises(osh.PinnedRangeError, match="not pinned"):
+            reg.unpin(buf)
+        r = reg.pin(buf)
+        assert (r.size, r.refs, r.backend) == (4 * PAGE, 1, "mlock")
+        assert reg.pin(memoryview(buf)[PAGE:2 * PAGE]).refs == 2      # nested
+        with pytest.raises(osh.PinnedRangeError, match="overlaps"):
+            reg.pin(addr_of(buf) - PAGE, 2 * PAGE)                     # partial
+        assert reg.is_pinned(addr_of(buf) + PAGE, PAGE)
+        assert reg.unpin(addr_of(buf) + PAGE) == 1                    # int address, no size
+        assert reg.unpin(buf) == 0
+        assert reg.ranges() == []
+        reg.pin(memoryview(buf)[PAGE:2 * PAGE])
+        with pytest.raises(osh.PinnedRangeError, match="overlaps"):
+            reg.pin(buf)                                               # superset of a pin
+    with pytest.raises(osh.LifecycleError):
+        reg.pin(buf)
+    reg.close()                                                        # idempotent
+
+
+# -- the mapped policy on real plugins -------------------------------------------------
+
+def test_mapped_pins_exactly_the_submitted_ranges(plugin):
+    bundled = plugin.bundled
+    v0 = pm.vmlck_bytes()
+    a_h, b_h = page_buf(3), page_buf(2)
+    with osh.Runtime([plugin], pinned="mapped") as rt:
+        dev = rt.devices[0]
+        reg = rt.pinned_memory
+        ta, tb = dev.alloc(3 * PAGE), dev.alloc(2 * PAGE)
+        dev.submit(ta, a_h)
+        dev.submit(tb, b_h, nbytes=PAGE + 10)
+        dev.submit(ta, a_h)                       # again: no second pin
+        dev.retrieve(a_h, ta)                     # same block, same range: no second pin
+        dev.submit(ta, bytes(64))                 # read-only: copied by Python, not pinned
+        want = sorted([(addr_of(a_h), 3 * PAGE), (addr_of(b_h), PAGE + 10)])
+        got = sorted((r.address, r.size) for r in reg.ranges(dev))
+        assert got == want
+        assert all(r.refs == 1 and r.backend == "plugin" for r in reg.ranges(dev))
+        assert reg.bytes_pinned() == {"plugin": 4 * PAGE + 10}
+        locked = pm.vmlck_bytes() - v0
+        assert locked == (span_bytes(want) if bundled else 0)   # nextgen 16 locks nothing
+        dev.free(ta)                              # unmap: its range goes
+        assert [(r.address, r.size) for r in reg.ranges(dev)] == [(addr_of(b_h), PAGE + 10)]
+        assert pm.vmlck_bytes() - v0 == (2 * PAGE if bundled else 0)
+        dev.free(tb)
+        assert reg.ranges() == [] and pm.vmlck_bytes() == v0
+        # unpinned at deinit
+        tc = dev.alloc(PAGE)
+        dev.retrieve(b_h, tc, nbytes=PAGE)
+        assert len(reg.ranges(dev)) == 1
+        dev.deinit()
+        assert reg.ranges() == [] and pm.vmlck_bytes() == v0
+        # and at close
+        td = dev.alloc(PAGE)
+        dev.submit(td, a_h, nbytes=PAGE)
+        assert len(reg.ranges(dev)) == 1
+        dev.free(td)
+        dev.submit(dev.alloc(PAGE), b_h, nbytes=PAGE)   # held until close
+        assert len(reg.ranges(dev)) == 1
+    assert reg.closed and reg.ranges() == []
+    assert pm.vmlck_bytes() == v0
+
+
+def test_same_range_two_blocks_counts_twice(plugin):
+    h = page_buf(1)
+    with osh.Runtime([plugin], pinned="mapped") as rt:
+        dev = rt.devices[0]
+        t1, t2 = dev.alloc(PAGE), dev.alloc(PAGE)
+        dev.submit(t1, h)
+        dev.submit(t2, h)
+        (r,) = rt.pinned_memory.ranges(dev)
+        assert r.refs == 2
+        dev.free(t1)
+        assert rt.pinned_memory.ranges(dev)[0].refs == 1
+        dev.free(t2)
+        assert rt.pinned_memory.ranges(dev) == []
+
+
+def test_policy_none_pins_nothing(plugin):
+    h = page_buf(1)
+    with osh.Runtime([plugin], pinned="none") as rt:
+        dev = rt.devices[0]
+        t = dev.alloc(PAGE)
+        dev.submit(t, h)
+        assert rt._pinned is None
+        dev.free(t)
+
+
+def test_explicit_device_pins_and_teardown(plugin):
+    h = page_buf(2)
+    with osh.Runtime([plugin]) as rt:
+        dev = rt.devices[1]
+        reg = rt.pinned_memory
+        assert reg.backend_for(dev) == "plugin" and dev.initialized
+        reg.pin(h, device=dev)
+        reg.pin(h, device=dev)
+        reg.pin(h, device=None)                   # another domain: no conflict
+        assert [r.refs for r in reg.ranges(dev)] == [2]
+        assert reg.unpin(h, device=dev) == 1
+        dev.deinit()                              # the device's pins end with it
+        assert reg.ranges(dev) == [] and len(reg.ranges(None)) == 1
+        with pytest.raises(osh.PinnedRangeError):
+            reg.unpin(h, device=dev)
+
+
+def test_gomp_view_falls_back_to_mlock(bundled_path):
+    p = load_plugin(bundled_path, abi="gomp")
+    h = page_buf(1)
+    v0 = pm.vmlck_bytes()
+    with osh.Runtime([p], pinned="mapped") as rt:
+        dev = rt.devices[0]
+        assert not pm._gomp_page_locked_hooks(p)  # GCC 12 has no page_locked_host_* hooks
+        assert isinstance(pm.select_backend(dev, purpose="allocate"), pm.MlockBackend)
+        t = dev.alloc(PAGE)
+        dev.submit(t, h)
+        assert rt.pinned_memory.bytes_pinned() == {"mlock": PAGE}
+        assert pm.vmlck_bytes() - v0 == PAGE
+    assert pm.vmlck_bytes() == v0
+
+
+# -- pinned host allocations ---------------------------------------------------------------
+
+@given(st.integers(1, 1 << 30))
+def test_size_class_waste_is_bounded(n):
+    c = pm.size_class_pages(n) * PAGE
+    assert c >= n and c % PAGE == 0
+    assert c - n < PAGE + n / 8
+
+
+def test_host_pool_reuses_locked_blocks(plugin):
+    v0 = pm.vmlck_bytes()
+    with osh.Runtime([plugin]) as rt:
+        dev = rt.devices[0]
+        reg = rt.pinned_memory
+        with reg.alloc_host(10_000, device=dev) as b:
+            assert isinstance(b, pm.PinnedHostBuffer)
+            mv = memoryview(b)
+            assert (mv.nbytes, mv.format[-1], b.capacity) == (10_000, "B", 3 * PAGE)
+            assert b.address % PAGE == 0 and reg.is_pinned(b.address, 10_000, device=dev)
+            b[:4] = b"\x01\x02\x03\x04"
+            t = dev.alloc(10_000)
+            dev.submit(t, b)
+            out = bytearray(10_000)
+            dev.retrieve(out, t)
+            assert out[:4] == b"\x01\x02\x03\x04"
+            dev.free(t)
+            addr = b.address
+        assert b.freed
+        b.free()                                  # idempotent
+        b2 = reg.alloc_host(9_000, device=dev)    # same class: the cached, still locked block
+        assert b2.address == addr
+        pool = reg.host_pool(dev)
+        assert pool.stats()["hits"] == 1 and pool.stats()["misses"] == 1
+        b2.free()
+        assert pool.stats()["cached"] == 3 * PAGE
+        assert pool.trim() == 3 * PAGE and reg.ranges(dev) == []
+        b3 = reg.alloc_host(PAGE)                 # process domain: mlock
+        assert reg.bytes_pinned() == {"mlock": PAGE}
+        del b3                                    # finalizer returns it to the pool
+        with pytest.raises(ValueError):
+            reg.alloc_host(0)
+    assert pm.vmlck_bytes() == v0
+
+
+# -- RLIMIT_MEMLOCK failure paths and the "all" policy, in child processes ----------------
+
+_DROP_CAP = """
+import ctypes, resource
+class Hdr(ctypes.Structure): _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+def drop_ipc_lock():
+    libc = ctypes.CDLL(None, use_errno=True)
+    h, d = Hdr(0x20080522, 0), (Data * 2)()
+    assert libc.capget(ctypes.byref(h), d) == 0
+    d[0].effective &= ~(1 << 14); d[0].permitted &= ~(1 << 14)
+    assert libc.capset(ctypes.byref(h), d) == 0, ctypes.get_errno()
+def set_limit(n):
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, n))
+"""
+
+
+def _child(body: str) -> dict:
+    cp = run_child(_DROP_CAP + body)
+    assert cp.returncode == 0, cp.stderr
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def test_memlock_limit_failure_paths_in_child(bundled_path):
+    res = _child(f"""
+import json, mmap, warnings
+import offload_shim as osh
+from offload_shim.memory import pinned as pm
+drop_ipc_lock(); set_limit(64 * 1024)
+out = {{"cap": pm.has_cap_ipc_lock(), "limit": pm.memlock_limit()}}
+big = mmap.mmap(-1, 1 << 20)
+with osh.Runtime([{bundled_path!r}], pinned="mapped") as rt:
+    reg = rt.pinned_memory
+    dev = rt.devices[0]
+    for name, dom in (("mlock", None), ("plugin", dev)):
+        try:
+            reg.pin(big, device=dom)
+        except osh.MemlockLimitError as e:
+            out[name] = [str(e), e.limit, e.requested]
+    small = mmap.mmap(-1, 4096)
+    reg.pin(small)                                   # under the limit: fine
+    try:
+        reg.alloc_host(1 << 20)
+    except osh.MemlockLimitError as e:
+        out["alloc"] = e.requested
+    t = dev.alloc(1 << 20)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        dev.submit(t, big)                            # mapped: pin skipped, copy done
+    out["warned"] = [str(x.category.__name__) for x in w]
+    out["skipped"] = reg.stats()["skipped"]
+    dev.free(t)
+    # the kernel itself refuses past the check: straight mlock
+    import ctypes
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    a = ctypes.addressof((ctypes.c_char * (1 << 20)).from_buffer(big))
+    out["kernel_refuses"] = lib.mlock(a, 1 << 20) != 0
+out["vmlck_after"] = pm.vmlck_bytes()
+print(json.dumps(out))
+""")
+    assert res["cap"] is False and res["limit"] == 64 * 1024
+    for name in ("mlock", "plugin"):
+        msg, limit, requested = res[name]
+        assert "RLIMIT_MEMLOCK" in msg and "ulimit -l" in msg and "65536" in msg
+        assert limit == 65536 and requested == 1 << 20
+    assert res["alloc"] == 1 << 20
+    assert res["warned"] == ["PinnedMemoryWarning"] and res["skipped"] == 1
+    assert res["kernel_refuses"] is True
+    assert res["vmlck_after"] == 0
+
+
+def test_policy_all_in_child(bundled_path):
+    res = _child(f"""
+import json, warnings
+import offload_shim as osh
+from offload_shim.memory import pinned as pm
+out = {{}}
+with osh.Runtime([{bundled_path!r}], pinned="all") as rt:
+    out["locked"] = rt.pinned_memory.stats()["all_locked"]
+    out["vmlck"] = pm.vmlck_bytes()
+    dev = rt.devices[0]
+    t = dev.alloc(64); dev.submit(t, bytearray(64)); dev.free(t)
+out["after"] = pm.vmlck_bytes()
+# too low a limit without CAP_IPC_LOCK: warn, do not fail
+drop_ipc_lock(); set_limit(64 * 1024)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with osh.Runtime([{bundled_path!r}], pinned="all") as rt:
+        out["low_locked"] = rt.pinned_memory.stats()["all_locked"]
+        dev = rt.devices[0]
+        t = dev.alloc(64); dev.submit(t, bytearray(64)); dev.free(t)
+out["low_warn"] = [str(x.message) for x in w if x.category is pm.PinnedMemoryWarning]
+out["low_after"] = pm.vmlck_bytes()
+print(json.dumps(out))
+""")
+    assert res["locked"] is True and res["vmlck"] > 1 << 20
+    assert res["after"] == 0
+    assert res["low_locked"] is False and res["low_after"] == 0
+    assert len(res["low_warn"]) == 1 and "ulimit -l" in res["low_warn"][0]
+
+
+# -- CUDA -------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_host_register():
+    if not pm.cuda_driver_available():
+        pytest.skip("no CUDA driver (cuda-python missing or cuInit failed)")
+    be = pm.CudaHostRegisterBackend(0)
+    buf = page_buf(4)
+    be.lock(addr_of(buf), 4 * PAGE)
+    be.unlock(addr_of(buf), 4 * PAGE)
+    be.close()
