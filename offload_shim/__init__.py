@@ -19,8 +19,9 @@ from .images import AddressMap, HostEntry, OffloadImage
 from .plugin import Plugin, load_plugin
 from .device import Device, DeviceState
 from .runtime import Runtime
+from .interpose import interpose  # issue 7: compiled code through the runtime
 
 __version__ = "0.1.0"
 
 __all__ = ["AddressMap", "Device", "DeviceState", "HostEntry", "OffloadImage", "Plugin",
-           "Runtime", "load_plugin", *_errors_all]
+           "Runtime", "interpose", "load_plugin", *_errors_all]

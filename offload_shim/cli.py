@@ -94,6 +94,16 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
 
 
 def cmd_info(args) -> int:
+    if getattr(args, "image", None):
+        # issue 7: the offload images and entries inside compiled files, without running them
+        from .imageinfo import describe, format_description
+        infos = [describe(p) for p in args.image]
+        if args.json:
+            print(json.dumps(infos, indent=2, default=lambda o: {
+                k: v for k, v in vars(o).items() if k != "image"} | {"image_bytes": len(o.image)}))
+        else:
+            print("\n".join(format_description(i) for i in infos))
+        return 0
     recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices)
     if args.json:
         print(json.dumps(recs, indent=2))
@@ -258,6 +268,10 @@ def main(argv=None) -> int:
     pi.add_argument("--no-system", action="store_true", help="skip the standard locations")
     pi.add_argument("--no-devices", action="store_true",
                     help="do not initialise devices to print their info")
+    pi.add_argument("--image", action="append", metavar="FILE",
+                    help="list the offload images and host entries inside FILE "
+                         "(clang .llvm.offloading / omp_offloading_entries, GCC "
+                         ".gnu.offload_funcs/vars) instead of plugins (repeatable)")
     pi.set_defaults(func=cmd_info)
     pd = sub.add_parser("demo", help="the main job on every plugin with a device")
     pd.add_argument("plugins", nargs="*", help="extra plugin paths")

@@ -60,7 +60,8 @@ class OffloadImage:
     identity (an image registered twice is the same registration).
     """
 
-    def __init__(self, data: bytes, entries: Iterable[HostEntry], *, name: str = "image"):
+    def __init__(self, data: bytes, entries: Iterable[HostEntry], *, name: str = "image",
+                 host_addresses: Iterable[int] | None = None):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("image data must be bytes")
         self.data = bytes(data)
@@ -83,6 +84,18 @@ class OffloadImage:
         self._cbytes = None
         self._anchors = None
         self._host_addrs: list[int] | None = None
+        if host_addresses is not None:
+            # Real host addresses (issue 7: a compiled library's own functions/region ids
+            # and globals, from its __tgt_offload_entry table); the caller keeps that
+            # memory alive (the library stays loaded while the image is registered).
+            addrs = [int(a) for a in host_addresses]
+            if len(addrs) != len(self.entries):
+                raise ValueError(f"image {name!r}: {len(addrs)} host addresses for "
+                                 f"{len(self.entries)} entries")
+            if any(a <= 0 for a in addrs):
+                raise ValueError(f"image {name!r}: host addresses must be non-NULL "
+                                 "(LLVM 16 plugins reject NULL entries)")
+            self._host_addrs = addrs
 
     # constructors ------------------------------------------------------------
     @classmethod
@@ -146,7 +159,8 @@ class OffloadImage:
 
     def host_addresses(self) -> list[int]:
         """One host address per entry: an anchor byte for kernels, a zeroed
-        host copy of ``size`` bytes for globals."""
+        host copy of ``size`` bytes for globals; or the ``host_addresses``
+        given at construction (the real ones of a compiled library)."""
         with self._lock:
             if self._host_addrs is None:
                 anchors = ctypes.create_string_buffer(max(1, len(self.entries)))
