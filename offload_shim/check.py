@@ -1,0 +1,262 @@
+"""``offload-shim check PLUGIN``: property-test a plugin, or probe its misuse.
+
+    offload-shim check PLUGIN [--abi llvm|gomp] [--max-examples N] [--steps N]
+                              [--seed S] [--timeout SEC] [--json]
+    offload-shim check --probe-misuse PLUGIN [--abi ...] [--timeout SEC] [--json]
+
+Without ``--probe-misuse`` the lifecycle state machine
+(:mod:`offload_shim.testing.machine`) runs ``--max-examples`` random
+sequences of ``--steps`` steps against the plugin through the runtime, in a
+CHILD process: a segfault becomes a finding with its signal and the steps
+of the sequence that was running, a run past ``--timeout`` becomes a hang,
+a model mismatch is reported with hypothesis's shrunk, replayable program.
+
+With ``--probe-misuse`` every known misuse sequence
+(:mod:`offload_shim.testing.probes`) runs in its own child, straight
+against the plugin's entry points, and a conformance table says what the
+plugin did: error code, silently accepted, exit, crash (signal), hang.
+
+Exit status: 0 only when nothing was found (no crash, hang, invariant
+violation; with ``--probe-misuse``: every misuse answered with an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+__all__ = ["register_cli", "run_check", "cmd_check"]
+
+
+def register_cli(subparsers) -> None:
+    """Add the ``check`` subcommand to ``offload-shim`` (cli.py calls this)."""
+    pc = subparsers.add_parser("check", help="property-test a plugin (lifecycle state machine) "
+                               "or probe its behaviour under misuse")
+    pc.add_argument("plugin", help="plugin .so (libomptarget.rtl.* or libgomp-plugin-*); "
+                    "'bundled' for the bundled host plugin")
+    pc.add_argument("--abi", choices=("llvm", "gomp"), default=None,
+                    help="ABI view of a plugin that exports both (the bundled one)")
+    pc.add_argument("--probe-misuse", action="store_true",
+                    help="run the known misuse sequences, each in its own child process")
+    pc.add_argument("--max-examples", type=int, default=200, help="sequences to generate")
+    pc.add_argument("--steps", type=int, default=30, help="steps per sequence")
+    pc.add_argument("--seed", type=int, default=None,
+                    help="random seed (default: derandomized, the same run every time)")
+    pc.add_argument("--timeout", type=float, default=None,
+                    help="seconds for the whole child run (default 600; probes: 60 each)")
+    pc.add_argument("--no-threads", action="store_true", help="leave out the concurrency rules")
+    pc.add_argument("--no-faults", action="store_true",
+                    help="leave out fault injection (bundled plugin only)")
+    pc.add_argument("--json", action="store_true", help="print the result as JSON")
+    pc.add_argument("--child", help=__import__("argparse").SUPPRESS)
+    pc.set_defaults(func=cmd_check)
+
+
+def _resolve(plugin: str) -> str:
+    if plugin == "bundled":
+        from .hostplugin import bundled_plugin_path
+        return str(bundled_plugin_path())
+    return plugin
+
+
+def _say(args, msg: str) -> None:
+    if not args.json:
+        print(msg, flush=True)
+
+
+def cmd_check(args) -> int:
+    if args.child:
+        return _child_main(args)
+    path = _resolve(args.plugin)
+    from .errors import PluginLoadError
+    from .plugin import load_plugin
+    try:
+        plugin = load_plugin(path, abi=args.abi)
+    except (PluginLoadError, OSError) as exc:
+        print(f"offload-shim check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.probe_misuse:
+        return _probe_main(args, path, plugin)
+    result = run_check(path, args.abi, max_examples=args.max_examples, steps=args.steps,
+                       seed=args.seed, timeout=args.timeout or 600.0,
+                       threads=not args.no_threads, faults=not args.no_faults,
+                       progress=None if args.json else (lambda m: print(m, flush=True)))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_result(result)
+    return 0 if result["ok"] else 1
+
+
+def _print_result(r: dict) -> None:
+    print(f"plugin   {r['plugin']} ({r['view']})")
+    print(f"examples {r['examples']} x {r['steps']} steps, seed {r['seed']}")
+    if r["ok"]:
+        print("result   nothing found")
+        return
+    for f in r["findings"]:
+        print(f"FINDING  {f['kind']}: {f['message']}")
+        if f.get("program"):
+            print("shrunk program:\n" + f["program"])
+        elif f.get("steps"):
+            print("steps of the sequence that was running (not shrunk):")
+            for s in f["steps"]:
+                print("    " + s)
+
+
+def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, steps: int = 30,
+              seed: int | None = None, timeout: float = 600.0, threads: bool = True,
+              faults: bool = True, progress=None) -> dict:
+    """Run the lifecycle machine against ``path`` in a child process.
+
+    Returns ``{"plugin", "view", "examples", "steps", "seed", "ok",
+    "findings": [{"kind": "crash"|"hang"|"invariant"|"error", "message",
+    "signal"?, "program"? (shrunk, replayable), "steps"? (last sequence)}]}``.
+    ``timeout`` in seconds for the whole run (a hang is a finding)."""
+    from .plugin import load_plugin
+    plugin = load_plugin(path, abi=abi)
+    with tempfile.TemporaryDirectory(prefix="osh_check_") as tmp:
+        res_file = os.path.join(tmp, "result.json")
+        trace_file = os.path.join(tmp, "trace.txt")
+        cfg = dict(path=plugin.path, abi=abi, max_examples=max_examples, steps=steps,
+                   seed=seed, threads=threads, faults=faults, result=res_file,
+                   trace=trace_file)
+        cmd = [sys.executable, "-m", "offload_shim.cli", "check", plugin.path,
+               "--child", json.dumps(cfg)]
+        base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
+                "examples": 0, "steps": steps, "seed": seed, "findings": []}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tail: list[str] = []
+        killed = False
+        import threading
+
+        def pump():
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                if line.startswith("progress "):
+                    if progress:
+                        progress(line[len("progress "):])
+                else:
+                    tail.append(line)
+                    del tail[:-40]
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            killed = True
+            proc.kill()
+            rc = proc.wait()
+        t.join(10)
+        steps_run = _read_trace(trace_file)
+        if os.path.exists(res_file):
+            with open(res_file) as f:
+                child = json.load(f)
+            base.update(child)
+        if killed:
+            base["findings"].append({"kind": "hang", "message": f"no result after {timeout} s",
+                                     "steps": steps_run})
+        elif rc < 0:
+            try:
+                sig = signal.Signals(-rc).name
+            except ValueError:
+                sig = f"signal {-rc}"
+            base["findings"].append({"kind": "crash", "signal": sig,
+                                     "message": f"the child died of {sig}", "steps": steps_run,
+                                     "output": tail[-10:]})
+        elif not os.path.exists(res_file):
+            base["findings"].append({"kind": "error", "message": f"child exited {rc} without a "
+                                     "result", "output": tail[-20:], "steps": steps_run})
+        base["ok"] = not base["findings"]
+        return base
+
+
+def _read_trace(path: str) -> list[str]:
+    try:
+        with open(path) as f:
+            return [ln.rstrip("\n") for ln in f][-60:]
+    except OSError:
+        return []
+
+
+def _child_main(args) -> int:
+    """In the child: run the machine, write the result file."""
+    import logging
+    cfg = json.loads(args.child)
+    logging.getLogger("offload_shim").setLevel(logging.ERROR)
+    from hypothesis import HealthCheck, settings
+    from hypothesis import seed as hseed
+    from hypothesis.stateful import get_state_machine_test
+
+    from .testing.machine import make_lifecycle_machine
+    trace = open(cfg["trace"], "w", buffering=1)
+    counter = {"n": 0}
+
+    def tr(line):
+        trace.write(line + "\n")
+
+    base = make_lifecycle_machine(cfg["path"], cfg["abi"], threads=cfg["threads"],
+                                  faults=None if cfg["faults"] else False, trace=tr)
+
+    class Machine(base):
+        def __init__(self):
+            counter["n"] += 1
+            trace.seek(0)
+            trace.truncate()
+            if counter["n"] % 25 == 0:
+                print(f"progress {counter['n']} sequences", flush=True)
+            super().__init__()
+
+    Machine.__name__ = base.__name__
+    s = settings(max_examples=cfg["max_examples"], stateful_step_count=cfg["steps"],
+                 deadline=None, database=None, derandomize=cfg["seed"] is None,
+                 suppress_health_check=list(HealthCheck), print_blob=False)
+    test = get_state_machine_test(Machine, settings=s)
+    if cfg["seed"] is not None:
+        test = hseed(cfg["seed"])(test)
+    findings = []
+    try:
+        test()
+    except BaseException as exc:   # the finding itself
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        findings.append({"kind": "invariant" if isinstance(exc, AssertionError) else "error",
+                         "message": f"{type(exc).__name__}: {exc}", "program": notes})
+    res = {"examples": counter["n"], "findings": findings}
+    with open(cfg["result"], "w") as f:
+        json.dump(res, f)
+    trace.close()
+    sys.stdout.flush()
+    return 0
+
+
+# -- --probe-misuse -------------------------------------------------------------------
+
+def _probe_main(args, path, plugin) -> int:
+    from .testing.probes import run_probes
+    rows = run_probes(path, args.abi, timeout=args.timeout or 60.0,
+                      progress=None if args.json else (lambda n: print(f"  probe {n}",
+                                                                       flush=True)))
+    found = [r for r in rows if not (r["outcome"].startswith(("error", "returned", "void", "n/a")))]
+    if args.json:
+        print(json.dumps({"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
+                          "rows": rows, "ok": not found}, indent=2))
+    else:
+        print(format_table(rows, f"{plugin.name} ({plugin.abi} {plugin.generation})"))
+        print(f"\n{len(found)} of {len(rows)} misuse sequences crashed, hung, exited or were "
+              "accepted silently" if found else "\nevery misuse was answered with an error")
+    return 0 if not found else 1
+
+
+def format_table(rows: list[dict], title: str = "") -> str:
+    """A Markdown conformance table: sequence | outcome | detail."""
+    out = [f"#### {title}", ""] if title else []
+    out += ["| sequence | outcome | detail |", "|---|---|---|"]
+    for r in rows:
+        out.append(f"| `{r['probe']}`: {r['what']} | {r['outcome']} | "
+                   f"{r['detail'].replace('|', '/')} |")
+    return "\n".join(out)
