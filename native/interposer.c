@@ -21,9 +21,21 @@
  * back) or OSH_CB_FATAL (-2): the Python side has printed libomptarget's fatal message
  * (OMP_TARGET_OFFLOAD=mandatory) and the process aborts like libomptarget 16 does.
  *
- * GCC (libgomp) entry points GOMP_offload_register_ver / GOMP_offload_unregister_ver
- * are exported too (version nodes GOMP_4.0.1 / GOMP_4.5), but only for registration:
- * launches stay with libgomp, which falls back to the host when it has no image.
+ * GCC (libgomp) entry points: GOMP_offload_register_ver / GOMP_offload_unregister_ver
+ * (GOMP_4.5) deliver a GCC library's host table and mkoffload target_data to Python;
+ * GOMP_target_ext, GOMP_target_data_ext, GOMP_target_update_ext,
+ * GOMP_target_enter_exit_data (GOMP_4.5) and GOMP_target_end_data (GOMP_4.0) ask Python
+ * what to do with each construct.  The only answer implemented is libgomp's "no usable
+ * device": the construct is handed to the real libgomp (dlvsym on the libgomp.so.1 the
+ * library itself loaded) with device GOMP_DEVICE_HOST_FALLBACK (-2), so the host
+ * fallback is libgomp's own (gomp_target_fallback: fresh thread state, thread_limit,
+ * nowait/depend handling; target data regions kept on the ICV stack).  All other GOMP_*
+ * names (parallel, barrier, ...) are not defined here and keep resolving to libgomp.
+ *
+ * offload-shim run: when OFFLOAD_SHIM_EMBED=1 (set by the run command together with
+ * LD_PRELOAD) the first entry point called without a callback table starts an embedded
+ * CPython (embed_start below) which installs the table; every callback then runs with
+ * the GIL taken by PyGILState_Ensure/Release.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,6 +47,9 @@
 
 #define OSH_EXPORT __attribute__((visibility("default")))
 #define OSH_CB_FATAL (-2)
+#define OSH_GOMP_FALLBACK 1
+#define OSH_GOMP_FATAL (-3)
+#define GOMP_DEVICE_HOST_FALLBACK (-2)
 #define OMP_TGT_SUCCESS 0
 #define OMP_TGT_FAIL (-1)
 
@@ -54,6 +69,13 @@ typedef int (*osh_cb_present)(const void *ptr, int32_t dev);      /* returns 0/1
 typedef int (*osh_cb_num_devices)(void);
 typedef int (*osh_cb_gomp)(int32_t unregister, uint32_t version, const void *host_table,
                            int32_t target_type, const void *target_data);
+/* kind: 0 GOMP_target_ext, 1 GOMP_target_data_ext, 2 GOMP_target_end_data,
+ * 3 GOMP_target_update_ext, 4 GOMP_target_enter_exit_data.  Returns 0 (done on a device),
+ * OSH_GOMP_FALLBACK (1: libgomp host fallback), -1 (failed: fallback too) or
+ * OSH_GOMP_FATAL (-3: Python printed libgomp's gomp_fatal message; exit(1)). */
+typedef int (*osh_cb_gomp_target)(int32_t kind, int32_t device, void *fn, uint64_t mapnum,
+                                  void **hostaddrs, uint64_t *sizes, void *kinds,
+                                  uint32_t flags);
 
 struct osh_interposer_callbacks {
   uint64_t size;                 /* sizeof(struct osh_interposer_callbacks) */
@@ -68,6 +90,7 @@ struct osh_interposer_callbacks {
   osh_cb_present target_is_present;
   osh_cb_num_devices num_devices;
   osh_cb_gomp gomp_register;
+  osh_cb_gomp_target gomp_target;
 };
 
 static struct osh_interposer_callbacks cbs;
@@ -77,9 +100,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *registered[MAX_REG];
 static int num_registered;
 static int64_t requires_flags;
-static uint64_t calls[16];
+static uint64_t calls[24];
 enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
-       C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_NCALLS };
+       C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
+       C_GOMP_FALLBACK, C_NCALLS };
 
 static void count(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
 
@@ -90,6 +114,93 @@ static void fatal_if(int rc)
     fflush(stderr);
     abort();
   }
+}
+
+
+/* ---- embedded CPython (offload-shim run) ------------------------------------------ */
+/* The run command sets OFFLOAD_SHIM_EMBED=1, OFFLOAD_SHIM_LIBPYTHON (the shared
+ * libpython3.X.so of the interpreter that runs offload-shim) and OFFLOAD_SHIM_PYTHONPATH
+ * (its sys.path).  libpython is dlopen'ed RTLD_GLOBAL (extension modules such as _ctypes
+ * resolve Py* there); nothing links against it, so the interposer stays usable from any
+ * Python.  offload_shim.embed.start() builds the Runtime and installs the callbacks;
+ * the GIL is then released and every callback takes it (CB below; ctypes' own
+ * trampolines do the same).  offload_shim.embed.stop() runs from atexit, before the
+ * plugins' destructors (_dl_fini). */
+static int cbs_installed;                 /* a Python table is installed */
+static int embed_active;                  /* we started CPython */
+static pthread_once_t embed_once = PTHREAD_ONCE_INIT;
+static int (*p_gil_ensure)(void);         /* PyGILState_Ensure (PyGILState_STATE = int) */
+static void (*p_gil_release)(int);
+static int (*p_run)(const char *);        /* PyRun_SimpleString */
+
+static int gil_take(void) { return embed_active ? p_gil_ensure() : 0; }
+static void gil_drop(int st)
+{
+  if (embed_active)
+    p_gil_release(st);
+}
+#define CB(call) ({ int st_ = gil_take(); int r_ = (call); gil_drop(st_); r_; })
+
+static void embed_stop(void)
+{
+  if (!embed_active)
+    return;
+  int st = p_gil_ensure();
+  p_run("import offload_shim.embed as _osh_e\n_osh_e.stop()\n");
+  p_gil_release(st);
+}
+
+static void embed_start(void)
+{
+  const char *on = getenv("OFFLOAD_SHIM_EMBED");
+  if (!on || strcmp(on, "1") != 0)
+    return;
+  const char *path = getenv("OFFLOAD_SHIM_LIBPYTHON");
+  void *h = path ? dlopen(path, RTLD_NOW | RTLD_GLOBAL) : NULL;
+  if (!h) {
+    fprintf(stderr, "offload_shim: cannot load libpython (%s): %s; running without the "
+            "Python runtime (no device)\n", path ? path : "OFFLOAD_SHIM_LIBPYTHON unset",
+            path ? dlerror() : "");
+    return;
+  }
+  int (*is_init)(void) = (int (*)(void))dlsym(h, "Py_IsInitialized");
+  void (*init_ex)(int) = (void (*)(int))dlsym(h, "Py_InitializeEx");
+  void *(*save)(void) = (void *(*)(void))dlsym(h, "PyEval_SaveThread");
+  p_gil_ensure = (int (*)(void))dlsym(h, "PyGILState_Ensure");
+  p_gil_release = (void (*)(int))dlsym(h, "PyGILState_Release");
+  p_run = (int (*)(const char *))dlsym(h, "PyRun_SimpleString");
+  if (!is_init || !init_ex || !save || !p_gil_ensure || !p_gil_release || !p_run) {
+    fprintf(stderr, "offload_shim: %s lacks the embedding API\n", path);
+    return;
+  }
+  static const char boot[] =
+      "import os, sys\n"
+      "sys.argv = sys.argv or ['offload-shim-run']\n"
+      "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
+      ".split(os.pathsep) if p and p not in sys.path]\n"
+      "import offload_shim.embed as _osh_e\n"
+      "_osh_e.start()\n";
+  int rc;
+  if (is_init()) {                        /* the program is itself a Python */
+    int st = p_gil_ensure();
+    rc = p_run(boot);
+    p_gil_release(st);
+  } else {
+    init_ex(0);                           /* no signal handlers: the program keeps its own */
+    rc = p_run(boot);
+    save();                               /* release the GIL for good */
+  }
+  embed_active = 1;
+  atexit(embed_stop);
+  if (rc != 0)
+    fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
+            "above); running without it (no device)\n");
+}
+
+static void ensure_python(void)
+{
+  if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE))
+    pthread_once(&embed_once, embed_start);
 }
 
 /* ---- control API (called from Python) -------------------------------------------- */
@@ -105,6 +216,7 @@ OSH_EXPORT int osh_interposer_set_callbacks(const struct osh_interposer_callback
     }
     cbs = *cb;
   }
+  __atomic_store_n(&cbs_installed, cb != NULL, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lock);
   return 0;
 }
@@ -134,26 +246,29 @@ OSH_EXPORT void __tgt_register_requires(int64_t flags)
 {
   count(C_REQ);
   requires_flags = flags;
+  ensure_python();
   osh_cb_requires f = cbs.register_requires;
   if (f)
-    fatal_if(f(flags));
+    fatal_if(CB(f(flags)));
 }
 
 OSH_EXPORT void __tgt_register_lib(void *desc)
 {
   count(C_REG);
+  ensure_python();
   pthread_mutex_lock(&lock);
   if (num_registered < MAX_REG)
     registered[num_registered++] = desc;
   osh_cb_desc f = cbs.register_lib;
   pthread_mutex_unlock(&lock);
   if (f)
-    fatal_if(f(desc));
+    fatal_if(CB(f(desc)));
 }
 
 OSH_EXPORT void __tgt_unregister_lib(void *desc)
 {
   count(C_UNREG);
+  ensure_python();
   pthread_mutex_lock(&lock);
   for (int i = 0; i < num_registered; i++)
     if (registered[i] == desc) {
@@ -165,7 +280,7 @@ OSH_EXPORT void __tgt_unregister_lib(void *desc)
   osh_cb_desc f = cbs.unregister_lib;
   pthread_mutex_unlock(&lock);
   if (f)
-    fatal_if(f(desc));
+    fatal_if(CB(f(desc)));
 }
 
 OSH_EXPORT void __tgt_init_all_rtls(void) {}
@@ -174,12 +289,13 @@ OSH_EXPORT int __tgt_target_kernel(void *loc, int64_t dev, int32_t teams, int32_
                                    void *host_ptr, void *args)
 {
   count(C_KERNEL);
+  ensure_python();
   osh_cb_kernel f = cbs.target_kernel;
   if (!f) {
     count(C_FALLBACK);
     return OMP_TGT_FAIL;
   }
-  int rc = f(loc, dev, teams, threads, host_ptr, args);
+  int rc = CB(f(loc, dev, teams, threads, host_ptr, args));
   fatal_if(rc);
   if (rc != 0)
     count(C_FALLBACK);
@@ -202,9 +318,10 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
                       void **mappers)
 {
   count(C_DATA);
+  ensure_python();
   osh_cb_data f = cbs.target_data;
   if (f)
-    fatal_if(f(kind, loc, dev, n, bases, args, sizes, types, names, mappers));
+    fatal_if(CB(f(kind, loc, dev, n, bases, args, sizes, types, names, mappers)));
 }
 
 #define DATA_FORMS(NAME, KIND)                                                              \
@@ -251,8 +368,9 @@ OSH_EXPORT void __kmpc_push_target_tripcount(int64_t dev, uint64_t n) { (void)de
 OSH_EXPORT int omp_get_num_devices(void)
 {
   count(C_NUMDEV);
+  ensure_python();
   osh_cb_num_devices f = cbs.num_devices;
-  return f ? f() : 0;
+  return f ? CB(f()) : 0;
 }
 
 /* libomp's omp_get_num_devices() looks this name up with dlsym(RTLD_DEFAULT) first */
@@ -264,11 +382,12 @@ OSH_EXPORT int omp_get_initial_device(void) { return omp_get_num_devices(); }
 OSH_EXPORT void *omp_target_alloc(size_t size, int dev)
 {
   count(C_ALLOC);
+  ensure_python();
   osh_cb_alloc f = cbs.target_alloc;
   if (!f)
     return dev == omp_get_initial_device() ? malloc(size) : NULL;
   void *out = NULL;
-  int rc = f(size, dev, &out);
+  int rc = CB(f(size, dev, &out));
   fatal_if(rc);
   return rc == 0 ? out : NULL;
 }
@@ -276,19 +395,21 @@ OSH_EXPORT void *omp_target_alloc(size_t size, int dev)
 OSH_EXPORT void omp_target_free(void *ptr, int dev)
 {
   count(C_FREE);
+  ensure_python();
   osh_cb_free f = cbs.target_free;
   if (!f) {
     if (dev == omp_get_initial_device())
       free(ptr);
     return;
   }
-  fatal_if(f(ptr, dev));
+  fatal_if(CB(f(ptr, dev)));
 }
 
 OSH_EXPORT int omp_target_memcpy(void *dst, const void *src, size_t len, size_t dst_off,
                                  size_t src_off, int dst_dev, int src_dev)
 {
   count(C_MEMCPY);
+  ensure_python();
   osh_cb_memcpy f = cbs.target_memcpy;
   if (!f) {
     int host = omp_get_initial_device();
@@ -297,7 +418,7 @@ OSH_EXPORT int omp_target_memcpy(void *dst, const void *src, size_t len, size_t 
     memcpy((char *)dst + dst_off, (const char *)src + src_off, len);
     return 0;
   }
-  int rc = f(dst, src, len, dst_off, src_off, dst_dev, src_dev);
+  int rc = CB(f(dst, src, len, dst_off, src_off, dst_dev, src_dev));
   fatal_if(rc);
   return rc == 0 ? 0 : OMP_TGT_FAIL;
 }
@@ -305,29 +426,129 @@ OSH_EXPORT int omp_target_memcpy(void *dst, const void *src, size_t len, size_t 
 OSH_EXPORT int omp_target_is_present(const void *ptr, int dev)
 {
   count(C_PRESENT);
+  ensure_python();
   osh_cb_present f = cbs.target_is_present;
   if (!f)
     return dev == omp_get_initial_device();
-  int rc = f(ptr, dev);
+  int rc = CB(f(ptr, dev));
   fatal_if(rc);
   return rc > 0;
 }
 
-/* ---- libgomp registration (GOMP_4.0.1 / GOMP_4.5) ---------------------------------- */
+/* ---- libgomp (GCC) entry points: GOMP_4.5 / GOMP_4.0 ---------------------------- */
 OSH_EXPORT void GOMP_offload_register_ver(unsigned version, const void *host_table,
                                           int target_type, const void *target_data)
 {
   count(C_GOMP_REG);
+  ensure_python();
   osh_cb_gomp f = cbs.gomp_register;
   if (f)
-    fatal_if(f(0, version, host_table, target_type, target_data));
+    fatal_if(CB(f(0, version, host_table, target_type, target_data)));
 }
 
 OSH_EXPORT void GOMP_offload_unregister_ver(unsigned version, const void *host_table,
                                             int target_type, const void *target_data)
 {
   count(C_GOMP_UNREG);
+  ensure_python();
   osh_cb_gomp f = cbs.gomp_register;
   if (f)
-    fatal_if(f(1, version, host_table, target_type, target_data));
+    fatal_if(CB(f(1, version, host_table, target_type, target_data)));
+}
+
+/* The real libgomp entry point NAME@VER: from the libgomp.so.1 already mapped (every GCC
+ * offload library has it as DT_NEEDED, loaded RTLD_LOCAL, so RTLD_NEXT would not see
+ * it).  The handle is kept: a cached pointer must stay valid. */
+static void *real_gomp(const char *name, const char *ver)
+{
+  void *h = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!h)
+    h = dlopen("libgomp.so.1", RTLD_LAZY);
+  return h ? dlvsym(h, name, ver) : NULL;
+}
+
+#define REAL_GOMP(var, type, name, ver)                                                    \
+  static type var;                                                                         \
+  if (!__atomic_load_n(&var, __ATOMIC_ACQUIRE))                                            \
+    __atomic_store_n(&var, (type)real_gomp(name, ver), __ATOMIC_RELEASE);
+
+/* Ask Python; 1 = run libgomp's host fallback, 0 = Python ran it on a device. */
+static int gomp_decide(int kind, int device, void *fn, size_t mapnum, void **hostaddrs,
+                       size_t *sizes, void *kinds, unsigned flags)
+{
+  count(kind == 0 ? C_GOMP_TARGET : C_GOMP_DATA);
+  ensure_python();
+  osh_cb_gomp_target f = cbs.gomp_target;
+  int rc = f ? CB(f(kind, device, fn, mapnum, hostaddrs, (uint64_t *)sizes, kinds, flags))
+             : OSH_GOMP_FALLBACK;
+  if (rc == OSH_GOMP_FATAL) {             /* libgomp gomp_fatal: message, exit(1) */
+    fflush(stdout);
+    fflush(stderr);
+    exit(EXIT_FAILURE);
+  }
+  fatal_if(rc);
+  if (rc != 0)
+    count(C_GOMP_FALLBACK);
+  return rc != 0;
+}
+
+typedef void (*gomp_target_ext_fn)(int, void (*)(void *), size_t, void **, size_t *,
+                                   unsigned short *, unsigned, void **, void **);
+OSH_EXPORT void GOMP_target_ext(int device, void (*fn)(void *), size_t mapnum,
+                                void **hostaddrs, size_t *sizes, unsigned short *kinds,
+                                unsigned flags, void **depend, void **args)
+{
+  if (!gomp_decide(0, device, (void *)fn, mapnum, hostaddrs, sizes, kinds, flags))
+    return;
+  REAL_GOMP(real, gomp_target_ext_fn, "GOMP_target_ext", "GOMP_4.5")
+  if (real)
+    real(GOMP_DEVICE_HOST_FALLBACK, fn, mapnum, hostaddrs, sizes, kinds, flags, depend,
+         args);
+  else
+    fn(hostaddrs);                        /* no libgomp: the bare host version */
+}
+
+typedef void (*gomp_target_data_ext_fn)(int, size_t, void **, size_t *, unsigned short *);
+OSH_EXPORT void GOMP_target_data_ext(int device, size_t mapnum, void **hostaddrs,
+                                     size_t *sizes, unsigned short *kinds)
+{
+  if (!gomp_decide(1, device, NULL, mapnum, hostaddrs, sizes, kinds, 0))
+    return;
+  REAL_GOMP(real, gomp_target_data_ext_fn, "GOMP_target_data_ext", "GOMP_4.5")
+  if (real)                               /* keeps libgomp's target-data ICV stack */
+    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds);
+}
+
+typedef void (*gomp_end_data_fn)(void);
+OSH_EXPORT void GOMP_target_end_data(void)
+{
+  if (!gomp_decide(2, GOMP_DEVICE_HOST_FALLBACK, NULL, 0, NULL, NULL, NULL, 0))
+    return;
+  REAL_GOMP(real, gomp_end_data_fn, "GOMP_target_end_data", "GOMP_4.0")
+  if (real)
+    real();
+}
+
+typedef void (*gomp_update_ext_fn)(int, size_t, void **, size_t *, unsigned short *,
+                                   unsigned, void **);
+OSH_EXPORT void GOMP_target_update_ext(int device, size_t mapnum, void **hostaddrs,
+                                       size_t *sizes, unsigned short *kinds, unsigned flags,
+                                       void **depend)
+{
+  if (!gomp_decide(3, device, NULL, mapnum, hostaddrs, sizes, kinds, flags))
+    return;
+  REAL_GOMP(real, gomp_update_ext_fn, "GOMP_target_update_ext", "GOMP_4.5")
+  if (real)
+    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds, flags, depend);
+}
+
+OSH_EXPORT void GOMP_target_enter_exit_data(int device, size_t mapnum, void **hostaddrs,
+                                            size_t *sizes, unsigned short *kinds,
+                                            unsigned flags, void **depend)
+{
+  if (!gomp_decide(4, device, NULL, mapnum, hostaddrs, sizes, kinds, flags))
+    return;
+  REAL_GOMP(real, gomp_update_ext_fn, "GOMP_target_enter_exit_data", "GOMP_4.5")
+  if (real)
+    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds, flags, depend);
 }

@@ -13,7 +13,9 @@
   binaries, clang's host entry table (section ``omp_offloading_entries``, 32-byte
   ``__tgt_offload_entry`` records with their names), GCC's ``.gnu.offload_funcs`` /
   ``.gnu.offload_vars`` tables (host addresses; names through the symbol table) and the
-  GCC device-image sections ``.gnu.offload_lto_*`` / ``.offload_*``.
+  GCC device-image sections ``.gnu.offload_lto_*`` / ``.offload_*``, and in a linked
+  GCC library mkoffload's nvptx ``target_data`` (:func:`parse_nvptx_target_data`: PTX
+  objects, function and variable names).
 
 Everything is read from the file; nothing is loaded or relocated (addresses in
 ``omp_offloading_entries`` of a shared object are link-time values, names come from the
@@ -110,12 +112,62 @@ def unwrap_image(data: bytes) -> tuple[bytes, dict]:
     return entries[0].image, entries[0].strings
 
 
+#: GCC ``enum offload_target_type`` (gomp-constants.h)
+GOMP_TARGET_TYPES = {2: "host", 5: "nvptx", 6: "intel_mic", 7: "hsa", 8: "gcn"}
+_NVPTX_TDATA = struct.Struct("<QI4xQI4xQI4x")   # nvptx_tdata_t, GCC 7-13 (48 bytes)
+
+
+def parse_nvptx_target_data(read, addr: int, cstring=None) -> dict:
+    """Decode mkoffload's nvptx ``target_data`` (``nvptx_tdata_t``, GCC 7-13,
+    abi-reference 2.6) at ``addr``: ``{"ptx_objs": [{"addr", "size"}],
+    "var_names": [str], "fn_names": [str], "fn_dims": [(gang, worker, vector)]}``
+    (sizes in bytes, PTX text NUL included).  ``read(addr, n) -> bytes`` reads memory
+    (``ctypes.string_at`` for a loaded library; :func:`describe` applies the
+    dynamic relocations of a file); ``cstring(addr) -> str`` reads a NUL-terminated
+    name (default: through ``read``).  Raises InvalidImageError when a pointer cannot
+    be read."""
+    def rd(a: int, n: int) -> bytes:
+        b = read(a, n) if a else None
+        if b is None or len(b) < n:
+            raise InvalidImageError(f"nvptx target_data: cannot read {n} bytes at {a:#x}")
+        return b
+
+    def cstr(a: int) -> str:
+        if cstring is not None:
+            return cstring(a)
+        for n in (256, 4096):
+            b = read(a, n) if a else None
+            if b and b"\0" in b:
+                return b.split(b"\0", 1)[0].decode(errors="replace")
+        raise InvalidImageError(f"nvptx target_data: no string at {a:#x}")
+
+    objs, nobj, vnames, nvar, fdescs, nfn = _NVPTX_TDATA.unpack(rd(addr, _NVPTX_TDATA.size))
+    if nobj > 1 << 16 or nvar > 1 << 20 or nfn > 1 << 20:
+        raise InvalidImageError("nvptx target_data: implausible counts "
+                                f"({nobj} PTX objects, {nvar} vars, {nfn} functions)")
+    out: dict = {"ptx_objs": [], "var_names": [], "fn_names": [], "fn_dims": []}
+    raw = rd(objs, 16 * nobj) if nobj else b""
+    for i in range(nobj):
+        code, size = struct.unpack_from("<QQ", raw, 16 * i)
+        out["ptx_objs"].append({"addr": code, "size": size})
+    raw = rd(vnames, 8 * nvar) if nvar else b""
+    for i in range(nvar):
+        out["var_names"].append(cstr(struct.unpack_from("<Q", raw, 8 * i)[0]))
+    raw = rd(fdescs, 16 * nfn) if nfn else b""
+    for i in range(nfn):
+        fn, d0, d1, d2 = struct.unpack_from("<QHHH", raw, 16 * i)
+        out["fn_names"].append(cstr(fn))
+        out["fn_dims"].append((d0, d1, d2))
+    return out
+
+
 def describe(path: str | Path) -> dict:
     """What ``path`` (ELF object, shared library or executable) carries for
     offloading: ``{"path", "machine", "llvm_offloading": [OffloadBinaryEntry...],
     "omp_offloading_entries": [{"name", "size", "flags", "addr"}...],
-    "gnu_offload_funcs": [{"addr", "name"}], "gnu_offload_vars": [{"addr", "size", "name"}],
-    "gnu_offload_sections": [names]}``.  Raises InvalidImageError for non-ELF data."""
+    "gnu_offload_funcs": [{"addr", "name"}], "gnu_offload_vars": [{"addr", "size", "link",
+    "name"}], "gnu_offload_sections": [names], "gomp_target_data": dict or None}``
+    (addresses are link-time values, dynamic relocations applied).  Raises InvalidImageError for non-ELF data."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     data = Path(path).read_bytes()
@@ -173,15 +225,16 @@ def describe(path: str | Path) -> dict:
             out["omp_offloading_entries"].append(
                 {"name": name or symbols.get(addr), "size": size, "flags": flags,
                  "addr": addr})
+    relocs = _dyn_relocations(elf, sections)
     sec = sections.get(".gnu.offload_funcs")
     if sec is not None:
-        raw = sec.data()
+        raw = _relocated(sec.data(), sec["sh_addr"], relocs)
         for i in range(len(raw) // 8):
             (addr,) = struct.unpack_from("<Q", raw, 8 * i)
             out["gnu_offload_funcs"].append({"addr": addr, "name": symbols.get(addr)})
     sec = sections.get(".gnu.offload_vars")
     if sec is not None:
-        raw = sec.data()
+        raw = _relocated(sec.data(), sec["sh_addr"], relocs)
         for i in range(len(raw) // 16):
             addr, size = struct.unpack_from("<QQ", raw, 16 * i)
             out["gnu_offload_vars"].append({"addr": addr, "size": size & ~(1 << 63),
@@ -189,7 +242,68 @@ def describe(path: str | Path) -> dict:
                                             "name": symbols.get(addr)})
     out["gnu_offload_sections"] = sorted(n for n in sections
                                          if n.startswith((".gnu.offload_lto_", ".offload_")))
+    out["gomp_target_data"] = _gomp_target_data(elf, sections, read_vaddr, relocs)
     return out
+
+
+def _dyn_relocations(elf, sections) -> dict[int, int]:
+    """Link-time values of the 8-byte words ``.rela.dyn`` fills in a shared object:
+    ``R_X86_64_RELATIVE`` (addend) and ``R_X86_64_64`` against a defined symbol
+    (symbol value + addend).  ``{address: value}``; empty for relocatable objects."""
+    out: dict[int, int] = {}
+    rela = sections.get(".rela.dyn")
+    if rela is None or elf["e_type"] == "ET_REL":
+        return out
+    symtab = elf.get_section(rela["sh_link"]) if rela["sh_link"] else None
+    for r in rela.iter_relocations():
+        if r["r_info_type"] == 8:                       # R_X86_64_RELATIVE
+            out[r["r_offset"]] = r["r_addend"]
+        elif r["r_info_type"] == 1 and symtab is not None:   # R_X86_64_64
+            sym = symtab.get_symbol(r["r_info_sym"])
+            if sym["st_shndx"] != "SHN_UNDEF":
+                out[r["r_offset"]] = sym["st_value"] + r["r_addend"]
+    return out
+
+
+def _relocated(raw: bytes, addr: int, relocs: dict[int, int]) -> bytes:
+    """``raw`` (read at link-time address ``addr``) with the words of ``relocs`` put in."""
+    if not relocs:
+        return raw
+    buf = bytearray(raw)
+    for off in range(addr - addr % 8, addr + len(buf), 8):
+        if off in relocs:
+            val = struct.pack("<Q", relocs[off] & 0xFFFFFFFFFFFFFFFF)
+            for k in range(8):
+                if 0 <= off - addr + k < len(buf):
+                    buf[off - addr + k] = val[k]
+    return bytes(buf)
+
+
+def _gomp_target_data(elf, sections, read_vaddr, relocs) -> dict | None:
+    """mkoffload's nvptx ``target_data`` of a linked GCC library (the local symbol
+    ``target_data`` that its constructor passes to ``GOMP_offload_register_ver``),
+    with the file's dynamic relocations applied; None when absent
+    (no offloading, stripped, or another target).  Adds ``"addr"`` and
+    ``"ptx_bytes"`` (sum of the PTX object sizes)."""
+    symtab = sections.get(".symtab")
+    if symtab is None or elf["e_type"] == "ET_REL":
+        return None
+    tdata = [s for s in symtab.iter_symbols() if s.name == "target_data"
+             and s["st_info"]["type"] == "STT_OBJECT" and s["st_size"] == _NVPTX_TDATA.size]
+    if len(tdata) != 1:
+        return None
+    def read(addr: int, n: int) -> bytes | None:
+        raw = read_vaddr(addr, n)
+        return None if raw is None else _relocated(raw, addr, relocs)
+
+    try:
+        info = parse_nvptx_target_data(read, tdata[0]["st_value"])
+    except InvalidImageError:
+        return None
+    info["addr"] = tdata[0]["st_value"]
+    info["target"] = "nvptx"
+    info["ptx_bytes"] = sum(o["size"] for o in info["ptx_objs"])
+    return info
 
 
 def format_description(info: dict) -> str:
@@ -213,10 +327,20 @@ def format_description(info: dict) -> str:
                          + (", link" if v["link"] else "") + ")")
     for s in info["gnu_offload_sections"]:
         lines.append(f"  GCC offload section {s}")
+    td = info.get("gomp_target_data")
+    if td:
+        lines.append(f"  GCC {td['target']} target_data at {td['addr']:#x}: "
+                     f"{len(td['ptx_objs'])} PTX objects ({td['ptx_bytes']} bytes), "
+                     f"{len(td['fn_names'])} functions, {len(td['var_names'])} variables")
+        for n in td["fn_names"]:
+            lines.append(f"    ptx func {n}")
+        for n in td["var_names"]:
+            lines.append(f"    ptx var  {n}")
     if len(lines) == 1:
         lines.append("  no offload images or entries")
     return "\n".join(lines)
 
 
-__all__ = ["OffloadBinaryEntry", "describe", "format_description", "is_offload_binary",
-           "parse_offload_binaries", "unwrap_image"]
+__all__ = ["GOMP_TARGET_TYPES", "OffloadBinaryEntry", "describe", "format_description",
+           "is_offload_binary", "parse_nvptx_target_data", "parse_offload_binaries",
+           "unwrap_image"]

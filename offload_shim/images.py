@@ -61,7 +61,7 @@ class OffloadImage:
     """
 
     def __init__(self, data: bytes, entries: Iterable[HostEntry], *, name: str = "image",
-                 host_addresses: Iterable[int] | None = None):
+                 host_addresses: Iterable[int] | None = None, machine: str | None = None):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("image data must be bytes")
         self.data = bytes(data)
@@ -76,10 +76,14 @@ class OffloadImage:
                 raise ValueError("entry with an empty name")
         self.name = name
         self.id = next(_ids)
-        try:
-            self.machine = elf.machine(self.data)
-        except InvalidImageError as exc:
-            raise InvalidImageError(f"image {name!r}: {exc}") from None
+        if machine is not None:
+            # not an ELF image (issue 7: a GCC mkoffload image, e.g. "nvptx" PTX text)
+            self.machine = machine
+        else:
+            try:
+                self.machine = elf.machine(self.data)
+            except InvalidImageError as exc:
+                raise InvalidImageError(f"image {name!r}: {exc}") from None
         self._lock = threading.Lock()
         self._cbytes = None
         self._anchors = None

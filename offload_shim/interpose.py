@@ -34,8 +34,15 @@ here, where :class:`Interposer` implements libomptarget's host side over a
   runs its host version; any other failure under an effective ``mandatory`` policy
   prints libomptarget's fatal message and aborts the process.
 
+GCC libraries (libgomp): ``GOMP_offload_register_ver`` / ``_unregister_ver`` register a
+:class:`GompImage` (real host table + mkoffload's nvptx target data) with the runtime;
+``GOMP_target_ext`` & co. are decided here like libgomp 12 (``resolve_device``) and, with
+no usable device, run libgomp's own host fallback (the interposer calls the real entry
+point with device -2).  See docs/interpose.md.
+
 Not implemented (the construct fails, i.e. fatal under ``mandatory``): user-defined
-mappers, non-contiguous ``target update``, ``requires unified_shared_memory``.
+mappers, non-contiguous ``target update``, ``requires unified_shared_memory``; GCC images
+on a device (always the host fallback).
 """
 
 from __future__ import annotations
@@ -99,6 +106,8 @@ _MEMCPY_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_uint64, c_uint64, c_uint64, 
 _PRESENT_CB = CFUNCTYPE(c_int, c_void_p, c_int32)
 _NUMDEV_CB = CFUNCTYPE(c_int)
 _GOMP_CB = CFUNCTYPE(c_int, c_int32, c_uint32, c_void_p, c_int32, c_void_p)
+_GOMP_TARGET_CB = CFUNCTYPE(c_int, c_int32, c_int32, c_void_p, c_uint64, c_void_p, c_void_p,
+                            c_void_p, c_uint32)
 
 
 class _Callbacks(Structure):
@@ -107,14 +116,21 @@ class _Callbacks(Structure):
                 ("target_data", _DATA_CB), ("target_alloc", _ALLOC_CB),
                 ("target_free", _FREE_CB), ("target_memcpy", _MEMCPY_CB),
                 ("target_is_present", _PRESENT_CB), ("num_devices", _NUMDEV_CB),
-                ("gomp_register", _GOMP_CB)]
+                ("gomp_register", _GOMP_CB), ("gomp_target", _GOMP_TARGET_CB)]
 
 
 #: osh_interposer_calls() counter indices (native/interposer.c)
 CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_kernel",
                  "target_data", "target_alloc", "target_free", "target_memcpy",
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
-                 "fallback")
+                 "fallback", "gomp_target", "gomp_data", "gomp_fallback")
+
+# libgomp (GCC 12 gomp-constants.h / target.c)
+GOMP_DEVICE_ICV = -1
+GOMP_DEVICE_HOST_FALLBACK = -2
+GOMP_CONSTRUCTS = ("target", "target_data", "target_end_data", "target_update",
+                   "target_enter_exit_data")
+_GOMP_FALLBACK, _GOMP_FATAL = 1, -3
 
 _native = None
 _native_lock = threading.Lock()
@@ -352,6 +368,63 @@ class LoadedLibrary:
         return f"<LoadedLibrary {self.path} {'closed' if self._closed else 'open'}>"
 
 
+class GompImage(OffloadImage):
+    """A GCC library's offload image as ``GOMP_offload_register_ver`` hands it over
+    (issue 7).  ``gomp_version`` (packed, abi-reference 2.1), ``gomp_target_type``
+    (``enum offload_target_type``: 5 = nvptx, 8 = gcn), ``gomp_target_data`` (address
+    of mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes),
+    ``host_table``; entries: the functions then the variables of the host table, in
+    libgomp's table order, named from the nvptx target data when it decodes
+    (``device_data``: :func:`~offload_shim.imageinfo.parse_nvptx_target_data`'s
+    dict), else ``func<i>`` / ``var<j>``; host addresses: the library's real ones.
+    ``data``: the PTX texts, NUL-separated (nvptx), else empty; ``machine`` is the
+    target name.  Valid while the library stays loaded."""
+
+    def __init__(self, data, entries, *, name, host_addresses, version, target_type,
+                 target_data, host_table, device_data=None):
+        from .imageinfo import GOMP_TARGET_TYPES
+        super().__init__(data, entries, name=name, host_addresses=host_addresses,
+                         machine=GOMP_TARGET_TYPES.get(target_type, f"gomp-{target_type}"))
+        self.gomp_version = version
+        self.gomp_target_type = target_type
+        self.gomp_target_data = target_data
+        self.host_table = host_table
+        self.device_data = device_data
+
+    @classmethod
+    def from_registration(cls, version, host_table, target_type, target_data, funcs,
+                          vars_) -> "GompImage":
+        """Build from the arguments of ``GOMP_offload_register_ver`` and the decoded
+        host table.  Raises ValueError (NULL host addresses, duplicate names)."""
+        from .imageinfo import parse_nvptx_target_data
+        dd = None
+        data = b""
+        fnames = [f"func{i}" for i in range(len(funcs))]
+        vnames = [f"var{j}" for j in range(len(vars_))]
+        if target_type == 5 and target_data:
+            try:
+                dd = parse_nvptx_target_data(lambda a, n: ctypes.string_at(a, n),
+                                             target_data,
+                                             cstring=lambda a: ctypes.string_at(a).decode(
+                                                 errors="replace"))
+            except InvalidImageError:
+                dd = None
+            if dd is not None:
+                data = b"\0".join(ctypes.string_at(o["addr"], o["size"]).rstrip(b"\0")
+                                  for o in dd["ptx_objs"])
+                if len(dd["fn_names"]) == len(funcs):
+                    fnames = list(dd["fn_names"])
+                if len(dd["var_names"]) == len(vars_):
+                    vnames = list(dd["var_names"])
+        entries = [HostEntry(n, 0) for n in fnames]
+        entries += [HostEntry(n, size & ~(1 << 63), 1 if size >> 63 else 0)
+                    for n, (_a, size) in zip(vnames, vars_)]
+        addrs = list(funcs) + [a for a, _s in vars_]
+        return cls(data, entries, name=f"gomp@{target_data:#x}", host_addresses=addrs,
+                   version=version, target_type=target_type, target_data=target_data,
+                   host_table=host_table, device_data=dd)
+
+
 _active: "Interposer | None" = None
 _active_lock = threading.Lock()
 
@@ -377,6 +450,8 @@ class Interposer:
         self.libraries: dict[int, list[OffloadImage]] = {}
         self.unsupported: list[tuple[int, str]] = []
         self.gomp_registrations: list[dict] = []
+        self.gomp_constructs: dict[str, int] = {k: 0 for k in GOMP_CONSTRUCTS}
+        self.gomp_fallbacks = 0
         self.requires_flags = 0
         self.errors: list[str] = []
         self._loaded: list[LoadedLibrary] = []
@@ -400,6 +475,8 @@ class Interposer:
         cb.target_is_present = _PRESENT_CB(self._guard(self._on_is_present, fail=0))
         cb.num_devices = _NUMDEV_CB(self._guard(self._num_devices, fail=0))
         cb.gomp_register = _GOMP_CB(self._guard(self._on_gomp))
+        cb.gomp_target = _GOMP_TARGET_CB(self._guard(self._on_gomp_target,
+                                                     fail=_GOMP_FALLBACK))
         if lib.osh_interposer_set_callbacks(ctypes.byref(cb)) != 0:
             raise LifecycleError("osh_interposer_set_callbacks rejected the table "
                                  "(struct size mismatch: rebuild the native library)")
@@ -666,14 +743,29 @@ class Interposer:
 
     def _on_gomp(self, unregister: int, version: int, host_table: int, target_type: int,
                  target_data: int) -> int:
-        """``GOMP_offload_register_ver`` / ``_unregister_ver``: record the real host
-        table (function addresses, (variable address, size) pairs, libgomp target.c).
-        No GOMP device image format other than the bundled plugin's is supported, so
-        the image stays pending and libgomp runs the regions on the host."""
+        """``GOMP_offload_register_ver`` / ``_unregister_ver`` (libgomp target.c, seed
+        000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
+        host function addresses, ``(address, size)`` variable pairs, top size bit =
+        ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX
+        objects, function and variable names, abi-reference 2.6), record both in
+        :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime:
+        pending for the plugins of that target type (e.g. the GCC 12 nvptx plugin; with
+        0 devices nothing is ever loaded), :attr:`unsupported` when no plugin takes it.
+        Unregistration (the library's destructor, ``dlclose``) unregisters it again."""
         with self._lock:
             if unregister:
-                self.gomp_registrations = [r for r in self.gomp_registrations
-                                           if r["target_data"] != target_data]
+                keep = []
+                for r in self.gomp_registrations:
+                    if r["target_data"] != target_data or r["host_table"] != host_table:
+                        keep.append(r)
+                        continue
+                    img = r.get("image")
+                    if img is not None and img in self.runtime.images:
+                        try:
+                            self.runtime.unregister_image(img)
+                        except OffloadError as exc:
+                            self.errors.append(f"unregister {img.name}: {exc}")
+                self.gomp_registrations = keep
                 return _CB_OK
             tab = (c_void_p * 4).from_address(host_table)
             fb, fe, vb, ve = (int(x or 0) for x in tab)
@@ -682,11 +774,88 @@ class Interposer:
             raw = [int(x or 0) for x in (c_void_p * ((ve - vb) // 8)).from_address(vb)] \
                 if ve > vb else []
             vars_ = list(zip(raw[0::2], raw[1::2]))
-            self.gomp_registrations.append({"version": int(version), "host_table": host_table,
-                                            "target_type": int(target_type),
-                                            "target_data": target_data, "funcs": funcs,
-                                            "vars": vars_})
+            rec = {"version": int(version), "host_table": host_table,
+                   "target_type": int(target_type), "target_data": target_data,
+                   "funcs": funcs, "vars": vars_, "device_data": None, "image": None}
+            self.gomp_registrations.append(rec)
+            try:
+                img = GompImage.from_registration(int(version), host_table, int(target_type),
+                                                  target_data, funcs, vars_)
+            except (InvalidImageError, ValueError) as exc:
+                self.unsupported.append((target_data, f"GOMP image: {exc}"))
+                return _CB_OK
+            rec["device_data"] = img.device_data
+            try:
+                self.runtime.register_image(img)
+            except InvalidImageError as exc:
+                self.unsupported.append((target_data, f"{img.name}: {exc}"))
+                return _CB_OK
+            rec["image"] = img
             return _CB_OK
+
+    def gomp_devices(self) -> list:
+        """libgomp's device list (GCC 12 ``gomp_target_init``): the devices of the
+        runtime's OpenMP-capable GOMP plugins, OpenMP device numbers 0..n-1
+        (0 under ``OMP_TARGET_OFFLOAD=disabled``)."""
+        if self._gomp_policy() == "disabled":
+            return []
+        return [d for d in self.runtime.devices
+                if getattr(d.plugin, "abi", None) == "gomp"
+                and getattr(d.plugin, "caps", 0) & 0x4]
+
+    def _gomp_policy(self) -> str:
+        if self._policy_override is not None:
+            return self._policy_override.lower()
+        env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
+        return env if env in ("disabled", "mandatory") else "default"
+
+    def _on_gomp_target(self, kind, device, fn, mapnum, hostaddrs, sizes, kinds,
+                        flags) -> int:
+        """A GCC construct (``GOMP_target_ext``, ``_data_ext``, ``_end_data``,
+        ``_update_ext``, ``_enter_exit_data``): decide like libgomp 12
+        (``resolve_device``, ``gomp_target_fallback``).  The device number (``-1`` =
+        the ``default-device-var`` ICV) outside ``0..n-1`` -> host fallback, except
+        under ``OMP_TARGET_OFFLOAD=mandatory`` for a number that is neither the
+        fallback (-2) nor the initial device (n): fatal "OMP_TARGET_OFFLOAD is set to
+        MANDATORY, but device not found".  A usable device -> still the host
+        fallback (running GCC images on a device is not implemented), fatal under
+        mandatory for ``target`` ("... but device cannot be used for offloading").
+        Returns 1 (libgomp host fallback, run by the interposer through libgomp with
+        device -2) or -3 (fatal: message printed, the process exits with status 1)."""
+        with self._lock:
+            name = GOMP_CONSTRUCTS[kind] if 0 <= kind < len(GOMP_CONSTRUCTS) else str(kind)
+            self.gomp_constructs[name] = self.gomp_constructs.get(name, 0) + 1
+            n = len(self.gomp_devices())
+            mandatory = self._gomp_policy() == "mandatory"
+            dev = int(device)
+            if dev == GOMP_DEVICE_ICV:
+                dev = self._gomp_default_device()
+            if not 0 <= dev < n:
+                if mandatory and dev not in (GOMP_DEVICE_HOST_FALLBACK, n) and kind != 2:
+                    return self._gomp_fatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but "
+                                            "device not found")
+            elif kind == 0 and mandatory:
+                return self._gomp_fatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but device "
+                                        "cannot be used for offloading")
+            self.gomp_fallbacks += 1
+            return _GOMP_FALLBACK
+
+    def _gomp_default_device(self) -> int:
+        """libgomp's ``omp_get_default_device()`` (the ICV), else ``OMP_DEFAULT_DEVICE``."""
+        try:
+            gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+            gomp.omp_get_default_device.restype = c_int
+            return int(gomp.omp_get_default_device())
+        except (OSError, AttributeError):
+            return int(os.environ.get("OMP_DEFAULT_DEVICE", "0") or 0)
+
+    def _gomp_fatal(self, message: str) -> int:
+        """libgomp ``gomp_fatal``: "libgomp: MESSAGE" on stderr, then exit(1) (C side)."""
+        self.errors.append(message)
+        sys.stdout.flush()
+        sys.stderr.write(f"libgomp: {message}\n")
+        sys.stderr.flush()
+        return _GOMP_FATAL
 
     # -- mapping (omptarget.cpp: getTargetPointer / getTgtPtrBegin) ----------------------
     def _get_target_pointer(self, num, dev, hp, base, size, *, to, always, implicit,
@@ -1049,5 +1218,5 @@ def interpose(runtime, *, policy: str | None = None) -> Iterator[Interposer]:
         ip.close()
 
 
-__all__ = ["Interposer", "LoadedLibrary", "MappingTable", "call_counts", "interpose",
-           "interposer_path", "load_interposer"]
+__all__ = ["GompImage", "Interposer", "LoadedLibrary", "MappingTable", "call_counts",
+           "interpose", "interposer_path", "load_interposer"]

@@ -4,7 +4,14 @@ interposer and call its functions (issue 7).
     offload-shim run-library --library libomp_regions.so --call osh_region_saxpy \\
         [--call ...] [--plugin PATH ...] [--policy disabled|default|mandatory] [--json]
 
-Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.  Without
+Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.
+
+    offload-shim run [--plugin PATH ...] [--bundled] [--policy P] [--report FILE] \\
+        PROGRAM [ARGS...]
+
+runs an unmodified executable built by ``clang-16 -fopenmp -fopenmp-targets=...`` with
+the interposer preloaded and an embedded CPython serving its offload calls
+(:mod:`offload_shim.embed`).  Without
 ``--plugin`` the runtime uses every host plugin found (:meth:`Runtime.discover`,
 ``host_only``).  ``--bundled`` adds the bundled host plugin.  Exit status 0 when every
 call returned and the library unregistered cleanly on ``dlclose``.
@@ -12,6 +19,7 @@ call returned and the library unregistered cleanly on ``dlclose``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -55,7 +63,87 @@ def cmd_run_library(args) -> int:
     return 0 if ok else 1
 
 
+def libpython_path() -> str:
+    """The shared libpython of this interpreter (``LIBDIR/INSTSONAME``); RuntimeError
+    with the reason when CPython was not built with ``--enable-shared``."""
+    import sysconfig
+    from pathlib import Path
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        raise RuntimeError(f"{sys.executable} is not built with --enable-shared (no "
+                           "libpython*.so to embed in the program): use an interpreter "
+                           "that has one (e.g. pyenv with PYTHON_CONFIGURE_OPTS="
+                           "--enable-shared, Debian's python3)")
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    for name in (sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LDLIBRARY")):
+        if name and (Path(libdir) / name).is_file():
+            return str(Path(libdir) / name)
+    raise RuntimeError(f"libpython not found in {libdir}")
+
+
+def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
+                    base: dict | None = None) -> dict:
+    """The environment ``offload-shim run`` gives the program: ``LD_PRELOAD`` = the
+    interposer (before any preload already set), ``OFFLOAD_SHIM_EMBED=1``,
+    ``OFFLOAD_SHIM_LIBPYTHON``, ``OFFLOAD_SHIM_PYTHONPATH`` (the directory this
+    offload_shim is imported from, then this interpreter's ``sys.path``) and
+    ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.embed`).  Raises
+    FileNotFoundError (interposer not built), RuntimeError (no shared libpython)."""
+    import os
+    from pathlib import Path
+    import offload_shim
+    from .interpose import interposer_path
+    env = dict(os.environ if base is None else base)
+    pre = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = str(interposer_path()) + (":" + pre if pre else "")
+    env["OFFLOAD_SHIM_EMBED"] = "1"
+    env["OFFLOAD_SHIM_LIBPYTHON"] = libpython_path()
+    here = str(Path(offload_shim.__file__).resolve().parent.parent)
+    paths = [here] + [p for p in sys.path if p and p != here and Path(p).is_absolute()]
+    env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)
+    env["OFFLOAD_SHIM_RUN_OPTIONS"] = json.dumps(
+        {"plugins": [str(Path(p).resolve()) for p in plugins], "bundled": bool(bundled),
+         "policy": policy, "report": str(Path(report).resolve()) if report else None})
+    return env
+
+
+def cmd_run(args) -> int:
+    """exec the program with :func:`run_environment`: its output and exit status are
+    its own."""
+    import os
+    import shutil
+    try:
+        env = run_environment(plugins=args.plugin, bundled=args.bundled, policy=args.policy,
+                              report=args.report)
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"offload-shim run: {exc}", file=sys.stderr)
+        return 2
+    prog = args.program
+    if os.sep not in prog:
+        prog = shutil.which(prog) or prog
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(prog, [args.program, *args.args], env)
+    except OSError as exc:
+        print(f"offload-shim run: cannot execute {args.program}: {exc}", file=sys.stderr)
+        return 127
+
+
 def register_cli(subparsers) -> None:
+    r = subparsers.add_parser(
+        "run", help="run an unmodified OpenMP offload program (clang-16 "
+        "-fopenmp-targets=...) with the Python runtime in place of libomptarget")
+    r.add_argument("--plugin", action="append", default=[], help="plugin path (repeatable; "
+                   "default: every host plugin found)")
+    r.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
+    r.add_argument("--policy", choices=["disabled", "default", "mandatory"],
+                   help="override OMP_TARGET_OFFLOAD")
+    r.add_argument("--report", metavar="FILE", help="write a JSON report (interposed "
+                   "calls, devices, errors) when the program exits")
+    r.add_argument("program")
+    r.add_argument("args", nargs=argparse.REMAINDER)
+    r.set_defaults(func=cmd_run)
+
     p = subparsers.add_parser("run-library",
                               help="load a compiled OpenMP library through the interposer "
                                    "and call its functions")

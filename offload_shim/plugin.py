@@ -454,6 +454,8 @@ class LLVMPlugin(Plugin):
         """``is_valid_binary`` on the image bytes (needs an initialised plugin)."""
         if not self._initialized:
             raise LifecycleError(f"{self.name}: is_valid_binary before init_plugin")
+        if getattr(image, "gomp_target_type", None) is not None:
+            return False                 # a GCC (libgomp) image: not for __tgt_rtl_*
         dimg, keep = self._device_image(image)
         ok = bool(self._fn["is_valid_binary"](byref(dimg)))
         return ok
@@ -653,7 +655,12 @@ class GompPlugin(Plugin):
         return _gomp.version_pack(self.version, 0 if self.target_type == 2 else 1)
 
     def _target_data(self, image):
-        """The bundled plugin's ``osh_gomp_target_data`` for an OffloadImage."""
+        """The bundled plugin's ``osh_gomp_target_data`` for an OffloadImage, or the
+        compiler's own ``target_data`` of a GCC library's image (issue 7,
+        :class:`~offload_shim.gompimage.GompImage`: functions first, then variables)."""
+        gomp_td = getattr(image, "gomp_target_data", None)
+        if gomp_td:
+            return ctypes.c_char.from_address(gomp_td), [image], list(image.entries)
         if not self.bundled:
             raise InvalidImageError(
                 f"{self.name}: building target_data for {self.target_name} images is not "
@@ -678,7 +685,11 @@ class GompPlugin(Plugin):
 
     def is_valid_binary(self, image) -> bool:
         """GOMP has no such entry point: an image is for this plugin when its
-        target type matches (x86-64 ELF -> host type, bundled plugin only)."""
+        target type matches (x86-64 ELF -> host type, bundled plugin only; a GCC
+        library's image (issue 7) -> the ``target_type`` it was registered with)."""
+        gomp_type = getattr(image, "gomp_target_type", None)
+        if gomp_type is not None:
+            return gomp_type == self.target_type
         return self.bundled and image.machine == "EM_X86_64"
 
     def load_image(self, dev: int, image) -> LoadedImage:

@@ -1,0 +1,95 @@
+"""The Python side of ``offload-shim run PROGRAM`` (issue 7): runs inside the program.
+
+``offload-shim run`` starts ``PROGRAM`` with ``LD_PRELOAD=libosh_interposer.so`` and
+``OFFLOAD_SHIM_EMBED=1``.  The program's first offload call (the ``__tgt_register_lib``
+of its registration constructor, before ``main``) makes the interposer ``dlopen`` the
+shared ``libpython`` named by ``OFFLOAD_SHIM_LIBPYTHON``, ``Py_InitializeEx(0)``, extend
+``sys.path`` from ``OFFLOAD_SHIM_PYTHONPATH`` and call :func:`start`; it then releases the
+GIL, and every later callback takes it (``PyGILState_Ensure``/``Release``), whichever
+program thread offloads.  :func:`stop` runs from the interposer's ``atexit`` handler,
+before the plugins' destructors.
+
+Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default every
+host plugin found, :meth:`Runtime.discover`), ``bundled`` (add the bundled host plugin),
+``policy`` (``OMP_TARGET_OFFLOAD`` override), ``report`` (path of a JSON report written
+by :func:`stop`: interposed call counts, devices, initialised devices, errors).
+Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+_state: dict | None = None
+_lock = threading.Lock()
+
+
+def options() -> dict:
+    """``OFFLOAD_SHIM_RUN_OPTIONS`` decoded ({} when unset)."""
+    raw = os.environ.get("OFFLOAD_SHIM_RUN_OPTIONS", "")
+    return json.loads(raw) if raw else {}
+
+
+def start() -> None:
+    """Build the Runtime and install the interposer's callbacks (replaying the
+    registrations the interposer recorded so far).  Idempotent.  Errors propagate
+    (the interposer prints the traceback and the program continues without a device)."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return
+        import offload_shim as osh
+        opts = options()
+        plugins = opts.get("plugins") or []
+        bundled = bool(opts.get("bundled"))
+        if plugins:
+            rt = osh.Runtime(plugins, bundled=bundled)
+        else:
+            rt = osh.Runtime.discover(host_only=True, bundled=bundled)
+        cm = osh.interpose(rt, policy=opts.get("policy"))
+        try:
+            ip = cm.__enter__()
+        except BaseException:
+            rt.close()
+            raise
+        _state = {"runtime": rt, "cm": cm, "interposer": ip, "options": opts}
+
+
+def stop() -> None:
+    """Unregister what is still registered, free mappings, close the runtime (device
+    teardown), write the report.  Idempotent; never raises (runs at exit)."""
+    global _state
+    with _lock:
+        st, _state = _state, None
+    if st is None:
+        return
+    rt, ip, opts = st["runtime"], st["interposer"], st["options"]
+    report: dict = {}
+    try:
+        from .interpose import call_counts
+        report = {"plugins": [p.name for p in rt.plugins],
+                  "devices": [d.label for d in ip.devices],
+                  "initialised": [d.label for d in ip.devices if d.initialized],
+                  "libraries": len(ip.libraries),
+                  "unsupported": [m for _, m in ip.unsupported],
+                  "gomp_registrations": len(ip.gomp_registrations)}
+        st["cm"].__exit__(None, None, None)      # Interposer.close()
+        report["errors"] = list(ip.errors)
+        report["leaks"] = {k: list(v) for k, v in rt.close().items()}
+        report["calls"] = call_counts()
+    except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise
+        report.setdefault("errors", []).append(f"stop: {type(exc).__name__}: {exc}")
+        sys.stderr.write(f"offload_shim: error while stopping: {exc}\n")
+    path = opts.get("report")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump(report, f)
+        except OSError as exc:
+            sys.stderr.write(f"offload_shim: cannot write the report {path}: {exc}\n")
+
+
+__all__ = ["options", "start", "stop"]

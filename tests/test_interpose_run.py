@@ -1,0 +1,103 @@
+"""Issue 7: ``offload-shim run PROGRAM`` -- an unmodified clang-16 offload executable
+with the Python runtime (embedded CPython in the program) in place of libomptarget.
+
+``native/samples/omp_prog.c`` is built with ``-fopenmp-targets=x86_64-pc-linux-gnu``
+and run twice: plainly (libomptarget.so.16 and its x86_64 plugin) and under
+``offload-shim run``; stdout and the exit status (3) must be equal, every target region
+must have run on a device of the Python runtime (report), and libomptarget itself must
+have done nothing (its ``LIBOMPTARGET_INFO`` lines are absent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CLASSIC16, NEXTGEN16
+
+ROOT = Path(__file__).resolve().parent.parent
+PROG_SRC = ROOT / "native" / "samples" / "omp_prog.c"
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory):
+    from test_interpose import _clang
+    from offload_shim.interpose_cli import libpython_path
+    clang = _clang()
+    try:
+        libpython_path()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    exe = tmp_path_factory.mktemp("omp_prog") / "omp_prog"
+    cmd = [clang, "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-O1", str(PROG_SRC),
+           "-Xoffload-linker", "-Bsymbolic", "-Wl,-rpath,/usr/lib/llvm-16/lib", "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot build the sample ({' '.join(cmd)}): {proc.stderr[-2000:]}")
+    return str(exe)
+
+
+def _real(exe, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([exe], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _ours(exe, report, opts=(), env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "run", "--report", str(report),
+           *opts, exe]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+
+RUNS = [pytest.param([], id="discovered-host-plugins"),
+        pytest.param(["--plugin", str(CLASSIC16)], id="llvm16-classic", marks=pytest.mark.llvm16),
+        pytest.param(["--plugin", str(NEXTGEN16)], id="llvm16-nextgen", marks=pytest.mark.llvm16),
+        pytest.param(["--bundled", "--plugin", "BUNDLED"], id="bundled")]
+
+
+@pytest.mark.parametrize("opts", RUNS)
+def test_run_matches_libomptarget(prog, tmp_path, opts):
+    from offload_shim.hostplugin import bundled_plugin_path
+    opts = [str(bundled_plugin_path()) if o == "BUNDLED" else o for o in opts]
+    for o in opts:
+        if o.startswith("/") and not Path(o).exists():
+            pytest.skip(f"{o} not installed (libomp5-16)")
+    info = {"LIBOMPTARGET_INFO": "-1"}
+    real = _real(prog, info)
+    ours = _ours(prog, tmp_path / "report.json", opts, info)
+    assert real.returncode == 3, real.stderr
+    assert ours.returncode == real.returncode, ours.stderr
+    assert ours.stdout == real.stdout
+    assert "on_device 1" in ours.stdout
+    # libomptarget.so.16 is mapped (DT_NEEDED) but never sees a call
+    assert "Libomptarget device" in real.stderr
+    assert "Libomptarget" not in ours.stderr
+    rep = json.loads((tmp_path / "report.json").read_text())
+    calls = rep["calls"]
+    assert calls["register_lib"] == 1 and calls["target_kernel"] == 12
+    assert calls["fallback"] == 0, rep
+    assert rep["initialised"] and rep["errors"] == [] and rep["leaks"] == {}
+    assert rep["libraries"] == 1
+
+
+def test_run_offload_disabled(prog, tmp_path):
+    env = {"OMP_TARGET_OFFLOAD": "disabled"}
+    real = _real(prog, env)
+    ours = _ours(prog, tmp_path / "r.json", ["--bundled"], env)
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout)
+    assert "on_device 0" in ours.stdout
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["calls"]["fallback"] == rep["calls"]["target_kernel"] == 12
+    assert rep["initialised"] == []
+
+
+def test_run_reports_a_missing_program(tmp_path):
+    proc = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run",
+                           str(tmp_path / "nope")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 127 and "cannot execute" in proc.stderr
