@@ -42,6 +42,9 @@ class DeviceState(enum.Enum):
     CLOSED = "closed"
 
 
+_READY = DeviceState.READY
+
+
 def _host_view(buf, writable: bool):
     """(address, nbytes, keepalive) for a buffer-protocol object."""
     if isinstance(buf, (int, str)):
@@ -88,20 +91,25 @@ class Device:
         self._state = DeviceState.UNINIT
         self._init_error: DeviceInitError | None = None
         self._life = threading.RLock()            # lifecycle transitions
-        # in-flight accounting: the hot path (_enter/_exit) takes the bare lock;
-        # the condition (same lock) is only notified when _wait_idle waits
+        # in-flight accounting (issue 5): one token per call in flight, pushed
+        # and popped with list.append/list.pop, which are atomic under the GIL,
+        # so the hot path takes no lock.  Enter pushes, then checks the state;
+        # teardown sets the state (under _flight), then waits for no tokens:
+        # a call either sees the new state and backs off, or its token is
+        # seen by the teardown, which waits for it.  The condition is only
+        # notified when _wait_idle is waiting.
         self._flight_lock = threading.Lock()
         self._flight = threading.Condition(self._flight_lock)
-        self._inflight = 0
+        self._tokens: list = []
         self._idle_waiters = 0
         self._images: dict[int, _LoadedOnDevice] = {}
         self._kernels: dict[str, list[tuple[int, int | None, OffloadImage]]] = {}
         self._globals: dict[int, int] = {}          # tgt addr -> size
         self.address_map = AddressMap()
-        self._live: dict[int, int] = {}             # ptr -> size handed out to the user
-        self._live_lock = threading.Lock()
+        # the live allocations are the pool's pointer table (no copy here)
         self._pool_options = dict(pool_options or {})
         self._pool = None
+        self._pin_mapped_policy = False            # pin policy "mapped" (issue 6), set at init
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -118,39 +126,33 @@ class Device:
 
     def _enter(self) -> None:
         """Lazy init + in-flight accounting (close waits for calls in flight)."""
-        if self._state is not DeviceState.READY:
+        if self._state is not _READY:
             self._ready()
-        lock = self._flight_lock
-        lock.acquire()      # acquire/release: about half the cost of `with` (issue 5)
-        try:
-            if self._state is not DeviceState.READY:
-                # lost a race with deinit/close
-                state = self._state
-                if state is DeviceState.CLOSED:
-                    raise LifecycleError(f"{self.label}: device used after close",
-                                         device=self.label)
-                raise LifecycleError(f"{self.label}: device deinitialised during the call",
-                                     device=self.label)
-            self._inflight += 1
-        finally:
-            lock.release()
+        self._tokens.append(None)
+        if self._state is not _READY:
+            self._lost_race()
+
+    def _lost_race(self):
+        """``_enter`` pushed its token but a deinit/close had already begun."""
+        self._exit()
+        if self._state is DeviceState.CLOSED:
+            raise LifecycleError(f"{self.label}: device used after close", device=self.label)
+        raise LifecycleError(f"{self.label}: device deinitialised during the call",
+                             device=self.label)
 
     def _exit(self) -> None:
-        lock = self._flight_lock
-        lock.acquire()
-        try:
-            self._inflight -= 1
-            if not self._inflight and self._idle_waiters:
+        tokens = self._tokens
+        tokens.pop()
+        if not tokens and self._idle_waiters:
+            with self._flight:
                 self._flight.notify_all()
-        finally:
-            lock.release()
 
     def _wait_idle(self) -> None:
         with self._flight:
             self._idle_waiters += 1
             try:
-                while self._inflight:
-                    self._flight.wait()
+                while self._tokens:
+                    self._flight.wait(0.1)      # the timeout is only a safety net
             finally:
                 self._idle_waiters -= 1
 
@@ -177,6 +179,7 @@ class Device:
                 self._init_error = exc
                 raise
             self.init_count += 1
+            self._pin_mapped_policy = self._runtime._pin_policy == "mapped"
             from .memory import MemoryManager
             try:
                 self._pool = MemoryManager(self._backend_alloc, self._backend_free,
@@ -225,8 +228,6 @@ class Device:
             leaked = self._pool.drain()
         except OffloadError as exc:
             errors.append(exc)
-        with self._live_lock:
-            self._live.clear()
         if leaked[0]:
             log.warning("%s: %d allocation(s), %d bytes still held at deinit; freed "
                         "before deinit_device", self.label, leaked[0], leaked[1])
@@ -355,56 +356,68 @@ class Device:
             raise TypeError("size must be an int (bytes)")
         if size < 0:
             raise ValueError(f"negative allocation size {size}")
-        self._enter()
+        # _enter/_exit inlined (issue 5: two Python calls less per alloc)
+        if self._state is not _READY:
+            self._ready()
+        tokens = self._tokens
+        tokens.append(None)
+        if self._state is not _READY:
+            self._lost_race()           # pops the token
         try:
-            ptr = self._pool.allocate(size)
-            if ptr:
-                lock = self._live_lock
-                lock.acquire()
-                try:
-                    self._live[ptr] = size
-                finally:
-                    lock.release()
-            return ptr
+            return self._pool.allocate(size)
         finally:
-            self._exit()
+            tokens.pop()
+            if not tokens and self._idle_waiters:
+                with self._flight:
+                    self._flight.notify_all()
 
     def free(self, ptr: int) -> None:
         """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
         Raises UnknownPointerError for a pointer not live on this device
         (never handed out, already freed, or drained by a ``deinit`` that ran
-        concurrently), before the plugin sees it."""
+        concurrently), before the plugin sees it.
+
+        The pool's pointer table is the device's: ``pool.free(ptr,
+        strict=True)`` checks and frees in one lock round trip, once the call
+        is in flight.  A deinit that ran before that has drained (freed) the
+        block, and the re-initialised device's new pool does not know the
+        pointer, so it is never freed in the plugin a second time."""
         if not ptr:
             return
-        with self._live_lock:
-            known = ptr in self._live       # peek: a stale pointer never initialises
-        if known:
-            self._enter()
+        if self._state is not _READY:
+            # not initialised (or closed): nothing is live, and a stale
+            # pointer must not initialise the device
+            self._unknown_pointer(ptr)
+        self._enter()
+        try:
             try:
-                # pop only once in flight: a deinit that ran in between has
-                # drained (freed) the block and cleared _live; handing it to
-                # the new pool would free it in the plugin a second time
-                with self._live_lock:
-                    known = self._live.pop(ptr, None) is not None
-                if known:
-                    self._pool.free(ptr)
-                    if self._runtime._pin_policy == "mapped":   # issue 6: unpin at unmap
-                        self._runtime._pin_unmapped(self, ptr)
-            finally:
-                self._exit()
-        if not known:
-            raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
-                                      f"pointer {ptr:#x}", device=self.label)
+                self._pool.free(ptr, True)              # strict
+            except UnknownPointerError:
+                self._unknown_pointer(ptr)
+            if self._pin_mapped_policy:                 # issue 6: unpin at unmap
+                self._runtime._pin_unmapped(self, ptr)
+        finally:
+            tokens = self._tokens
+            tokens.pop()
+            if not tokens and self._idle_waiters:
+                with self._flight:
+                    self._flight.notify_all()
+
+    def _unknown_pointer(self, ptr):
+        raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
+                                  f"pointer {ptr:#x}", device=self.label) from None
 
     @property
     def allocations(self) -> tuple[int, int]:
         """(count, bytes) of allocations currently held by the user."""
-        with self._live_lock:
-            return len(self._live), sum(self._live.values())
+        pool = self._pool
+        if pool is None:
+            return (0, 0)
+        live = pool.live_allocations()
+        return len(live), sum(n for _, n in live)
 
     def _check_range(self, tgt: int, nbytes: int) -> None:
-        with self._live_lock:
-            size = self._live.get(tgt)
+        size = self._pool.size_of(tgt, None)
         if size is None:
             size = self._globals.get(tgt)
         if size is None:
@@ -427,7 +440,7 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
-            if n and self._runtime._pin_policy == "mapped":   # issue 6: pin on first map
+            if n and self._pin_mapped_policy:   # issue 6: pin on first map
                 self._runtime._pin_mapped(self, tgt, host, addr, n)
             if n:
                 self.plugin.submit(self.index, tgt + offset, addr, n)
@@ -445,7 +458,7 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
-            if n and self._runtime._pin_policy == "mapped":   # issue 6: pin on first map
+            if n and self._pin_mapped_policy:   # issue 6: pin on first map
                 self._runtime._pin_mapped(self, tgt, host, addr, n)
             if n:
                 self.plugin.retrieve(self.index, addr, tgt + offset, n)
@@ -487,8 +500,7 @@ class Device:
     # -- raw forms for the interposer (issue 7) -----------------------------------
     def _check_inside(self, tgt: int, nbytes: int) -> None:
         """``[tgt, tgt+nbytes)`` must lie inside one live allocation or global."""
-        with self._live_lock:
-            blocks = list(self._live.items())
+        blocks = self._pool.live_allocations()
         blocks += list(self._globals.items())
         for base, size in blocks:
             if base <= tgt and tgt + nbytes <= base + max(size, 0):

@@ -67,7 +67,7 @@ def run_threads(n, target, timeout=180):
 
 def runtime_locks(rt, dev):
     """Every lock on the path of Device.alloc/free/close."""
-    locks = [rt._lock, dev._life, dev._flight, dev._live_lock, dev.plugin._lock,
+    locks = [rt._lock, dev._life, dev._flight, dev.plugin._lock,
              dev.plugin._dev_lock(dev.index)]
     if dev.pool is not None:
         locks.extend(dev.pool._locks())

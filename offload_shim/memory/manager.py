@@ -17,7 +17,8 @@ Thread-safety design (prior-art B1, B5; seed 004 review):
   dict operations; a backend call (``backend_alloc``, ``backend_free``,
   ``poison``) is **never** made while it is held, so a slow ``cudaFree``-like
   call in one thread does not stall cache hits in others, and an exception
-  from a backend cannot leave the lock held (only ``with`` blocks are used).
+  from a backend cannot leave the lock held (only ``with`` blocks and, on
+  the hot paths, ``acquire()``/``try``/``finally: release()`` are used).
   Per-bucket locks would buy nothing here: under the GIL pure-Python
   bookkeeping does not run in parallel anyway, two lock round trips per call
   cost more than one, and the cap/trim age order spans all buckets.
@@ -34,7 +35,7 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 
 from ..errors import LifecycleError, OffloadError, OutOfDeviceMemoryError, UnknownPointerError
 from .stats import PoolStats
@@ -57,6 +58,7 @@ POLICIES = ("exact", "binned")
 OOM_LADDERS = ("free-all", "incremental")
 _BYPASS = PoolStats.BYPASS_BUCKET
 _THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
+_NO_DEFAULT = object()
 
 
 def read_threshold_env(environ=None) -> int:
@@ -156,25 +158,26 @@ def _nonneg_int(value, name: str) -> int:
 
 
 class _Counters:
-    """Per-bucket counters (mutated under the manager lock)."""
+    """Event counters of one stats bucket (mutated under the manager lock).
 
-    __slots__ = ("in_use", "cached", "peak_in_use", "peak_total", "hits", "misses",
-                 "evictions", "oom_retries", "backend_allocs", "backend_frees",
-                 "live", "cached_n")
+    Only what cannot be derived is counted per operation: a cache hit adds 1
+    to ``hits`` and a cached free touches nothing here (issue 5).  ``held``
+    (bytes obtained from the backend for the bucket and not yet returned)
+    and its high-water mark ``peak_total`` change on backend calls only.
+    Gauges (bytes and blocks in use and cached) are derived from the pointer
+    table and the free lists when :attr:`MemoryManager.stats` is read."""
 
-    def __init__(self):
-        self.in_use = self.cached = self.peak_in_use = self.peak_total = 0
+    __slots__ = ("bucket", "hits", "misses", "evictions", "oom_retries", "backend_allocs",
+                 "backend_frees", "held", "peak_total")
+
+    def __init__(self, bucket):
+        self.bucket = bucket
         self.hits = self.misses = self.evictions = self.oom_retries = 0
-        self.backend_allocs = self.backend_frees = self.live = self.cached_n = 0
+        self.backend_allocs = self.backend_frees = self.held = self.peak_total = 0
 
-    def snapshot(self) -> PoolStats:
-        return PoolStats(
-            bytes_in_use=self.in_use, bytes_cached=self.cached,
-            bytes_total=self.in_use + self.cached, peak_bytes_in_use=self.peak_in_use,
-            peak_bytes_total=self.peak_total, hits=self.hits, misses=self.misses,
-            evictions=self.evictions, oom_retries=self.oom_retries,
-            backend_allocs=self.backend_allocs, backend_frees=self.backend_frees,
-            live_blocks=self.live, cached_blocks=self.cached_n)
+    def _backend_freed(self, block):
+        self.backend_frees += 1
+        self.held -= block
 
 
 class MemoryManager:
@@ -205,7 +208,8 @@ class MemoryManager:
       concern; CuPy ``set_limit``, RMM ``maximum_pool_size``).  It caps the
       cache only, never memory in use (CuPy #7678, prior-art B9).
     * ``stats``: keep the full counters of :class:`PoolStats` (off: only
-      bytes/blocks in use and cached).
+      bytes/blocks in use and cached).  Per-bucket gauges are derived when
+      :attr:`stats` is read, so a hit costs one counter more (issue 5).
     * ``event_log``: ``None``, a path (opened for append, closed by
       :meth:`drain`) or a text file object (flushed, not closed): one JSON
       object per line, see ``docs/memory-manager.md``.
@@ -226,6 +230,15 @@ class MemoryManager:
     B4); there is deliberately no finalizer that would call a plugin during
     interpreter shutdown.
     """
+
+    # slots: attribute access on the hit path is a slot read/write (issue 5;
+    # with more than 30 instance attributes CPython 3.11 gives up shared-key
+    # instance dicts and its faster attribute specialisations)
+    __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_exact", "_bins_shift", "_bins",
+                 "_oom", "_cap", "_stats_on", "_debug", "_poison", "_label", "_pool",
+                 "_pool_max", "_lock", "_live", "_free", "_order", "_transit", "_in_use",
+                 "_held", "_plain", "_peak_in_use", "_peak_total", "_foreign", "_buckets",
+                 "_closed", "_log_lock", "_events", "_log_file", "_log_owned", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -265,12 +278,19 @@ class MemoryManager:
         self._pool_max = threshold if self._pool else 0   # largest pooled size; 0: none
 
         self._lock = threading.Lock()
-        self._live = {}             # ptr -> (requested, block, key|None, _Counters|None)
-        self._free = {}             # key -> {ptr: None}, insertion ordered, popitem() = newest
-        self._order = OrderedDict()  # ptr -> (block, key, _Counters|None), oldest first
-        self._transit = set()       # ptrs being poisoned (debug "poison")
-        self._in_use = 0
-        self._cached = 0
+        # a block's record (requested, block, key|None, _Counters|None) moves
+        # between the tables as it is: live -> cached -> live
+        self._live = {}             # ptr -> record
+        # key -> the one cached ptr (an int), or {ptr: None} for several,
+        # insertion ordered, popitem() = newest; empty ones are removed.  The
+        # int form spares a dict per free in the common one-block case (issue 5)
+        self._free = {}
+        self._order = OrderedDict()  # ptr -> record of the cached blocks, oldest first
+        self._transit = {}          # ptr -> record of blocks being poisoned (debug "poison")
+        self._in_use = 0            # bytes handed out (block sizes)
+        self._held = 0              # bytes held from the backend; cached = held - in_use
+        # free() of a pooled block with no cap, no event log, no poisoning: the hot path
+        self._plain = cache_limit is None and event_log is None and self._poison is None
         self._peak_in_use = 0
         self._peak_total = 0
         self._foreign = 0
@@ -341,7 +361,7 @@ class MemoryManager:
     def __repr__(self) -> str:
         return (f"MemoryManager(device_label={self._label!r}, policy={self._policy!r}, "
                 f"threshold={self._threshold}, oom={self._oom!r}, cache_limit={self._cap!r}, "
-                f"in_use={self._in_use}, cached={self._cached}, closed={self._closed})")
+                f"in_use={self._in_use}, cached={self._held - self._in_use}, closed={self._closed})")
 
     # -- allocate ------------------------------------------------------------
 
@@ -373,38 +393,38 @@ class MemoryManager:
             else:
                 b = size.bit_length() - 1 - self._bins_shift
                 key = size if b <= 0 else ((size + (1 << b) - 1) >> b) << b
-            # acquire/release in try/finally: same guarantee as `with`, about
-            # 80 ns less per call on CPython 3.11 (issue 5, docs/benchmarks.md)
+            # Hit path (issue 5): one lock round trip, O(1) dict operations,
+            # one counter.  acquire/release in try/finally: the same guarantee
+            # as `with`, about 80 ns less per call on CPython 3.11.  No closed
+            # check here: drain() empties the free lists, so after it every
+            # request takes the miss path, which checks.
             lock = self._lock
             lock.acquire()
             try:
-                if self._closed:
-                    raise self._closed_error("allocate")
                 free = self._free
                 fl = free.get(key)
-                if fl:
-                    # cache hit: O(1) dict operations only
-                    ptr = fl.popitem()[0]
-                    if not fl:
+                if fl is not None:
+                    if type(fl) is int:
+                        ptr = fl
                         del free[key]
-                    block, _, bc = self._order.pop(ptr)
-                    self._live[ptr] = (size, block, key, bc)
-                    self._cached -= block
-                    self._in_use = in_use = self._in_use + block
+                    else:
+                        ptr = fl.popitem()[0]
+                        if not fl:
+                            del free[key]
+                    rec = self._order.pop(ptr)
+                    if rec[0] != size:              # binned: another size of the class
+                        rec = (size, rec[1], key, rec[3])
+                    self._live[ptr] = rec
+                    self._in_use = in_use = self._in_use + rec[1]
+                    bc = rec[3]
                     if bc is not None:
                         bc.hits += 1
-                        bc.cached -= block
-                        bc.cached_n -= 1
-                        bc.live += 1
-                        bc.in_use = u = bc.in_use + block
-                        if u > bc.peak_in_use:
-                            bc.peak_in_use = u
                         if in_use > self._peak_in_use:
                             self._peak_in_use = in_use
                     if self._events is None:
                         return ptr
                     self._events.append({"op": "alloc", "size": size, "ptr": ptr, "hit": True,
-                                         "block": block, "dev": self._label,
+                                         "block": rec[1], "dev": self._label,
                                          "t_ns": time.monotonic_ns()})
                     hit = True
                 else:
@@ -423,6 +443,8 @@ class MemoryManager:
         return self._allocate_miss(size, block, key, bucket)
 
     def _allocate_miss(self, size, block, key, bucket):
+        if self._closed:                    # re-checked under the lock below
+            raise self._closed_error("allocate")
         ptr = self._balloc(block)
         if not ptr:
             ptr = self._oom_ladder(size, block, bucket)
@@ -436,26 +458,22 @@ class MemoryManager:
                     bad = ptr
                 else:
                     bc = None
+                    self._held = held = self._held + block
+                    self._in_use = in_use = self._in_use + block
                     if self._stats_on:
                         bc = self._buckets.get(bucket)
                         if bc is None:
-                            bc = self._buckets[bucket] = _Counters()
+                            bc = self._buckets[bucket] = _Counters(bucket)
                         bc.misses += 1
                         bc.backend_allocs += 1
-                        bc.live += 1
-                        bc.in_use += block
-                        if bc.in_use > bc.peak_in_use:
-                            bc.peak_in_use = bc.in_use
-                        t = bc.in_use + bc.cached
+                        bc.held = t = bc.held + block
                         if t > bc.peak_total:
                             bc.peak_total = t
-                    self._live[ptr] = (size, block, key, bc)
-                    self._in_use = in_use = self._in_use + block
-                    if self._stats_on:
                         if in_use > self._peak_in_use:
                             self._peak_in_use = in_use
-                        if in_use + self._cached > self._peak_total:
-                            self._peak_total = in_use + self._cached
+                        if held > self._peak_total:
+                            self._peak_total = held
+                    self._live[ptr] = (size, block, key, bc)
                     if self._events is not None:
                         self._events.append({"op": "alloc", "size": size, "ptr": ptr, "hit": False,
                                              "block": block, "dev": self._label,
@@ -506,7 +524,8 @@ class MemoryManager:
                 if ptr:
                     return ptr
         with self._lock:
-            cached, in_use = self._cached, self._in_use
+            in_use = self._in_use
+            cached = self._held - in_use
         label = self._label or None
         blk = f" (block {block} bytes)" if block != size else ""
         self._flush_events()
@@ -524,7 +543,7 @@ class MemoryManager:
                 if self._stats_on:
                     bc = self._buckets.get(bucket)
                     if bc is None:
-                        bc = self._buckets[bucket] = _Counters()
+                        bc = self._buckets[bucket] = _Counters(bucket)
                     bc.oom_retries += 1
                 if self._events is not None:
                     self._events.append({"op": "oom_retry", "size": block, "ptr": 0, "hit": False,
@@ -536,7 +555,7 @@ class MemoryManager:
 
     # -- free ------------------------------------------------------------------
 
-    def free(self, ptr: int) -> None:
+    def free(self, ptr: int, strict: bool = False) -> None:
         """Give back a pointer.
 
         * ``0``/``None``: no-op (``allocate(0)`` returns 0).
@@ -545,10 +564,15 @@ class MemoryManager:
           evicts the oldest cached blocks; in debug ``poison`` the block is
           poisoned (outside the lock) before it is cached.
         * a pointer this manager does not know: straight to ``backend_free``
-          (LLVM ``MemoryManagerTy::free``); the Device checks pointers first.
+          (LLVM ``MemoryManagerTy::free``), unless ``strict``.
+
+        ``strict=True`` (what :class:`~offload_shim.Device` uses): a pointer
+        that is not live here raises :class:`UnknownPointerError` and never
+        reaches the backend; the check and the free are one lock round trip.
 
         Raises :class:`UnknownPointerError` for a double free of a block
-        that is cached (or being poisoned): the cache is left untouched.
+        that is cached (or being poisoned), and with ``strict`` for any
+        pointer that is not live: the cache is left untouched.
         :class:`LifecycleError` after :meth:`drain`; ``TypeError`` for a
         non-int; whatever ``backend_free``/``poison`` raise.
         """
@@ -560,102 +584,119 @@ class MemoryManager:
         lock = self._lock
         lock.acquire()      # see allocate: try/finally instead of `with`
         try:
-            if self._closed:
-                raise self._closed_error("free")
             rec = self._live.pop(ptr, None)
-            if rec is None:
-                if ptr in self._order or ptr in self._transit:
-                    raise self._double_free_error(ptr)
-                if self._stats_on:
-                    self._foreign += 1
-                action = 1      # foreign: straight to the backend
-            else:
-                size, block, key, bc = rec
-                if key is not None and self._poison is None:
-                    # pooled: cache it (the hot path)
-                    self._in_use -= block
-                    fl = self._free.get(key)
+            if rec is not None:
+                key = rec[2]
+                if key is not None and self._plain:
+                    # pooled, no cap/events/poison: cache it (the hot path).
+                    # No closed check: drain() empties the pointer table.
+                    self._in_use -= rec[1]
+                    free = self._free
+                    fl = free.get(key)
                     if fl is None:
-                        self._free[key] = {ptr: None}
+                        free[key] = ptr
+                    elif type(fl) is int:
+                        free[key] = {fl: None, ptr: None}
                     else:
                         fl[ptr] = None
-                    self._order[ptr] = (block, key, bc)
-                    self._cached = cached = self._cached + block
-                    if bc is not None:
-                        bc.live -= 1
-                        bc.in_use -= block
-                        bc.cached_n += 1
-                        bc.cached += block
+                    self._order[ptr] = rec
+                    return
+                block, bc = rec[1], rec[3]
+                if key is not None and self._poison is None:
+                    self._in_use = in_use = self._in_use - block
+                    self._cache_locked(ptr, rec, key)
                     if self._events is not None:
                         self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": True,
                                              "dev": self._label, "t_ns": time.monotonic_ns()})
-                    if self._cap is not None and cached > self._cap:
+                    if self._cap is not None and self._held - in_use > self._cap:
                         evicted = self._evict_locked(self._cap, "evict", "cap")
                     action = 0
                 elif key is not None:
-                    self._transit.add(ptr)   # still counted in use while poisoned
+                    self._transit[ptr] = rec     # still counted in use while poisoned
                     action = 3
                 else:
                     self._in_use -= block
+                    self._held -= block
                     if bc is not None:
-                        bc.live -= 1
-                        bc.in_use -= block
-                        bc.backend_frees += 1
+                        bc._backend_freed(block)
                     if self._events is not None:
                         self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
                                              "dev": self._label, "t_ns": time.monotonic_ns()})
                     action = 2      # bypass / pooling off: straight to the backend
+            else:
+                if self._closed:
+                    raise self._closed_error("free")
+                if ptr in self._order or ptr in self._transit:
+                    raise self._double_free_error(ptr)
+                if strict:
+                    raise self._unknown_error(ptr)
+                if self._stats_on:
+                    self._foreign += 1
+                action = 1      # foreign: straight to the backend
         finally:
             lock.release()
         if action == 0:
             if evicted:
                 self._release(evicted)
         elif action == 3:
-            self._free_poisoned(ptr, block, key, bc)
+            self._free_poisoned(ptr, rec)
         else:
             self._bfree(ptr)
         if self._events is not None:
             self._flush_events()
 
-    def _free_poisoned(self, ptr, block, key, bc):
+    def _cache_locked(self, ptr, rec, key):
+        """Put a block on its free list and at the young end of the age order."""
+        free = self._free
+        fl = free.get(key)
+        if fl is None:
+            free[key] = ptr
+        elif type(fl) is int:
+            free[key] = {fl: None, ptr: None}
+        else:
+            fl[ptr] = None
+        self._order[ptr] = rec
+
+    def _uncache_locked(self, ptr, key):
+        """Take ``ptr`` off its free list (the age order is the caller's)."""
+        free = self._free
+        fl = free[key]
+        if type(fl) is int:
+            del free[key]
+        else:
+            del fl[ptr]
+            if not fl:
+                del free[key]
+
+    def _free_poisoned(self, ptr, rec):
+        block, key, bc = rec[1], rec[2], rec[3]
         try:
             self._poison(ptr, block)
         except BaseException:
             with self._lock:
-                self._transit.discard(ptr)
+                del self._transit[ptr]
                 self._in_use -= block
+                self._held -= block
                 if bc is not None:
-                    bc.live -= 1
-                    bc.in_use -= block
-                    bc.backend_frees += 1
+                    bc._backend_freed(block)
             self._bfree(ptr)
             raise
         evicted = None
         with self._lock:
-            self._transit.discard(ptr)
-            self._in_use -= block
-            if bc is not None:
-                bc.live -= 1
-                bc.in_use -= block
+            del self._transit[ptr]
+            self._in_use = in_use = self._in_use - block
             if self._closed:
+                self._held -= block
                 if bc is not None:
-                    bc.backend_frees += 1
+                    bc._backend_freed(block)
                 to_backend = True
             else:
                 to_backend = False
-                fl = self._free.get(key)
-                if fl is None:
-                    fl = self._free[key] = {}
-                fl[ptr] = None
-                self._order[ptr] = (block, key, bc)
-                self._cached += block
-                if bc is not None:
-                    bc.cached_n += 1
-                    bc.cached += block
+                self._cache_locked(ptr, rec, key)
                 if self._events is not None:
                     self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": True,
                                          "dev": self._label, "t_ns": time.monotonic_ns()})
-                if self._cap is not None and self._cached > self._cap:
+                if self._cap is not None and self._held - in_use > self._cap:
                     evicted = self._evict_locked(self._cap, "evict", "cap")
         if to_backend:
             self._bfree(ptr)
@@ -705,11 +746,10 @@ class MemoryManager:
             for ptr, (_size, block, _key, bc) in live:
                 live_bytes += block
                 if bc is not None:
-                    bc.live -= 1
-                    bc.in_use -= block
-                    bc.backend_frees += 1
+                    bc._backend_freed(block)
                 victims.append((ptr, block))
             self._in_use -= live_bytes
+            self._held -= live_bytes
         try:
             self._release(victims)
         finally:
@@ -733,42 +773,38 @@ class MemoryManager:
             return victims
         events = self._events
         t = time.monotonic_ns() if events is not None else 0
-        for ptr, (block, _key, bc) in order.items():
+        released = 0
+        for ptr, (_size, block, _key, bc) in order.items():
             victims.append((ptr, block))
+            released += block
             if bc is not None:
-                bc.cached -= block
-                bc.cached_n -= 1
                 bc.evictions += 1
-                bc.backend_frees += 1
+                bc._backend_freed(block)
             if events is not None:
                 events.append({"op": op, "size": block, "ptr": ptr, "hit": False,
                                "reason": reason, "dev": self._label, "t_ns": t})
         order.clear()
         self._free.clear()
-        self._cached = 0
+        self._held -= released
         return victims
 
     def _evict_locked(self, keep, op, reason):
         victims = []
         order = self._order
-        free = self._free
         events = self._events
-        while self._cached > keep and order:
-            ptr, (block, key, bc) = order.popitem(last=False)
-            fl = free[key]
-            del fl[ptr]
-            if not fl:
-                del free[key]
-            self._cached -= block
+        cached = self._held - self._in_use
+        while cached > keep and order:
+            ptr, (_size, block, key, bc) = order.popitem(last=False)
+            self._uncache_locked(ptr, key)
+            cached -= block
             if bc is not None:
-                bc.cached -= block
-                bc.cached_n -= 1
                 bc.evictions += 1
-                bc.backend_frees += 1
+                bc._backend_freed(block)
             if events is not None:
                 events.append({"op": op, "size": block, "ptr": ptr, "hit": False,
                                "reason": reason, "dev": self._label, "t_ns": time.monotonic_ns()})
             victims.append((ptr, block))
+        self._held = self._in_use + cached
         return victims
 
     def _pop_largest_cached_locked(self):
@@ -777,16 +813,18 @@ class MemoryManager:
             return None
         key = max(free)                 # O(distinct cached sizes); OOM path only
         fl = free[key]
-        ptr = fl.popitem()[0]
-        if not fl:
+        if type(fl) is int:
+            ptr = fl
             del free[key]
-        block, _, bc = self._order.pop(ptr)
-        self._cached -= block
+        else:
+            ptr = fl.popitem()[0]
+            if not fl:
+                del free[key]
+        _size, block, _key, bc = self._order.pop(ptr)
+        self._held -= block
         if bc is not None:
-            bc.cached -= block
-            bc.cached_n -= 1
             bc.evictions += 1
-            bc.backend_frees += 1
+            bc._backend_freed(block)
         if self._events is not None:
             self._events.append({"op": "evict", "size": block, "ptr": ptr, "hit": False,
                                  "reason": "oom", "dev": self._label,
@@ -818,13 +856,19 @@ class MemoryManager:
         with self._lock:
             return ptr in self._live
 
-    def size_of(self, ptr) -> int:
-        """Requested size in bytes of a live allocation; ``KeyError`` if
-        ``ptr`` is not live here."""
-        with self._lock:
+    def size_of(self, ptr, default=_NO_DEFAULT) -> int:
+        """Requested size in bytes of a live allocation.  If ``ptr`` is not
+        live here: ``default`` when given, else ``KeyError``."""
+        lock = self._lock
+        lock.acquire()
+        try:
             rec = self._live.get(ptr)
+        finally:
+            lock.release()
         if rec is None:
-            raise KeyError(ptr)
+            if default is _NO_DEFAULT:
+                raise KeyError(ptr)
+            return default
         return rec[0]
 
     def block_size_of(self, ptr) -> int:
@@ -836,23 +880,60 @@ class MemoryManager:
             raise KeyError(ptr)
         return rec[1]
 
+    def live_allocations(self) -> list:
+        """``[(ptr, requested bytes), ...]`` of the live allocations (blocks
+        being poisoned are no longer live); a snapshot, O(live blocks)."""
+        with self._lock:
+            items = list(self._live.items())
+        return [(p, rec[0]) for p, rec in items]
+
     @property
     def stats(self) -> PoolStats:
-        """A consistent :class:`PoolStats` snapshot (taken under the lock)."""
+        """A consistent :class:`PoolStats` snapshot.  The counters and tables
+        are copied under the lock; gauges (per-bucket bytes and blocks in use
+        and cached) are then derived outside it, O(live + cached blocks)."""
         with self._lock:
-            per = {b: c.snapshot() for b, c in self._buckets.items()} if self._stats_on else {}
-            in_use, cached = self._in_use, self._cached
+            in_use, held = self._in_use, self._held
             live_n, cached_n = len(self._live) + len(self._transit), len(self._order)
             peak_in_use, peak_total, foreign = self._peak_in_use, self._peak_total, self._foreign
-        tot = dict.fromkeys(("hits", "misses", "evictions", "oom_retries",
-                             "backend_allocs", "backend_frees"), 0)
-        for s in per.values():
-            for k in tot:
-                tot[k] += getattr(s, k)
-        return PoolStats(bytes_in_use=in_use, bytes_cached=cached, bytes_total=in_use + cached,
+            if self._stats_on:
+                counters = [(bc, bc.hits, bc.misses, bc.evictions, bc.oom_retries,
+                             bc.backend_allocs, bc.backend_frees, bc.peak_total)
+                            for bc in self._buckets.values()]
+                live = list(self._live.values())
+                live += self._transit.values()
+                cached = list(self._order.values())
+        per = {}
+        tot = [0] * 6
+        if self._stats_on:
+            # (bc, block) -> count, at C speed; then per bucket in Python over
+            # the distinct block sizes only
+            pick = operator.itemgetter(3, 1)
+            gauges = {}
+            for i, recs in ((0, live), (2, cached)):
+                for (bc, block), n in Counter(map(pick, recs)).items():
+                    g = gauges.get(bc)
+                    if g is None:
+                        g = gauges[bc] = [0, 0, 0, 0]
+                    g[i] += n
+                    g[i + 1] += n * block
+            zero = (0, 0, 0, 0)
+            for bc, *ev, pt in counters:
+                ln, lb, cn, cb = gauges.get(bc, zero)
+                for i, v in enumerate(ev):
+                    tot[i] += v
+                per[bc.bucket] = PoolStats(
+                    bytes_in_use=lb, bytes_cached=cb, bytes_total=lb + cb,
+                    peak_bytes_in_use=0, peak_bytes_total=pt, hits=ev[0], misses=ev[1],
+                    evictions=ev[2], oom_retries=ev[3], backend_allocs=ev[4],
+                    backend_frees=ev[5], live_blocks=ln, cached_blocks=cn)
+        hits, misses, evictions, oom_retries, backend_allocs, backend_frees = tot
+        return PoolStats(bytes_in_use=in_use, bytes_cached=held - in_use, bytes_total=held,
                          peak_bytes_in_use=peak_in_use, peak_bytes_total=peak_total,
+                         hits=hits, misses=misses, evictions=evictions, oom_retries=oom_retries,
+                         backend_allocs=backend_allocs, backend_frees=backend_frees,
                          foreign_frees=foreign, live_blocks=live_n, cached_blocks=cached_n,
-                         per_bucket=per, **tot)
+                         per_bucket=per)
 
     # -- event log ---------------------------------------------------------------
 
@@ -903,6 +984,12 @@ class MemoryManager:
         return UnknownPointerError(
             f"double free of device pointer {ptr:#x} on device {self._label or '?'}: the memory "
             f"manager already holds it as a freed (cached) block",
+            function="MemoryManager.free", device=self._label or None)
+
+    def _unknown_error(self, ptr):
+        return UnknownPointerError(
+            f"free of device pointer {ptr:#x}, which is not a live allocation of the memory "
+            f"manager of device {self._label or '?'} (never handed out, or already freed)",
             function="MemoryManager.free", device=self._label or None)
 
     def _locks(self):

@@ -42,10 +42,23 @@ class PoolStats:
       ``backend_frees``.
     * ``live_blocks`` / ``cached_blocks``: block counts.
     * ``per_bucket``: ``{bucket: PoolStats}`` with the same counters per
-      bucket (their own ``per_bucket`` is empty).  Buckets are the LLVM
-      buckets ``0, 4, 8, ..., 8192`` under ``exact``, the size-class size
-      under ``binned``, and :attr:`BYPASS_BUCKET` (``-1``) for blocks above
-      the threshold or with pooling off.
+      bucket (their own ``per_bucket`` is empty), except that a bucket's
+      ``peak_bytes_in_use`` is not kept and reads 0 (it would cost a
+      per-bucket update on every hit and every free; issue 5) and its
+      ``foreign_frees`` is 0 (a foreign pointer has no bucket).  A bucket's
+      ``peak_bytes_total`` is exact: its bytes held only change on backend
+      calls.  Buckets are the LLVM buckets ``0, 4, 8, ..., 8192`` under
+      ``exact``, the size-class size under ``binned``, and
+      :attr:`BYPASS_BUCKET` (``-1``) for blocks above the threshold or with
+      pooling off.
+
+    How they are kept (issue 5): per operation the manager counts only what
+    cannot be derived (a hit adds 1 to its bucket's ``hits``; a miss, an
+    eviction, a backend free or an OOM retry add to their counters) and the
+    global bytes in use and held from the backend with their peaks.  Bytes
+    and blocks in use and cached per bucket are derived from the pointer
+    table and the free lists when the snapshot is taken (O(live + cached
+    blocks), copied under the lock, counted outside it).
 
     With ``stats=False`` only ``bytes_in_use``, ``bytes_cached``,
     ``bytes_total``, ``live_blocks`` and ``cached_blocks`` are kept (the
