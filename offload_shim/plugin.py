@@ -351,26 +351,6 @@ class Plugin:
     def _deinit_device(self, dev: int) -> None: raise NotImplementedError
 
 
-def _host_buffer_address(buf) -> tuple[int, int, object]:
-    """(address, nbytes, keepalive) of a buffer-protocol object.  Read-only
-    buffers are accepted for reads by the plugin."""
-    if isinstance(buf, int):
-        raise TypeError("pass a buffer object (bytearray, array, numpy array, ctypes array), "
-                        "not an int")
-    mv = memoryview(buf)
-    if not mv.contiguous:
-        raise ValueError("host buffer must be contiguous")
-    nbytes = mv.nbytes
-    if nbytes == 0:
-        return 0, 0, mv
-    if mv.readonly:
-        # copy-free view is impossible through ctypes for read-only objects
-        tmp = ctypes.create_string_buffer(mv.tobytes(), nbytes)
-        return ctypes.addressof(tmp), nbytes, tmp
-    arr = (ctypes.c_char * nbytes).from_buffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv)
-    return ctypes.addressof(arr), nbytes, arr
-
-
 class LLVMPlugin(Plugin):
     """A libomptarget plugin (``__tgt_rtl_*``), LLVM 14 / 16 classic / 16
     nextgen (17/18 are recognised and refused with ABIMismatchError)."""
