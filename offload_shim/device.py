@@ -28,7 +28,7 @@ import threading
 from typing import Sequence
 
 from .errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
-                     LifecycleError, OffloadError, OutOfDeviceMemoryError,
+                     LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,
                      UnknownPointerError)
 from .images import AddressMap, OffloadImage
 
@@ -64,6 +64,36 @@ def _host_view(buf, writable: bool):
     flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
     arr = (ctypes.c_char * n).from_buffer(flat)
     return ctypes.addressof(arr), n, arr
+
+
+def _pointer_args(args) -> list[int]:
+    """Kernel arguments as pointer-sized ints (device addresses or scalars)."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, bool) or not isinstance(a, int):
+            raise TypeError(f"kernel argument {i} must be an int (device address or "
+                            f"integer scalar), not {type(a).__name__}")
+        if not -(1 << 63) <= a < (1 << 64):
+            raise ValueError(f"kernel argument {i} = {a} does not fit in 64 bits")
+        out.append(int(a))
+    return out
+
+
+def _copy_size(host_len: int, offset, nbytes) -> int:
+    """Bytes to copy: ``nbytes`` (default: the whole host buffer), checked
+    against the host buffer so the plugin never reads or writes past it."""
+    for name, v in (("offset", offset), ("nbytes", nbytes)):
+        if v is not None and (type(v) is not int and (not isinstance(v, int) or isinstance(v, bool))):
+            raise TypeError(f"{name} must be an int (bytes), not {type(v).__name__}")
+    if offset < 0:
+        raise ValueError(f"negative offset {offset}")
+    if nbytes is None:
+        return host_len
+    if nbytes < 0:
+        raise ValueError(f"negative nbytes {nbytes}")
+    if nbytes > host_len:
+        raise ValueError(f"nbytes={nbytes} exceeds the host buffer of {host_len} bytes")
+    return int(nbytes)
 
 
 class _LoadedOnDevice:
@@ -316,20 +346,25 @@ class Device:
 
     def global_address(self, name: str, image: OffloadImage | None = None) -> int:
         """Device address of a global of a loaded image (initialises the device).
-        Raises KeyError."""
+        Raises NotMappedError (a KeyError)."""
         self._enter()
         try:
             for rec in self._images.values():
                 if (image is None or rec.image is image) and name in rec.globals:
                     return rec.globals[name][0]
-            raise KeyError(f"{self.label}: no loaded image has a global {name!r}")
+            raise NotMappedError(f"{self.label}: no loaded image has a global {name!r}",
+                                 device=self.label)
         finally:
             self._exit()
 
     def translate(self, host_addr: int) -> int:
         """Target address mapped for a host address (host->target map of the
-        loaded images).  KeyError when unmapped."""
-        return self.address_map.lookup(host_addr)
+        loaded images).  Raises NotMappedError (a KeyError) when unmapped."""
+        try:
+            return self.address_map.lookup(host_addr)
+        except KeyError:
+            raise NotMappedError(f"{self.label}: host address {host_addr:#x} is not mapped",
+                                 device=self.label) from None
 
     # -- memory ----------------------------------------------------------------------
     def _backend_alloc(self, size: int) -> int:
@@ -375,7 +410,9 @@ class Device:
         """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
         Raises UnknownPointerError for a pointer not live on this device
         (never handed out, already freed, or drained by a ``deinit`` that ran
-        concurrently), before the plugin sees it.
+        concurrently), before the plugin sees it; LifecycleError after close.
+        Pointers are plain addresses: once the plugin hands the same address
+        out again, a stale pointer is that new block (docs/usage.md).
 
         The pool's pointer table is the device's: ``pool.free(ptr,
         strict=True)`` checks and frees in one lock round trip, once the call
@@ -385,8 +422,11 @@ class Device:
         if not ptr:
             return
         if self._state is not _READY:
-            # not initialised (or closed): nothing is live, and a stale
-            # pointer must not initialise the device
+            if self._state is DeviceState.CLOSED:
+                raise LifecycleError(f"{self.label}: free after close (the runtime freed "
+                                     "every allocation when it closed)", device=self.label)
+            # not initialised: nothing is live, and a stale pointer must not
+            # initialise the device
             self._unknown_pointer(ptr)
         self._enter()
         try:
@@ -431,12 +471,11 @@ class Device:
         """Copy host -> device (``data_submit``/``host2dev``).  ``tgt``: a
         pointer from :meth:`alloc` or :meth:`global_address`; ``host``: a
         buffer object; ``offset`` (bytes) into the device block; ``nbytes``
-        defaults to the whole host buffer.  Raises UnknownPointerError,
-        ValueError (range outside the block), LifecycleError."""
+        defaults to the whole host buffer and may not exceed it.  Raises
+        UnknownPointerError, ValueError (range outside the device block or the
+        host buffer), TypeError (non-int offset/nbytes), LifecycleError."""
         addr, n, keep = _host_view(host, writable=False)
-        n = n if nbytes is None else int(nbytes)
-        if offset < 0 or n < 0:
-            raise ValueError("negative offset or size")
+        n = _copy_size(n, offset, nbytes)
         self._enter()
         try:
             self._check_range(tgt, offset + n)
@@ -452,9 +491,7 @@ class Device:
         """Copy device -> host (``data_retrieve``/``dev2host``) into the
         writable buffer ``host``.  Same rules as :meth:`submit`."""
         addr, n, keep = _host_view(host, writable=True)
-        n = n if nbytes is None else int(nbytes)
-        if offset < 0 or n < 0:
-            raise ValueError("negative offset or size")
+        n = _copy_size(n, offset, nbytes)
         self._enter()
         try:
             self._check_range(tgt, offset + n)
@@ -473,8 +510,9 @@ class Device:
         (device pointers or integer scalars; argument i = args[i] +
         offsets[i], LLVM ``TgtArgs``/``TgtOffsets``).  Raises
         KernelNotFoundError, ValueError (wrong arity when the image declares
-        it, ambiguous name across images), LifecycleError, PluginCallError."""
-        args = [int(a) for a in args]
+        it, ambiguous name across images, a value outside 64 bits), TypeError
+        (a non-integer argument), LifecycleError, PluginCallError."""
+        args = _pointer_args(args)
         if offsets is not None and len(offsets) != len(args):
             raise ValueError("offsets must have one entry per argument")
         self._enter()

@@ -102,6 +102,14 @@ class ImageNotRegisteredError(OffloadError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NotMappedError(OffloadError, KeyError):
+    """A host address with no host->target mapping, or a global name no loaded
+    image has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class KernelNotFoundError(OffloadError, KeyError):
     """No registered image on this device has a kernel of that name."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-import weakref
 from typing import Iterable
 
 from . import discovery
@@ -33,7 +32,10 @@ from .plugin import Plugin, load_plugin
 
 log = logging.getLogger("offload_shim")
 
-_LIVE: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+# Strong references: a runtime dropped without close() stays alive (like an
+# unclosed file) until the atexit hook tears it down in order (I7).  A weak set
+# would let it vanish with devices and the plugin still initialised.
+_LIVE: "set[Runtime]" = set()
 _ATEXIT_LOCK = threading.Lock()
 _ATEXIT_DONE = False
 
@@ -85,12 +87,16 @@ class Runtime:
         self._lock = threading.RLock()
         self._closed = False
         self._pool_options = dict(pool or {})
+        if self._pool_options:
+            _check_pool_options(self._pool_options)
         self._registry = ImageRegistry()
         self._accept_cache: dict[tuple[int, int], bool] = {}
         self._plugins: list[Plugin] = []
         self._acquired: list[Plugin] = []
         self._devices: list[Device] | None = None
         self.load_errors: list[tuple[str, Exception]] = []
+        if isinstance(plugins, (str, bytes)) or hasattr(plugins, "__fspath__"):
+            plugins = [plugins]             # one path, not an iterable of characters
         items = list(plugins)
         if bundled:
             from .hostplugin import bundled_plugin_path
@@ -317,6 +323,16 @@ class Runtime:
             if errors:
                 raise errors[0]
             return leaks
+
+
+def _check_pool_options(options: dict) -> None:
+    """Refuse bad ``pool=`` options now, not at each device's first use:
+    build (and drain) a throwaway MemoryManager with them.  Raises TypeError
+    (unknown keyword) or ValueError (bad value), as MemoryManager does."""
+    from .memory import MemoryManager
+    checked = {k: v for k, v in options.items() if k != "event_log"}  # would open a file
+    MemoryManager(lambda size: 0, lambda ptr: None, poison=lambda p, n: None,
+                  **checked).drain()
 
 
 def _is_bundled_path(item) -> bool:

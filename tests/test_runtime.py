@@ -407,3 +407,71 @@ def test_atexit_teardown_in_order_B8(bundled_path):
     """)
     assert r.returncode == 0, r.stderr
     assert "deinit_plugin 1 live 0 violations 0 plugin_init False" in r.stdout, r.stdout + r.stderr
+
+
+def test_copy_never_runs_past_the_host_buffer(bundled_path, ctl):
+    """A new user's finding: nbytes larger than the host buffer let the plugin read
+    or write past it (heap overflow).  Refused before the plugin is called."""
+    with osh.Runtime(bundled_path) as rt:             # one path, not a list
+        dev = rt.devices[0]
+        a = dev.alloc(1 << 20)
+        buf = bytearray(16)
+        n_sub, n_ret = ctl.call_count("__tgt_rtl_data_submit"), ctl.call_count("__tgt_rtl_data_retrieve")
+        with pytest.raises(ValueError, match="exceeds the host buffer"):
+            dev.submit(a, buf, nbytes=1 << 20)
+        with pytest.raises(ValueError, match="exceeds the host buffer"):
+            dev.retrieve(buf, a, nbytes=17)
+        with pytest.raises(TypeError):
+            dev.submit(a, buf, nbytes=8.0)
+        with pytest.raises(ValueError):
+            dev.retrieve(buf, a, offset=-1)
+        assert (ctl.call_count("__tgt_rtl_data_submit"), ctl.call_count("__tgt_rtl_data_retrieve")) == (n_sub, n_ret)
+        dev.submit(a, buf, nbytes=8)                  # a prefix is fine
+        dev.free(a)
+
+
+def test_typed_errors_for_lookups_and_arguments(bundled_path):
+    with osh.Runtime([bundled_path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        with pytest.raises(osh.NotMappedError) as ei:
+            dev.global_address("no_such_global")
+        assert isinstance(ei.value, KeyError) and isinstance(ei.value, osh.OffloadError)
+        with pytest.raises(osh.NotMappedError):
+            dev.translate(12345)
+        p = dev.alloc(8)
+        with pytest.raises(TypeError, match="argument 1"):
+            dev.launch("increment", [p, 1.0])
+        with pytest.raises(ValueError, match="64 bits"):
+            dev.launch("increment", [p, 1 << 64])
+        dev.free(p)
+    with pytest.raises(osh.LifecycleError):
+        dev.free(p)                                    # after close: lifecycle, not "unknown"
+
+
+def test_bad_pool_options_fail_at_construction(bundled_path):
+    with pytest.raises(ValueError):
+        osh.Runtime([bundled_path], pool={"policy": "bogus"})
+    with pytest.raises(TypeError):
+        osh.Runtime([bundled_path], pool={"no_such_option": 1})
+    osh.Runtime([bundled_path], pool={"policy": "binned", "cache_limit": 1 << 20}).close()
+
+
+def test_runtime_dropped_without_close_is_torn_down_at_exit(bundled_path):
+    r = run_child(f"""
+        import atexit, gc
+        from offload_shim.hostplugin import HostPluginControl
+        ctl = HostPluginControl({bundled_path!r})
+        atexit.register(lambda: print("live", ctl.live_allocs(), "plugin_init",
+                                      ctl.is_plugin_initialized()))
+        import offload_shim as osh
+        def work():
+            rt = osh.Runtime([{bundled_path!r}])
+            d = rt.devices[0]
+            d.alloc(1000); d.alloc(50000)
+        work()
+        gc.collect()
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "live 0 plugin_init False" in r.stdout, r.stdout + r.stderr
