@@ -10,6 +10,9 @@ sequences of ``--steps`` steps against the plugin through the runtime, in a
 CHILD process: a segfault becomes a finding with its signal and the steps
 of the sequence that was running, a run past ``--timeout`` becomes a hang,
 a model mismatch is reported with hypothesis's shrunk, replayable program.
+A real plugin keeps every image it ever loaded mapped, so a child stops
+before its mappings near ``vm.max_map_count`` and a fresh child runs the
+remaining sequences (``run_check``).
 
 With ``--probe-misuse`` every known misuse sequence
 (:mod:`offload_shim.testing.probes`) runs in its own child, straight
@@ -94,7 +97,9 @@ def cmd_check(args) -> int:
 
 def _print_result(r: dict) -> None:
     print(f"plugin   {r['plugin']} ({r['view']})")
-    print(f"examples {r['examples']} x {r['steps']} steps, seed {r['seed']}")
+    kids = r.get("children", 1)
+    print(f"examples {r['examples']} x {r['steps']} steps, seed {r['seed']}"
+          + (f" ({kids} child processes)" if kids > 1 else ""))
     if r["ok"]:
         print("result   nothing found")
         return
@@ -110,70 +115,101 @@ def _print_result(r: dict) -> None:
 
 def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, steps: int = 30,
               seed: int | None = None, timeout: float = 600.0, threads: bool = True,
-              faults: bool = True, progress=None) -> dict:
-    """Run the lifecycle machine against ``path`` in a child process.
+              faults: bool = True, progress=None, max_mappings: float | None = None) -> dict:
+    """Run the lifecycle machine against ``path`` in child processes.
 
-    Returns ``{"plugin", "view", "examples", "steps", "seed", "ok",
-    "findings": [{"kind": "crash"|"hang"|"invariant"|"error", "message",
-    "signal"?, "program"? (shrunk, replayable), "steps"? (last sequence)}]}``.
-    ``timeout`` in seconds for the whole run (a hang is a finding)."""
+    Returns ``{"plugin", "view", "examples", "steps", "seed", "children",
+    "ok", "findings": [{"kind": "crash"|"hang"|"invariant"|"error"|
+    "resource", "message", "signal"?, "program"? (shrunk, replayable),
+    "steps"? (last sequence)}]}``.  ``timeout`` in seconds for the whole run
+    (a hang is a finding).
+
+    A real plugin never unloads what it loaded (each ``load_binary``
+    dlopens a new temp copy for good), so a child ends its part of the run
+    before its memory mappings near ``vm.max_map_count``
+    (:class:`~offload_shim.testing.machine.ProcessExhausted`) and a fresh
+    child carries on with the sequences still to run, under a seed derived
+    from ``seed`` and the child's number (the same run every time).
+    ``children``: how many were started; ``max_mappings``: the fraction of
+    ``vm.max_map_count`` at which a child stops (default
+    :data:`CHILD_MAX_MAPPINGS`)."""
+    import threading
+    import time
+
     from .plugin import load_plugin
     plugin = load_plugin(path, abi=abi)
+    base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
+            "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
+    deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="osh_check_") as tmp:
-        res_file = os.path.join(tmp, "result.json")
-        trace_file = os.path.join(tmp, "trace.txt")
-        cfg = dict(path=plugin.path, abi=abi, max_examples=max_examples, steps=steps,
-                   seed=seed, threads=threads, faults=faults, result=res_file,
-                   trace=trace_file)
-        cmd = [sys.executable, "-m", "offload_shim.cli", "check", plugin.path,
-               "--child", json.dumps(cfg)]
-        base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
-                "examples": 0, "steps": steps, "seed": seed, "findings": []}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail: list[str] = []
-        killed = False
-        import threading
+        while True:
+            k = base["children"]
+            base["children"] += 1
+            res_file = os.path.join(tmp, f"result{k}.json")
+            trace_file = os.path.join(tmp, "trace.txt")
+            cfg = dict(path=plugin.path, abi=abi, max_examples=max_examples - base["examples"],
+                       steps=steps, seed=seed, child=k, done=base["examples"],
+                       threads=threads, faults=faults, result=res_file, trace=trace_file,
+                       max_mappings=CHILD_MAX_MAPPINGS if max_mappings is None else max_mappings)
+            cmd = [sys.executable, "-m", "offload_shim.cli", "check", plugin.path,
+                   "--child", json.dumps(cfg)]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+            tail: list[str] = []
+            killed = False
 
-        def pump():
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                if line.startswith("progress "):
-                    if progress:
-                        progress(line[len("progress "):])
-                else:
-                    tail.append(line)
-                    del tail[:-40]
+            def pump(proc=proc, tail=tail):
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    if line.startswith("progress "):
+                        if progress:
+                            progress(line[len("progress "):])
+                    else:
+                        tail.append(line)
+                        del tail[:-40]
 
-        t = threading.Thread(target=pump, daemon=True)
-        t.start()
-        try:
-            rc = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            killed = True
-            proc.kill()
-            rc = proc.wait()
-        t.join(10)
-        steps_run = _read_trace(trace_file)
-        if os.path.exists(res_file):
-            with open(res_file) as f:
-                child = json.load(f)
-            base.update(child)
-        if killed:
-            base["findings"].append({"kind": "hang", "message": f"no result after {timeout} s",
-                                     "steps": steps_run})
-        elif rc < 0:
+            t = threading.Thread(target=pump, daemon=True)
+            t.start()
             try:
-                sig = signal.Signals(-rc).name
-            except ValueError:
-                sig = f"signal {-rc}"
-            base["findings"].append({"kind": "crash", "signal": sig,
-                                     "message": f"the child died of {sig}", "steps": steps_run,
-                                     "output": tail[-10:]})
-        elif not os.path.exists(res_file):
-            base["findings"].append({"kind": "error", "message": f"child exited {rc} without a "
-                                     "result", "output": tail[-20:], "steps": steps_run})
-        base["ok"] = not base["findings"]
-        return base
+                rc = proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                killed = True
+                proc.kill()
+                rc = proc.wait()
+            t.join(10)
+            steps_run = _read_trace(trace_file)
+            child: dict = {}
+            if os.path.exists(res_file):
+                with open(res_file) as f:
+                    child = json.load(f)
+                base["examples"] += child.get("examples", 0)
+                base["findings"] += child.get("findings", [])
+            if killed:
+                base["findings"].append({"kind": "hang",
+                                         "message": f"no result after {timeout} s",
+                                         "steps": steps_run})
+            elif rc < 0:
+                try:
+                    sig = signal.Signals(-rc).name
+                except ValueError:
+                    sig = f"signal {-rc}"
+                base["findings"].append({"kind": "crash", "signal": sig,
+                                         "message": f"the child died of {sig}",
+                                         "steps": steps_run, "output": tail[-10:]})
+            elif not child:
+                base["findings"].append({"kind": "error", "message": f"child exited {rc} "
+                                         "without a result", "output": tail[-20:],
+                                         "steps": steps_run})
+            elif child.get("exhausted") and not child.get("findings"):
+                if child.get("examples", 0) == 0:
+                    base["findings"].append({"kind": "resource", "message": "a fresh child "
+                                             "has no room for one sequence: "
+                                             + child["exhausted"]})
+                elif base["examples"] < max_examples:
+                    continue                    # a fresh child runs the rest
+            break
+    base["ok"] = not base["findings"]
+    return base
 
 
 def _read_trace(path: str) -> list[str]:
@@ -182,6 +218,45 @@ def _read_trace(path: str) -> list[str]:
             return [ln.rstrip("\n") for ln in f][-60:]
     except OSError:
         return []
+
+
+#: a child ends its part of the run when its memory mappings pass this
+#: fraction of vm.max_map_count (room left for the sequence in progress)
+CHILD_MAX_MAPPINGS = 0.5
+
+
+def _child_seed(seed: int | None, child: int) -> int | None:
+    """Seed of child ``child``: the first runs the run as asked (None:
+    derandomized), the next ones a seed derived from both."""
+    if child == 0:
+        return seed
+    import zlib
+    return zlib.crc32(f"offload-shim check {seed} {child}".encode())
+
+
+def _unlink_temp_copies() -> int:
+    """Unlink the temp copies of images this process dlopened
+    (``/tmp/tmpfile_XXXXXX``; the nextgen plugins never remove them, the
+    classic ones only at exit).  Only files mapped by this process are
+    touched, so a copy another process is loading right now is safe; the
+    mappings themselves stay valid.  Returns the number removed."""
+    import re
+    pat = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$")
+    seen, n = set(), 0
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                m = pat.search(line.rstrip("\n"))
+                if m and m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    try:
+                        os.unlink(m.group(1))
+                        n += 1
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+    return n
 
 
 def _child_main(args) -> int:
@@ -193,8 +268,9 @@ def _child_main(args) -> int:
     from hypothesis import seed as hseed
     from hypothesis.stateful import get_state_machine_test
 
-    from .testing.machine import make_lifecycle_machine
+    from .testing.machine import ProcessExhausted, make_lifecycle_machine, mapping_usage
     trace = open(cfg["trace"], "w", buffering=1)
+    done = cfg.get("done", 0)
     counter = {"n": 0}
 
     def tr(line):
@@ -204,29 +280,44 @@ def _child_main(args) -> int:
                                   faults=None if cfg["faults"] else False, trace=tr)
 
     class Machine(base):
+        max_mappings = cfg.get("max_mappings", CHILD_MAX_MAPPINGS)
+
         def __init__(self):
             counter["n"] += 1
             trace.seek(0)
             trace.truncate()
-            if counter["n"] % 25 == 0:
-                print(f"progress {counter['n']} sequences", flush=True)
+            if (done + counter["n"]) % 25 == 0:
+                print(f"progress {done + counter['n']} sequences", flush=True)
             super().__init__()
 
     Machine.__name__ = base.__name__
+    seed = _child_seed(cfg["seed"], cfg.get("child", 0))
     s = settings(max_examples=cfg["max_examples"], stateful_step_count=cfg["steps"],
-                 deadline=None, database=None, derandomize=cfg["seed"] is None,
+                 deadline=None, database=None, derandomize=seed is None,
                  suppress_health_check=list(HealthCheck), print_blob=False)
     test = get_state_machine_test(Machine, settings=s)
-    if cfg["seed"] is not None:
-        test = hseed(cfg["seed"])(test)
+    if seed is not None:
+        test = hseed(seed)(test)
     findings = []
+    exhausted = None
     try:
         test()
+    except ProcessExhausted as exc:   # not a finding: the parent starts a fresh child
+        exhausted = str(exc)          # (raised after a sequence that passed)
     except BaseException as exc:   # the finding itself
         notes = "\n".join(getattr(exc, "__notes__", []))
-        findings.append({"kind": "invariant" if isinstance(exc, AssertionError) else "error",
-                         "message": f"{type(exc).__name__}: {exc}", "program": notes})
-    res = {"examples": counter["n"], "findings": findings}
+        kind = "invariant" if isinstance(exc, AssertionError) else "error"
+        msg = f"{type(exc).__name__}: {exc}"
+        use = mapping_usage()
+        if use is not None and use[0] > 0.95 * use[1]:
+            # the safety margin did not hold: say so, not just what hypothesis made of it
+            kind = "resource"
+            msg = (f"the process ran out of memory mappings ({use[0]} of vm.max_map_count="
+                   f"{use[1]}); what hypothesis reported then: {msg}")
+        findings.append({"kind": kind, "message": msg, "program": notes})
+    finally:
+        _unlink_temp_copies()
+    res = {"examples": counter["n"], "findings": findings, "exhausted": exhausted}
     with open(cfg["result"], "w") as f:
         json.dump(res, f)
     trace.close()

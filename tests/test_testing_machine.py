@@ -51,6 +51,50 @@ def test_classic16_500_sequences(classic16):
     _run_in_child(classic16, 500, 15)
 
 
+@pytest.mark.llvm16
+def test_nextgen16_process_exhaustion_is_clean(nextgen16):
+    """The real plugins never unload an image, so a long run fills the
+    process's memory mappings; the machine then stops with ProcessExhausted
+    after a passing sequence, not with hypothesis's FlakyStrategyDefinition
+    (what the 2,000-sequence run hit after 661 sequences when dlopen began
+    to fail).  In a child: this loads nextgen into the process."""
+    code = textwrap.dedent(f"""
+        from hypothesis import HealthCheck, settings
+        from hypothesis.stateful import run_state_machine_as_test
+        from offload_shim.testing import ProcessExhausted, make_lifecycle_machine, mapping_usage
+        M = make_lifecycle_machine({nextgen16!r})
+        M.max_mappings = 0.0            # the first sequence that passes is the last
+        try:
+            run_state_machine_as_test(M, settings=settings(
+                max_examples=50, stateful_step_count=10, deadline=None, derandomize=True,
+                database=None, suppress_health_check=list(HealthCheck)))
+        except ProcessExhausted as e:
+            assert e.limit == mapping_usage()[1] and "never unloads" in str(e), e
+            print("exhausted", e.used, e.limit)
+    """)
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "exhausted" in cp.stdout, cp.stdout + cp.stderr
+
+
+@pytest.mark.llvm16
+def test_run_check_continues_in_fresh_children(nextgen16):
+    """run_check starts a fresh child when one stops for lack of mappings and
+    runs the remaining sequences there (each child here stops after one)."""
+    from offload_shim.check import run_check
+    res = run_check(nextgen16, max_examples=4, steps=5, timeout=300, max_mappings=0.0)
+    assert res["ok"], res["findings"]
+    assert res["examples"] >= 4 and res["children"] >= 2, res
+
+
+def test_bundled_plugin_is_never_stopped(bundled_path):
+    """The bundled plugin frees what it loads: no ProcessExhausted for it."""
+    m = make_lifecycle_machine(bundled_path, "llvm", threads=False, faults=False)
+    m.max_mappings = 0.0
+    _run(m, 20, 5)
+
+
 @pytest.mark.llvm14
 def test_llvm14_100_sequences(llvm14):
     _run_in_child(llvm14, 100, 15)

@@ -16,7 +16,8 @@ on first access (hypothesis is only needed for the machine).
 
 from __future__ import annotations
 
-__all__ = ["LifecycleMachine", "ModelError", "make_lifecycle_machine"]
+__all__ = ["LifecycleMachine", "ModelError", "ProcessExhausted", "make_lifecycle_machine",
+           "mapping_usage"]
 
 
 def __getattr__(name):

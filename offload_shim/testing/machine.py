@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -47,7 +48,8 @@ from ..plugin import load_plugin
 from ..runtime import Runtime
 from . import strategies as S
 
-__all__ = ["LifecycleMachine", "make_lifecycle_machine", "ModelError"]
+__all__ = ["LifecycleMachine", "make_lifecycle_machine", "ModelError", "ProcessExhausted",
+           "mapping_usage"]
 
 #: every sample image (native/samples/kernels.c) has five host entries
 SAMPLE_ENTRIES = 5
@@ -71,6 +73,43 @@ _COUNTED = ("init", "deinit", "init_plugin", "deinit_plugin")
 
 class ModelError(AssertionError):
     """The runtime (or the plugin) disagrees with the model."""
+
+
+class ProcessExhausted(BaseException):
+    """This process has too little room left for another sequence: the real
+    LLVM plugins never unload an image (LLVM <= 18 has no ``unload_image``;
+    every ``load_binary`` dlopens a fresh temp copy for good), so each
+    sequence leaves its loads mapped and the process runs into
+    ``vm.max_map_count``, after which dlopen fails ("failed to map segment")
+    for reasons no model can predict; hypothesis then sees a prefix that
+    passed before fail early and reports ``FlakyStrategyDefinition``.
+    Raised by the teardown of a sequence that passed (after its last draw,
+    so hypothesis's record of the run stays consistent), never while a
+    failure found in this process is being shrunk; a ``BaseException`` so
+    that hypothesis does not take it for a failure but lets it through.  Run
+    further sequences in a fresh process (``offload-shim check`` does).
+    ``used``/``limit``: mappings in use and ``vm.max_map_count``."""
+
+    def __init__(self, used: int, limit: int, plugin: str):
+        self.used, self.limit, self.plugin = used, limit, plugin
+        super().__init__(
+            f"{used} of vm.max_map_count={limit} memory mappings of this process are in use: "
+            f"{plugin} never unloads an image (every load_binary dlopens a new copy), so the "
+            "next sequences could fail for reasons outside the model; run more sequences in "
+            "fresh processes (offload-shim check PLUGIN does)")
+
+
+def mapping_usage() -> tuple[int, int] | None:
+    """``(memory mappings of this process, vm.max_map_count)``; None where
+    unknown (no /proc)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps", "rb") as f:
+            used = sum(1 for _ in f)
+    except (OSError, ValueError):
+        return None
+    return used, limit
 
 
 def _pattern_bytes(p: int, n: int) -> bytes:
@@ -115,6 +154,11 @@ class LifecycleMachine(RuleBasedStateMachine):
     threads: bool = True
     pool: dict | None = None
     trace = None
+    #: against a plugin that keeps what it loads (any but the bundled one),
+    #: the teardown of a passing sequence raises :class:`ProcessExhausted`
+    #: once the process uses more than this fraction of ``vm.max_map_count``
+    max_mappings: float = 0.85
+    _failure_seen: bool = False     # set on the class: a sequence failed here
 
     devices = Bundle("devices")
     images = Bundle("images")
@@ -146,6 +190,16 @@ class LifecycleMachine(RuleBasedStateMachine):
             tr(line)
 
     def teardown(self):
+        in_flight = sys.exc_info()[1]     # a rule or invariant failed (teardown is in a finally)
+        if isinstance(in_flight, Exception):
+            type(self)._failure_seen = True   # shrinking follows: never stop it
+        self._teardown_checked()
+        if in_flight is None and not self.plugin.bundled and not type(self)._failure_seen:
+            use = mapping_usage()
+            if use is not None and use[0] > self.max_mappings * use[1]:
+                raise ProcessExhausted(use[0], use[1], self.plugin.name)
+
+    def _teardown_checked(self):
         try:
             if self.ctl is not None:
                 for v in self.entry.values():
