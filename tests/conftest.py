@@ -53,6 +53,24 @@ def ctl(bundled_path) -> hostplugin.HostPluginControl:
     return hostplugin.HostPluginControl(bundled_path)
 
 
+def _nextgen_temp_copies() -> set[str]:
+    import glob
+    return set(glob.glob("/tmp/tmpfile_*"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_llvm_nextgen_temp_copies():
+    """LLVM 16 nextgen plugins write every image they load to /tmp/tmpfile_XXXXXX
+    and never remove it (docs/plugins.md); remove the copies this session made."""
+    before = _nextgen_temp_copies()
+    yield
+    for path in _nextgen_temp_copies() - before:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 @pytest.fixture(autouse=True)
 def _bundled_plugin_stays_clean(request):
     """After every test: no new contract violation in the bundled plugin and
