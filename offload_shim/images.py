@@ -58,10 +58,15 @@ class OffloadImage:
     not ELF or is corrupt, ValueError for bad entries (duplicate names,
     negative sizes).  Objects are immutable after creation and hashable by
     identity (an image registered twice is the same registration).
+
+    ``trusted``: the bytes come from a library this process already loaded
+    (the interposer's images): :meth:`Runtime.register_image` then skips the
+    test ``dlopen`` in a child process (:meth:`verify_loadable`).
     """
 
     def __init__(self, data: bytes, entries: Iterable[HostEntry], *, name: str = "image",
-                 host_addresses: Iterable[int] | None = None, machine: str | None = None):
+                 host_addresses: Iterable[int] | None = None, machine: str | None = None,
+                 trusted: bool = False):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("image data must be bytes")
         self.data = bytes(data)
@@ -76,6 +81,8 @@ class OffloadImage:
                 raise ValueError("entry with an empty name")
         self.name = name
         self.id = next(_ids)
+        self.trusted = bool(trusted)
+        self._elf_type: str | None = None
         if machine is not None:
             # not an ELF image (issue 7: a GCC mkoffload image, e.g. "nvptx" PTX text)
             self.machine = machine
@@ -84,6 +91,7 @@ class OffloadImage:
                 self.machine = elf.machine(self.data)
             except InvalidImageError as exc:
                 raise InvalidImageError(f"image {name!r}: {exc}") from None
+            self._elf_type = elf.file_type(self.data)
         self._lock = threading.Lock()
         self._cbytes = None
         self._anchors = None
@@ -130,6 +138,25 @@ class OffloadImage:
         ``osh_scale`` (double, 3.0)."""
         from .hostplugin import sample_image_path
         return cls.from_file(sample_image_path(), num_args=SAMPLE_KERNEL_ARGS)
+
+    # safety --------------------------------------------------------------------
+    @property
+    def needs_loader_check(self) -> bool:
+        """True for an untrusted x86-64 ``ET_DYN`` image: the host plugins
+        ``dlopen`` those bytes, so :meth:`verify_loadable` tries that first
+        in a child process."""
+        return (not self.trusted and self.machine == "EM_X86_64"
+                and self._elf_type == "ET_DYN")
+
+    def verify_loadable(self) -> None:
+        """``dlopen`` the bytes in a child process (cached per content for the
+        process, :func:`offload_shim.isolation.verify_image`); raises
+        InvalidImageError when the dynamic loader crashes, aborts or refuses
+        them.  No-op for trusted images and non-x86-64/non-ET_DYN ones.
+        Code that the image's kernels run later cannot be checked this way."""
+        if self.needs_loader_check:
+            from .isolation import verify_image
+            verify_image(self.data, name=self.name)
 
     # views ---------------------------------------------------------------------
     @property

@@ -126,7 +126,7 @@ class Runtime:
                 continue
             try:
                 found.append(load_plugin(cand.path))
-            except (PluginLoadError, OSError) as exc:
+            except (PluginLoadError, OSError, ValueError) as exc:
                 errors.append((cand.path, exc))
         rt = cls(found, **kw)
         rt.load_errors = errors
@@ -235,9 +235,18 @@ class Runtime:
         is a no-op.  Raises LifecycleError after close, InvalidImageError when
         no plugin accepts the image; a load failure
         (InvalidImageError, TableMismatchError) unregisters the image again
-        and is re-raised."""
+        and is re-raised.
+
+        Before any plugin sees an untrusted x86-64 shared-object image its
+        bytes are ``dlopen``-ed once in a child process
+        (:meth:`OffloadImage.verify_loadable`, cached per content): an image
+        that crashes or aborts the dynamic loader raises InvalidImageError
+        instead of killing this process inside ``load_binary``."""
         if not isinstance(image, OffloadImage):
             raise TypeError("register_image expects an OffloadImage")
+        self._check_open()
+        if image not in self._registry:
+            image.verify_loadable()
         self._acquire_plugins()
         with self._lock:
             self._check_open()

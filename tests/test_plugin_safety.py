@@ -1,0 +1,132 @@
+"""Loading a library that is not a plugin must not kill the interpreter.
+
+Known host runtimes are refused by name before any dlopen; any other file is
+first loaded in a child process (its constructors run at dlopen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import offload_shim as osh
+from offload_shim import isolation
+from offload_shim.plugin import load_plugin
+
+from conftest import LLVM16
+from helpers import run_child
+
+LIBOMPTARGET16 = LLVM16 / "libomptarget.so.16"
+
+
+@pytest.fixture(scope="module")
+def crashing_lib(tmp_path_factory) -> str:
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("crashlib")
+    src = d / "crash.c"
+    src.write_text("__attribute__((constructor)) static void boom(void) {\n"
+                   "  *(volatile int *)0 = 1;\n}\n"
+                   "int __tgt_rtl_number_of_devices(void) { return 1; }\n")
+    lib = d / "libomptarget.rtl.crash.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+@pytest.mark.parametrize("name, what", [
+    ("libomptarget.so.16", "libomptarget, the host runtime"),
+    ("libgomp.so.1", "libgomp"),
+    ("libomp.so.5", "libomp"),
+    ("libLLVMOffload.so.20", "libLLVMOffload"),
+])
+def test_host_runtimes_refused_by_name(tmp_path, name, what):
+    f = tmp_path / name
+    f.write_bytes(b"never opened")
+    with pytest.raises(osh.NotAPluginError) as ei:
+        load_plugin(f)
+    assert what in str(ei.value) and "not a plugin" in str(ei.value)
+
+
+def test_real_libomptarget_refused_without_loading_it():
+    if not LIBOMPTARGET16.exists():
+        pytest.skip("libomptarget.so.16 not installed")
+    with pytest.raises(osh.NotAPluginError) as ei:
+        load_plugin(LIBOMPTARGET16)
+    assert "libomptarget, the host runtime, not a plugin (plugins are " \
+           "libomptarget.rtl.*.so)" in str(ei.value)
+    assert not isolation.mapped_in_process(os.path.realpath(LIBOMPTARGET16))
+
+
+def test_libomptarget_info_lists_the_others():
+    if not LIBOMPTARGET16.exists():
+        pytest.skip("libomptarget.so.16 not installed")
+    env = dict(os.environ, OFFLOAD_SHIM_PLUGINS=str(LIBOMPTARGET16))
+    proc = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "info",
+                           str(LIBOMPTARGET16), "--no-system", "--no-devices"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "not usable: NotAPluginError" in proc.stdout
+    assert "libosh_hostplugin.so" in proc.stdout
+
+
+def test_crashing_constructor_is_a_typed_error(crashing_lib):
+    with pytest.raises(osh.PluginDlopenError) as ei:
+        load_plugin(crashing_lib)
+    assert ei.value.dlerror == "SIGSEGV"
+    assert "crashed while loading: SIGSEGV; its constructors run at dlopen" in str(ei.value)
+    # the interpreter survived and did not map the library
+    assert not isolation.mapped_in_process(os.path.realpath(crashing_lib))
+    with pytest.raises(osh.PluginDlopenError):      # cached verdict
+        load_plugin(crashing_lib)
+
+
+def test_discover_skips_the_crashing_library(crashing_lib):
+    with osh.Runtime.discover([crashing_lib], system=False) as rt:
+        assert [p.name for p in rt.plugins] == ["osh_hostplugin"]
+        assert rt.load_errors[0][0] == crashing_lib
+
+
+def test_info_with_a_crashing_candidate_lists_the_bundled_plugin(crashing_lib):
+    proc = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "info", "--json",
+                           crashing_lib, "--no-system"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    recs = json.loads(proc.stdout)
+    bad = [r for r in recs if r["path"] == crashing_lib]
+    assert bad and "SIGSEGV" in bad[0]["error"]
+    assert any(r.get("bundled") for r in recs)
+
+
+def test_probe_false_would_crash(crashing_lib):
+    """Without the probe the constructor runs in-process (in a child here)."""
+    proc = run_child(f"""
+        from offload_shim.plugin import load_plugin
+        load_plugin({crashing_lib!r}, probe=False)
+    """)
+    assert proc.returncode < 0
+
+
+def test_bundled_plugin_is_not_probed(bundled_path, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("probed")
+    monkeypatch.setattr(isolation, "probe_plugin", boom)
+    from offload_shim.plugin import _needs_probe
+    assert not _needs_probe(os.path.realpath(bundled_path), None)
+    load_plugin(bundled_path)
+    load_plugin(bundled_path, abi="gomp")
+
+
+def test_empty_path():
+    with pytest.raises(ValueError, match="empty plugin path"):
+        load_plugin("")
+
+
+def test_good_plugin_still_loads_after_probe(nextgen16):
+    p = load_plugin(nextgen16)
+    assert p.generation == "llvm16-nextgen"
