@@ -1114,10 +1114,15 @@ OSH_EXPORT void __tgt_rtl_print_device_info(int32_t ID) {
   for (osh_image *im = d->images; im; im = im->next) nimg++;
   pthread_rwlock_unlock(&d->img_rw);
   int64_t cap = atomic_load(&g_capacity[ID]);
-  printf("osh_host device %d: host malloc memory; %lld live allocations, %lld live bytes, capacity %s%lld, %zu "
+  char capacity[48];
+  if (cap > 0)
+    snprintf(capacity, sizeof capacity, "%lld bytes", (long long)cap);
+  else
+    snprintf(capacity, sizeof capacity, "unlimited");
+  printf("osh_host device %d: host malloc memory; %lld live allocations, %lld live bytes, capacity %s, %zu "
          "image(s)\n",
          ID, (long long)atomic_load(&d->live_allocs), (long long)atomic_load(&d->live_bytes),
-         cap > 0 ? "" : "unlimited ", (long long)(cap > 0 ? cap : 0), nimg);
+         capacity, nimg);
   fflush(stdout);
 }
 

@@ -41,6 +41,12 @@ def _capture_c_stdout(fn):
         return result, tmp.read().decode(errors="replace")
 
 
+def _error(message: str) -> None:
+    """The one-line error of a command given bad input (the caller exits 2)."""
+    sys.stdout.flush()
+    print(f"offload-shim: error: {message}", file=sys.stderr, flush=True)
+
+
 # -- info -----------------------------------------------------------------------
 
 def _plugin_views(path):
@@ -66,7 +72,8 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
         base = {"path": cand.path, "source": cand.source}
         try:
             views = _plugin_views(cand.path)
-        except (OffloadError, OSError) as exc:
+        except (OffloadError, OSError, ValueError) as exc:
+            # a bad candidate is one "not usable" row; the others are still listed
             out.append({**base, "abi": None, "generation": None, "num_devices": None,
                         "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -96,8 +103,18 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
 def cmd_info(args) -> int:
     if getattr(args, "image", None):
         # issue 7: the offload images and entries inside compiled files, without running them
+        from .errors import InvalidImageError
         from .imageinfo import describe, format_description
-        infos = [describe(p) for p in args.image]
+        infos = []
+        for p in args.image:
+            try:
+                infos.append(describe(p))
+            except OSError as exc:            # missing, a directory, unreadable
+                _error(f"{p}: cannot read: {exc.strerror or exc}")
+                return 2
+            except InvalidImageError as exc:  # not ELF / corrupt ELF
+                _error(str(exc))
+                return 2
         if args.json:
             print(json.dumps(infos, indent=2, default=lambda o: {
                 k: v for k, v in vars(o).items() if k != "image"} | {"image_bytes": len(o.image)}))

@@ -33,10 +33,46 @@ def options() -> dict:
     return json.loads(raw) if raw else {}
 
 
+def _policy(opts: dict) -> str:
+    """``disabled`` / ``default`` / ``mandatory``: the ``policy`` option, else
+    ``OMP_TARGET_OFFLOAD`` (case-insensitive, as libomp reads it)."""
+    raw = opts.get("policy") or os.environ.get("OMP_TARGET_OFFLOAD", "default")
+    raw = str(raw).strip().lower()
+    return raw if raw in ("disabled", "mandatory") else "default"
+
+
 def start() -> None:
     """Build the Runtime and install the interposer's callbacks (replaying the
-    registrations the interposer recorded so far).  Idempotent.  Errors propagate
-    (the interposer prints the traceback and the program continues without a device)."""
+    registrations the interposer recorded so far).  Idempotent.
+
+    When that fails (a plugin that cannot be loaded, no usable runtime...), one line
+    ``offload_shim: the embedded runtime failed to start: ...`` goes to stderr, then:
+    under an ``OMP_TARGET_OFFLOAD=mandatory`` policy the program ends like libomptarget
+    16 does when offloading is mandatory and cannot happen (``Libomptarget fatal error
+    1: failure of target construct while offloading is mandatory``, ``abort()``);
+    otherwise it continues without a device (the interposer's "no device" answers:
+    host fallback)."""
+    try:
+        _start()
+    except Exception as exc:  # noqa: BLE001 - reported here, never into C as a traceback
+        opts = {}
+        try:
+            opts = options()
+        except ValueError:
+            pass
+        sys.stdout.flush()
+        sys.stderr.write(f"offload_shim: the embedded runtime failed to start: "
+                         f"{type(exc).__name__}: {exc}\n")
+        if _policy(opts) == "mandatory":
+            sys.stderr.write("Libomptarget fatal error 1: failure of target construct "
+                             "while offloading is mandatory\n")
+            sys.stderr.flush()
+            os.abort()
+        sys.stderr.write("offload_shim: running without it (no device: host fallback)\n")
+        sys.stderr.flush()
+
+
+def _start() -> None:
     global _state
     with _lock:
         if _state is not None:

@@ -161,21 +161,66 @@ def parse_nvptx_target_data(read, addr: int, cstring=None) -> dict:
     return out
 
 
+ELF_MAGIC = b"\x7fELF"
+
+#: what a parser of untrusted ELF bytes may raise (pyelftools' ELFError family, struct /
+#: construct errors, offsets that do not fit an ssize_t, inconsistent tables)
+_PARSE_ERRORS = (struct.error, OverflowError, ValueError, IndexError, KeyError, TypeError,
+                 AttributeError, EOFError, UnicodeDecodeError)
+
+
 def describe(path: str | Path) -> dict:
     """What ``path`` (ELF object, shared library or executable) carries for
     offloading: ``{"path", "machine", "llvm_offloading": [OffloadBinaryEntry...],
     "omp_offloading_entries": [{"name", "size", "flags", "addr"}...],
     "gnu_offload_funcs": [{"addr", "name"}], "gnu_offload_vars": [{"addr", "size", "link",
     "name"}], "gnu_offload_sections": [names], "gomp_target_data": dict or None}``
-    (addresses are link-time values, dynamic relocations applied).  Raises InvalidImageError for non-ELF data."""
+    (addresses are link-time values, dynamic relocations applied).
+
+    Raises OSError (FileNotFoundError, IsADirectoryError, PermissionError...) when the
+    file cannot be read, and InvalidImageError when it is not an ELF file
+    (``"PATH: not an ELF file (...)"``) or is an ELF file that cannot be parsed
+    (``"PATH: corrupt ELF file: ..."``: truncated, tables outside the file,
+    inconsistent section headers, a bad ``.llvm.offloading`` container)."""
+    from elftools.common.exceptions import ELFError
+    data = Path(path).read_bytes()        # OSError as it is
+    if data[:4] != ELF_MAGIC:
+        raise InvalidImageError(f"{path}: not an ELF file (no \\x7fELF magic number"
+                                + (", the file is empty)" if not data else ")"))
+    try:
+        return _describe(path, data)
+    except InvalidImageError as exc:
+        raise InvalidImageError(f"{path}: corrupt ELF file: {exc}") from None
+    except (ELFError, *_PARSE_ERRORS) as exc:
+        raise InvalidImageError(f"{path}: corrupt ELF file: {_parse_error_text(exc)}") \
+            from None
+
+
+def _parse_error_text(exc: BaseException) -> str:
+    """A reader's words for what a parser raised on corrupt ELF bytes."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, (ELFParseError, struct.error, EOFError)) and "expected" in text:
+        return f"a header or table runs past the end of the file ({text})"
+    if isinstance(exc, OverflowError):
+        return f"an offset or size is out of range ({text})"
+    if isinstance(exc, ELFError):
+        return text
+    return f"inconsistent headers ({type(exc).__name__}: {text})"
+
+
+def _describe(path, data: bytes) -> dict:
+    """:func:`describe` of ``data`` (starts with the ELF magic); pyelftools / struct
+    errors propagate."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
-    data = Path(path).read_bytes()
-    try:
-        elf = ELFFile(io.BytesIO(data))
-        sections = {s.name: s for s in elf.iter_sections()}
-    except ELFError as exc:
-        raise InvalidImageError(f"{path}: not an ELF file ({exc})") from None
+    from elftools.elf.relocation import RelocationSection
+    from elftools.elf.sections import SymbolTableSection
+    need = 64 if data[4:5] == b"\x02" else 52       # Elf64_Ehdr / Elf32_Ehdr
+    if len(data) < need:
+        raise ELFError(f"truncated ELF header ({len(data)} of {need} bytes)")
+    elf = ELFFile(io.BytesIO(data))
+    sections = {s.name: s for s in elf.iter_sections()}
     out: dict = {"path": str(path), "machine": elf["e_machine"], "llvm_offloading": [],
                  "omp_offloading_entries": [], "gnu_offload_funcs": [],
                  "gnu_offload_vars": [], "gnu_offload_sections": []}
@@ -197,7 +242,7 @@ def describe(path: str | Path) -> dict:
 
     symbols: dict[int, str] = {}
     for tab in (sections.get(".symtab"), sections.get(".dynsym")):
-        if tab is not None:
+        if isinstance(tab, SymbolTableSection):
             for sym in tab.iter_symbols():
                 if sym.name and sym["st_value"]:
                     symbols.setdefault(sym["st_value"], sym.name)
@@ -211,7 +256,7 @@ def describe(path: str | Path) -> dict:
         # relocatable objects: the name pointers are relocations (symbol + addend)
         rel_names: dict[int, str] = {}
         rsec = sections.get(".relaomp_offloading_entries")
-        if rsec is not None and elf["e_type"] == "ET_REL":
+        if isinstance(rsec, RelocationSection) and elf["e_type"] == "ET_REL":
             symtab = elf.get_section(rsec["sh_link"])
             for r in rsec.iter_relocations():
                 sym = symtab.get_symbol(r["r_info_sym"])
@@ -251,8 +296,9 @@ def _dyn_relocations(elf, sections) -> dict[int, int]:
     ``R_X86_64_RELATIVE`` (addend) and ``R_X86_64_64`` against a defined symbol
     (symbol value + addend).  ``{address: value}``; empty for relocatable objects."""
     out: dict[int, int] = {}
+    from elftools.elf.relocation import RelocationSection
     rela = sections.get(".rela.dyn")
-    if rela is None or elf["e_type"] == "ET_REL":
+    if not isinstance(rela, RelocationSection) or elf["e_type"] == "ET_REL":
         return out
     symtab = elf.get_section(rela["sh_link"]) if rela["sh_link"] else None
     for r in rela.iter_relocations():
@@ -285,8 +331,9 @@ def _gomp_target_data(elf, sections, read_vaddr, relocs) -> dict | None:
     with the file's dynamic relocations applied; None when absent
     (no offloading, stripped, or another target).  Adds ``"addr"`` and
     ``"ptx_bytes"`` (sum of the PTX object sizes)."""
+    from elftools.elf.sections import SymbolTableSection
     symtab = sections.get(".symtab")
-    if symtab is None or elf["e_type"] == "ET_REL":
+    if not isinstance(symtab, SymbolTableSection) or elf["e_type"] == "ET_REL":
         return None
     tdata = [s for s in symtab.iter_symbols() if s.name == "target_data"
              and s["st_info"]["type"] == "STT_OBJECT" and s["st_size"] == _NVPTX_TDATA.size]

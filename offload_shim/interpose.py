@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .abi import tgt_rtl as _tgt
-from .errors import InvalidImageError, LifecycleError, OffloadError
+from .errors import InvalidImageError, LifecycleError, MissingEntryPointError, OffloadError
 from .images import HostEntry, OffloadImage
 from .imageinfo import unwrap_image
 
@@ -335,9 +335,19 @@ class LoadedLibrary:
         self._closed = False
 
     def function(self, name: str, restype=c_int64, argtypes=()):
+        """The ctypes function ``name``.  Raises TypeError for a name that is not a
+        str, MissingEntryPointError (an OffloadError; ``.function`` = ``name``) when
+        the library exports no such symbol, LifecycleError after close."""
         if self._closed:
             raise LifecycleError(f"{self.path}: library is closed")
-        fn = getattr(self._cdll, name)
+        if not isinstance(name, str):
+            raise TypeError(f"function name must be a str, not {type(name).__name__}")
+        try:
+            fn = getattr(self._cdll, name)
+        except AttributeError:
+            raise MissingEntryPointError(f"{self.path}: no function {name!r} (the library "
+                                         "does not export that symbol)",
+                                         function=name) from None
         fn.restype = restype
         fn.argtypes = list(argtypes)
         return fn
@@ -530,16 +540,24 @@ class Interposer:
 
     def load_library(self, path: str | os.PathLike) -> LoadedLibrary:
         """``dlopen`` a compiled library (RTLD_NOW | RTLD_LOCAL); its constructors
-        call ``__tgt_register_lib`` into this interposer.  Raises OSError with the
-        dlerror text, LifecycleError after close."""
+        call ``__tgt_register_lib`` into this interposer.  Raises FileNotFoundError
+        (no such file), IsADirectoryError, OSError with the dlerror text (not a shared
+        library, a missing dependency...), LifecycleError after close."""
+        import errno
         if self._closed:
             raise LifecycleError("interposer is closed")
         p = str(Path(path).resolve())
+        if not os.path.exists(p):
+            raise FileNotFoundError(errno.ENOENT, f"{path}: no such library file", str(path))
+        if os.path.isdir(p):
+            raise IsADirectoryError(errno.EISDIR, f"{path}: is a directory, not a shared "
+                                    "library", str(path))
         dl = _libdl()
         h = dl.dlopen(p.encode(), os.RTLD_NOW | os.RTLD_LOCAL)
         if not h:
             msg = dl.dlerror()
-            raise OSError(f"dlopen({p}): {msg.decode() if msg else 'failed'}")
+            raise OSError(f"cannot load {path} as a shared library: "
+                          f"{msg.decode(errors='replace') if msg else 'dlopen failed'}")
         lib = LoadedLibrary(p, h)
         self._loaded.append(lib)
         return lib
@@ -687,7 +705,9 @@ class Interposer:
             for i, (data, entries, addrs) in enumerate(self._decode(desc)):
                 label = f"desc@{desc:#x}#{i}"
                 try:
-                    img = OffloadImage(data, entries, name=label, host_addresses=addrs)
+                    # trusted: the bytes are part of a library this process just loaded
+                    img = OffloadImage(data, entries, name=label, host_addresses=addrs,
+                                       trusted=True)
                 except (InvalidImageError, ValueError) as exc:
                     self.unsupported.append((desc, f"{label}: {exc}"))
                     continue

@@ -24,18 +24,67 @@ import json
 import sys
 
 
+def _error(message: str) -> None:
+    """The one-line error of a command given bad input (exit status 2)."""
+    sys.stdout.flush()
+    print(f"offload-shim: error: {message}", file=sys.stderr, flush=True)
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``exc`` without the ``[Errno N]`` prefix, naming the file once."""
+    if not exc.strerror:
+        return str(exc)
+    name = "" if exc.filename is None else str(exc.filename)
+    return exc.strerror if not name or name in exc.strerror else f"{name}: {exc.strerror}"
+
+
+def check_plugins(paths) -> str | None:
+    """Load every ``--plugin`` path with :func:`offload_shim.plugin.load_plugin`
+    (nothing is initialised); the first failure's one-line text, or None."""
+    from .errors import OffloadError
+    from .plugin import load_plugin
+    for path in paths:
+        try:
+            load_plugin(path)
+        except OffloadError as exc:
+            return f"--plugin {path}: {exc}"
+        except OSError as exc:
+            return f"--plugin {path}: {_os_error_text(exc)}"
+    return None
+
+
 def cmd_run_library(args) -> int:
     import offload_shim as osh
+    from .errors import OffloadError
     from .interpose import call_counts
-    if args.plugin:
-        rt = osh.Runtime(args.plugin, bundled=args.bundled)
-    else:
-        rt = osh.Runtime.discover(host_only=True, bundled=args.bundled)
+    bad = check_plugins(args.plugin)
+    if bad:
+        _error(bad)
+        return 2
+    try:
+        if args.plugin:
+            rt = osh.Runtime(args.plugin, bundled=args.bundled)
+        else:
+            rt = osh.Runtime.discover(host_only=True, bundled=args.bundled)
+    except (OffloadError, OSError) as exc:
+        _error(f"cannot start the runtime: {exc}")
+        return 2
     out: dict = {"library": args.library, "plugins": [p.name for p in rt.plugins],
                  "results": {}}
     ok = True
     with rt, osh.interpose(rt, policy=args.policy) as ip:
-        lib = ip.load_library(args.library)
+        try:
+            lib = ip.load_library(args.library)
+        except OSError as exc:                # missing, a directory, not a shared library
+            _error(f"--library: {_os_error_text(exc)}")
+            return 2
+        try:                                  # every --call name before calling any
+            for name in args.call:
+                lib.function(name)
+        except OffloadError as exc:
+            ip.unload_library(lib)
+            _error(f"--call {name}: {exc}")
+            return 2
         out["images"] = [i.name for imgs in ip.libraries.values() for i in imgs]
         out["unsupported"] = [msg for _, msg in ip.unsupported]
         out["devices"] = len(ip.devices)
@@ -111,6 +160,10 @@ def cmd_run(args) -> int:
     its own."""
     import os
     import shutil
+    bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
+    if bad:
+        _error(bad)
+        return 2
     try:
         env = run_environment(plugins=args.plugin, bundled=args.bundled, policy=args.policy,
                               report=args.report)

@@ -464,6 +464,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._log(f"free {buf!r}")
         if self._stale_reused(buf):
             return
+        if m.state is DeviceState.CLOSED:
+            # the runtime freed everything at close; a free after it is a lifecycle error
+            self._expect_raises(E.LifecycleError, d.free, buf.ptr)
+            return
         if not self._valid(buf):
             self._expect_raises(E.UnknownPointerError, d.free, buf.ptr)
             return

@@ -6,7 +6,8 @@ It adds the options ``--offload-plugin PATH`` and ``--offload-abi
 {llvm,gomp}`` and the fixtures below; importing it imports nothing but
 pytest (hypothesis is imported when a machine is built).
 
-The 5-line recipe (``pytest --offload-plugin=/path/to/libomptarget.rtl.foo.so``)::
+The 5-line recipe (``pytest --offload-plugin=/path/to/libomptarget.rtl.foo.so``, or
+``--offload-plugin=bundled`` for the bundled host plugin)::
 
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
@@ -28,7 +29,7 @@ import pytest
 def pytest_addoption(parser):
     group = parser.getgroup("offload_shim", "offload plugin testing (offload_shim)")
     group.addoption("--offload-plugin", action="store", default=None, metavar="PATH",
-                    help="offload plugin .so for the offload_* fixtures "
+                    help="offload plugin .so for the offload_* fixtures, or 'bundled' "
                          "(default: the bundled host plugin)")
     group.addoption("--offload-abi", action="store", default=None, choices=("llvm", "gomp"),
                     help="ABI view of a plugin that exports both (the bundled one)")
@@ -37,9 +38,10 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def offload_plugin_path(request) -> str:
     """Path of the plugin under test: ``--offload-plugin`` or the bundled
-    host plugin (skips when neither exists)."""
+    host plugin (also ``--offload-plugin=bundled``, as ``offload-shim check
+    bundled``; skips when it is not built)."""
     path = request.config.getoption("--offload-plugin")
-    if path is None:
+    if path is None or path == "bundled":
         from offload_shim.hostplugin import bundled_plugin_path
         try:
             return str(bundled_plugin_path())
