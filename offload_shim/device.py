@@ -66,17 +66,22 @@ def _host_view(buf, writable: bool):
     return ctypes.addressof(arr), n, arr
 
 
-def _pointer_args(args) -> list[int]:
-    """Kernel arguments as pointer-sized ints (device addresses or scalars)."""
+def _pointer_args(args, what: str = "argument") -> list[int]:
+    """Kernel arguments (or offsets) as pointer-sized ints (device addresses
+    or scalars).  TypeError for non-ints, ValueError beyond 64 bits."""
     out = []
     for i, a in enumerate(args):
         if isinstance(a, bool) or not isinstance(a, int):
-            raise TypeError(f"kernel argument {i} must be an int (device address or "
+            raise TypeError(f"kernel {what} {i} must be an int (device address or "
                             f"integer scalar), not {type(a).__name__}")
         if not -(1 << 63) <= a < (1 << 64):
-            raise ValueError(f"kernel argument {i} = {a} does not fit in 64 bits")
+            raise ValueError(f"kernel {what} {i} = {a} does not fit in 64 bits")
         out.append(int(a))
     return out
+
+
+#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
+MAX_SIZE = (1 << 63) - 1
 
 
 def _copy_size(host_len: int, offset, nbytes) -> int:
@@ -134,6 +139,10 @@ class Device:
         self._idle_waiters = 0
         self._images: dict[int, _LoadedOnDevice] = {}
         self._kernels: dict[str, list[tuple[int, int | None, OffloadImage]]] = {}
+        # launches in flight per image id; an unload waits for them (a kernel of an
+        # image being unloaded must not run, and on GOMP plugins would run unloaded code)
+        self._launch_cv = threading.Condition(threading.Lock())
+        self._launching: dict[int, int] = {}
         self._globals: dict[int, int] = {}          # tgt addr -> size
         self.address_map = AddressMap()
         # the live allocations are the pool's pointer table (no copy here)
@@ -300,23 +309,28 @@ class Device:
                 pass
             raise
         rec = _LoadedOnDevice(image, loaded, kernels, globals_)
-        self._images[image.id] = rec
-        for name, (addr, nargs) in kernels.items():
-            self._kernels.setdefault(name, []).append((addr, nargs, image))
+        with self._launch_cv:
+            self._images[image.id] = rec
+            for name, (addr, nargs) in kernels.items():
+                self._kernels.setdefault(name, []).append((addr, nargs, image))
         for addr, size in globals_.values():
             self._globals[addr] = size
 
     def _unload(self, image: OffloadImage, quiet: bool = False) -> None:
-        rec = self._images.pop(image.id, None)
-        if rec is None:
-            return
+        with self._launch_cv:
+            rec = self._images.pop(image.id, None)
+            if rec is None:
+                return
+            for name in rec.kernels:
+                lst = [k for k in self._kernels.get(name, []) if k[2] is not image]
+                if lst:
+                    self._kernels[name] = lst
+                else:
+                    self._kernels.pop(name, None)
+            # no new launch can find the image now; wait for those already running
+            while self._launching.get(image.id):
+                self._launch_cv.wait()
         self.address_map.remove_owner(image)
-        for name in rec.kernels:
-            lst = [k for k in self._kernels.get(name, []) if k[2] is not image]
-            if lst:
-                self._kernels[name] = lst
-            else:
-                self._kernels.pop(name, None)
         for addr, _ in rec.globals.values():
             self._globals.pop(addr, None)
         try:
@@ -389,8 +403,8 @@ class Device:
         LifecycleError."""
         if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
             raise TypeError("size must be an int (bytes)")
-        if size < 0:
-            raise ValueError(f"negative allocation size {size}")
+        if size < 0 or size > MAX_SIZE:
+            raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")
         # _enter/_exit inlined (issue 5: two Python calls less per alloc)
         if self._state is not _READY:
             self._ready()
@@ -457,6 +471,10 @@ class Device:
         return len(live), sum(n for _, n in live)
 
     def _check_range(self, tgt: int, nbytes: int) -> None:
+        if type(tgt) is not int:
+            if isinstance(tgt, bool) or not isinstance(tgt, int):
+                raise TypeError(f"device pointer must be an int, not {type(tgt).__name__}")
+            tgt = int(tgt)
         size = self._pool.size_of(tgt, None)
         if size is None:
             size = self._globals.get(tgt)
@@ -515,25 +533,43 @@ class Device:
         args = _pointer_args(args)
         if offsets is not None and len(offsets) != len(args):
             raise ValueError("offsets must have one entry per argument")
+        if offsets is not None:
+            offsets = _pointer_args(offsets, "offset")
         self._enter()
         try:
-            cands = self._kernels.get(kernel, [])
-            if image is not None:
-                cands = [c for c in cands if c[2] is image]
-            if not cands:
-                raise KernelNotFoundError(
-                    f"{self.label}: no loaded image has a kernel {kernel!r} "
-                    f"(kernels: {', '.join(self.kernels) or 'none'})", device=self.label)
-            if len(cands) > 1:
-                raise ValueError(f"{self.label}: kernel {kernel!r} is in several images; "
-                                 "pass image=")
-            entry, nargs, _ = cands[0]
-            if nargs is not None and nargs != len(args):
-                raise ValueError(f"{self.label}: kernel {kernel!r} takes {nargs} arguments, "
-                                 f"got {len(args)}")
-            self.plugin.launch(self.index, entry, args, offsets)
+            with self._launch_cv:
+                cands = self._kernels.get(kernel, [])
+                if image is not None:
+                    cands = [c for c in cands if c[2] is image]
+                if not cands:
+                    raise KernelNotFoundError(
+                        f"{self.label}: no loaded image has a kernel {kernel!r} "
+                        f"(kernels: {', '.join(self.kernels) or 'none'})", device=self.label)
+                if len(cands) > 1:
+                    raise ValueError(f"{self.label}: kernel {kernel!r} is in several images; "
+                                     "pass image=")
+                entry, nargs, img = cands[0]
+                if nargs is not None and nargs != len(args):
+                    raise ValueError(f"{self.label}: kernel {kernel!r} takes {nargs} "
+                                     f"arguments, got {len(args)}")
+                self._launching[img.id] = self._launching.get(img.id, 0) + 1
+            self._launch_held(img.id, entry, args, offsets)
         finally:
             self._exit()
+
+    def _launch_held(self, image_id: int, entry: int, args, offsets) -> None:
+        """Launch with a hold on the image (taken by the caller); an unload of
+        that image waits until the hold is released."""
+        try:
+            self.plugin.launch(self.index, entry, args, offsets)
+        finally:
+            with self._launch_cv:
+                n = self._launching[image_id] - 1
+                if n:
+                    self._launching[image_id] = n
+                else:
+                    del self._launching[image_id]
+                    self._launch_cv.notify_all()
 
     # -- raw forms for the interposer (issue 7) -----------------------------------
     def _check_inside(self, tgt: int, nbytes: int) -> None:
@@ -579,16 +615,23 @@ class Device:
         ``translate(host_region_id)``) with pointer-sized ``args``; argument i
         = args[i] + offsets[i] (libomptarget ``TgtArgs``/``TgtOffsets``).
         Raises KernelNotFoundError when ``entry`` is not a kernel of a loaded
-        image, LifecycleError, PluginCallError."""
-        args = [int(a) for a in args]
-        if offsets is not None and len(offsets) != len(args):
-            raise ValueError("offsets must have one entry per argument")
+        image, TypeError/ValueError for arguments that are not 64-bit ints,
+        LifecycleError, PluginCallError."""
+        args = _pointer_args(args)
+        if offsets is not None:
+            if len(offsets) != len(args):
+                raise ValueError("offsets must have one entry per argument")
+            offsets = _pointer_args(offsets, "offset")
         self._enter()
         try:
-            if not any(entry == k[0] for lst in self._kernels.values() for k in lst):
-                raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry of "
-                                          "a loaded image", device=self.label)
-            self.plugin.launch(self.index, entry, args, offsets)
+            with self._launch_cv:
+                img = next((k[2] for lst in self._kernels.values() for k in lst
+                            if k[0] == entry), None)
+                if img is None:
+                    raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
+                                              "of a loaded image", device=self.label)
+                self._launching[img.id] = self._launching.get(img.id, 0) + 1
+            self._launch_held(img.id, entry, args, offsets)
         finally:
             self._exit()
 

@@ -753,6 +753,8 @@ class GompPlugin(Plugin):
         image's entry order).  GCC 12 allows one extra trailing entry (I5)."""
         self._check_dev(dev)
         td, keep, order = self._target_data(image)
+        with self._lock:
+            self._keepalive.append(keep)         # the plugin keys images by this pointer
         table = POINTER(_gomp.AddrPair)()
         n = self._fn["load_image"](dev, self.image_version(), byref(td), byref(table), None)
         if n < 0:
@@ -760,18 +762,22 @@ class GompPlugin(Plugin):
                                     f"{image.name!r}{self._detail()}",
                                     function="GOMP_OFFLOAD_load_image", device=self._label(dev))
         expected = len(order)
-        if n not in (expected, expected + 1):
-            raise TableMismatchError(
-                f"{self._label(dev)}: Cannot map target functions or variables "
-                f"(expected {expected}, have {n})", expected=expected, got=n,
-                function="GOMP_OFFLOAD_load_image", device=self._label(dev))
-        got = {}
-        for i, e in enumerate(order):
-            pair = table[i]
-            got[e.name] = TargetEntry(e.name, pair.start, pair.end - pair.start if e.size else 0)
-        _libc_free(ctypes.cast(table, c_void_p).value)
-        with self._lock:
-            self._keepalive.append(keep)
+        try:
+            if n not in (expected, expected + 1):
+                # the image is loaded in the plugin: unload it again so nothing is
+                # left behind (libgomp makes this fatal; we raise and roll back)
+                self._fn["unload_image"](dev, self.image_version(), byref(td))
+                raise TableMismatchError(
+                    f"{self._label(dev)}: Cannot map target functions or variables "
+                    f"(expected {expected}, have {n})", expected=expected, got=n,
+                    function="GOMP_OFFLOAD_load_image", device=self._label(dev))
+            got = {}
+            for i, e in enumerate(order):
+                pair = table[i]
+                got[e.name] = TargetEntry(e.name, pair.start,
+                                          pair.end - pair.start if e.size else 0)
+        finally:
+            _libc_free(ctypes.cast(table, c_void_p).value)
         loaded = LoadedImage([got[e.name] for e in image.entries], keep)
         loaded.target_data = ctypes.addressof(td)  # type: ignore[attr-defined]
         return loaded

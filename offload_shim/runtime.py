@@ -108,8 +108,13 @@ class Runtime:
                 self._plugins.append(p)
         _LIVE.add(self)
         _ensure_atexit()
+        if self._pin_policy != "none":
+            # created now, so the submit/retrieve path (calls in flight) never needs
+            # the runtime lock to reach it: close() holds that lock while it waits
+            # for calls in flight
+            self.pinned_memory
         if self._pin_policy == "all":
-            self.pinned_memory.lock_all()
+            self._pinned.lock_all()
 
     @classmethod
     def discover(cls, paths: Iterable = (), *, system: bool = True, bundled: bool = True,
@@ -206,8 +211,9 @@ class Runtime:
             return self._pinned
 
     def _pin_mapped(self, dev, tgt, host, addr, n) -> None:
-        if not self._closed:
-            self.pinned_memory._on_map(dev, tgt, host, addr, n)
+        pinned = self._pinned          # created in __init__ for the mapped policy; no lock
+        if pinned is not None and not self._closed:
+            pinned._on_map(dev, tgt, host, addr, n)
 
     def _pin_unmapped(self, dev, tgt) -> None:
         if self._pinned is not None:
@@ -339,7 +345,24 @@ def _check_pool_options(options: dict) -> None:
     build (and drain) a throwaway MemoryManager with them.  Raises TypeError
     (unknown keyword) or ValueError (bad value), as MemoryManager does."""
     from .memory import MemoryManager
+    reserved = {"device_label", "poison"} & set(options)
+    if reserved:
+        raise TypeError(f"pool options {sorted(reserved)} are set by the device itself")
+    log = options.get("event_log")
+    if log is not None and not (isinstance(log, (str, bytes)) or hasattr(log, "__fspath__")
+                                or hasattr(log, "write")):
+        raise TypeError(f"pool option event_log must be a path or a text file, not "
+                        f"{type(log).__name__}")
+    if log is not None and not hasattr(log, "write"):
+        import os
+        parent = os.path.dirname(os.path.abspath(os.fsdecode(log))) or "."
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"pool option event_log: no directory {parent!r}")
     checked = {k: v for k, v in options.items() if k != "event_log"}  # would open a file
+    # the environment (OFFLOAD_SHIM_POOL_DEBUG, LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD)
+    # is read when a device initialises, not here
+    checked.setdefault("debug", "")
+    checked.setdefault("threshold", 8192)
     MemoryManager(lambda size: 0, lambda ptr: None, poison=lambda p, n: None,
                   **checked).drain()
 

@@ -62,7 +62,9 @@ def test_policy_default_and_env(monkeypatch, bundled_path):
 def test_creating_a_runtime_pins_nothing(bundled_path):
     before = pm.vmlck_bytes()
     with osh.Runtime([bundled_path], pinned="mapped") as rt:
-        assert rt._pinned is None            # registry made lazily
+        # the registry exists from the start under "mapped" (so the submit path never
+        # needs the runtime lock) but holds nothing
+        assert not rt.pinned_memory.bytes_pinned()
     assert pm.vmlck_bytes() == before
 
 

@@ -475,3 +475,123 @@ def test_runtime_dropped_without_close_is_torn_down_at_exit(bundled_path):
     """)
     assert r.returncode == 0, r.stderr
     assert "live 0 plugin_init False" in r.stdout, r.stdout + r.stderr
+
+
+def test_sizes_and_offsets_beyond_64_bits_are_refused(bundled_path, ctl):
+    """Second break test: alloc(2**64 + 16) reached the plugin as 16 bytes."""
+    with osh.Runtime([bundled_path]) as rt:
+        rt.register_image(osh.OffloadImage.sample())
+        dev = rt.devices[0]
+        n = ctl.call_count("__tgt_rtl_data_alloc")
+        for size in (2**64 + 16, 2**63):
+            with pytest.raises(ValueError):
+                dev.alloc(size)
+        assert ctl.call_count("__tgt_rtl_data_alloc") == n
+        p = dev.alloc(16)
+        with pytest.raises(ValueError, match="offset 1"):
+            dev.launch("increment", [p, 1], offsets=[0, 2**70])
+        with pytest.raises(TypeError):
+            dev.submit(float(p), bytearray(8))
+        dev.free(p)
+
+
+def test_gomp_table_mismatch_leaves_nothing_loaded(bundled_path, ctl):
+    with osh.Runtime([bundled_path], abi="gomp") as rt:
+        img = osh.OffloadImage.sample()
+        dev = rt.devices[0]
+        dev.init()
+        ctl.set_table_shortfall(1)
+        try:
+            for _ in range(3):
+                with pytest.raises(osh.TableMismatchError):
+                    rt.register_image(img)
+        finally:
+            ctl.set_table_shortfall(0)
+        rt.register_image(img)                       # and it loads cleanly afterwards
+        assert dev.loaded_images == [img]
+
+
+@pytest.mark.parametrize("abi", ["llvm", "gomp"])
+def test_launch_racing_with_unregister_never_runs_an_unloaded_kernel(bundled_path, ctl, abi):
+    """Second break test: on the GOMP view a launch could reach GOMP_OFFLOAD_run after
+    the image was unloaded (silently not run).  An unload now waits for launches."""
+    with osh.Runtime([bundled_path], abi=abi) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        stop = threading.Event()
+        bad, ran = [], [0]
+
+        def launcher():
+            p = dev.alloc(8)
+            try:
+                while not stop.is_set():
+                    dev.submit(p, array("q", [0]))
+                    try:
+                        dev.launch("increment", [p, 1])
+                    except osh.KernelNotFoundError:
+                        continue
+                    out = array("q", [0])
+                    dev.retrieve(out, p)
+                    if out[0] != 1:
+                        bad.append(out[0])
+                    ran[0] += 1
+            finally:
+                dev.free(p)
+
+        ts = [threading.Thread(target=launcher) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for _ in range(150):
+            rt.unregister_image(img)
+            rt.register_image(img)
+        stop.set()
+        for t in ts:
+            t.join(30)
+        assert not bad and ran[0] > 0
+
+
+def test_mapped_pinning_does_not_deadlock_close_or_deinit(bundled_path):
+    """Second break test: submit (pinning under the runtime lock) vs close/deinit/register
+    holding locks in the other order hung.  Run in a child with a timeout."""
+    r = run_child(f"""
+        import threading, time
+        import offload_shim as osh
+        rt = osh.Runtime([{bundled_path!r}], pinned="mapped")
+        img = osh.OffloadImage.sample(); rt.register_image(img)
+        dev = rt.devices[0]; stop = time.time() + 1.5; buf = bytearray(4096)
+        def sub():
+            while time.time() < stop:
+                try:
+                    a = dev.alloc(4096); dev.submit(a, buf); dev.free(a)
+                except osh.OffloadError:
+                    pass
+        def reg():
+            while time.time() < stop:
+                rt.unregister_image(img); rt.register_image(img)
+        def dein():
+            while time.time() < stop:
+                try: dev.deinit()
+                except osh.LifecycleError: pass
+        ts = [threading.Thread(target=f) for f in (sub, sub, reg, dein)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        closer = [threading.Thread(target=sub) for _ in range(2)]
+        stop = time.time() + 0.5
+        [t.start() for t in closer]; time.sleep(0.1); rt.close(); [t.join() for t in closer]
+        print("done")
+    """, timeout=60)
+    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
+
+
+def test_pool_options_checked_at_construction_without_reading_the_environment(
+        bundled_path, tmp_path, monkeypatch):
+    with pytest.raises(TypeError, match="set by the device"):
+        osh.Runtime([bundled_path], pool={"device_label": "x"})
+    with pytest.raises(TypeError, match="event_log"):
+        osh.Runtime([bundled_path], pool={"event_log": 5})
+    with pytest.raises(FileNotFoundError):
+        osh.Runtime([bundled_path], pool={"event_log": str(tmp_path / "no" / "log")})
+    monkeypatch.setenv("OFFLOAD_SHIM_POOL_DEBUG", "bogus")
+    with osh.Runtime([bundled_path], pool={"policy": "binned"}) as rt:   # env read later
+        with pytest.raises(ValueError, match="OFFLOAD_SHIM_POOL_DEBUG"):
+            rt.devices[0].alloc(8)
