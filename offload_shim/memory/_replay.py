@@ -3,9 +3,17 @@ benchmark and logging adaptor in spirit, prior-art section 2 "statistics").
 
 An event log is what ``MemoryManager(event_log=...)`` writes: JSON lines.
 Only the caller's operations are replayed: ``alloc`` events with a non-zero
-``ptr`` (hits and misses alike) and ``free`` events; pointers are matched by
-``(dev, ptr)``.  Evictions, trims and OOM retries in the log are outcomes of
-the recorded policy and are recomputed, not replayed.
+``ptr`` (hits and misses alike), ``free`` events and ``free_failed`` events (a free whose ``backend_free`` raised: the block is
+live again); pointers are matched by ``(dev, ptr)``.  A ``free`` with
+``"reason": "drain"`` (a block the caller still held when its device was
+deinitialised) ends the pointer's life in the log, so the address may be
+handed out again, but is not replayed as a free: the caller leaked the
+block, and the replay pool keeps it in use, as the recorded pool did until
+its drain.  Evictions, trims and
+OOM retries in the log are outcomes of the recorded policy and are
+recomputed, not replayed.  Every event is checked first: an unknown ``op``
+or a missing or non-integer ``size``/``ptr`` is a ``ValueError`` naming the
+event, never a silently replayed zero.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import os
 import sys
 
 from .fake import FakeBackend
-from .manager import POLICIES, MemoryManager, read_threshold_env
+from .manager import MAX_SIZE, POLICIES, PTR_LIMIT, MemoryManager, read_threshold_env
 
 __all__ = ["replay", "read_events", "main"]
 
@@ -45,6 +53,34 @@ def read_events(events):
         yield ev
 
 
+#: ops a MemoryManager writes
+OPS = ("config", "alloc", "free", "free_failed", "evict", "trim", "oom_retry")
+# fields each op must carry (others are checked when present)
+_REQUIRED = {"alloc": ("size", "ptr"), "free": ("ptr",), "free_failed": ("ptr", "size"),
+             "evict": ("ptr",), "trim": ("ptr",), "oom_retry": ()}
+_LIMITS = {"size": MAX_SIZE + 1, "ptr": PTR_LIMIT, "requested": MAX_SIZE + 1,
+           "block": PTR_LIMIT, "threshold": MAX_SIZE + 1}
+
+
+def _check_event(n: int, ev: dict) -> None:
+    """ValueError naming event ``n`` if ``ev`` is not a well-formed event."""
+    op = ev.get("op")
+    if op not in OPS:
+        raise ValueError(f"event {n}: unknown op {op!r} (expected one of {', '.join(OPS)})")
+    for name in _REQUIRED.get(op, ()):
+        if name not in ev:
+            raise ValueError(f"event {n}: {op!r} event without {name!r}: {ev!r}")
+    for name, limit in _LIMITS.items():
+        if name not in ev or (name == "threshold" and op != "config"):
+            continue
+        v = ev[name]
+        if type(v) is not int or not 0 <= v < limit:
+            raise ValueError(f"event {n}: {op!r} event has {name}={v!r}, expected an int "
+                             f"in [0, {limit})")
+    if "dev" in ev and not isinstance(ev["dev"], str):
+        raise ValueError(f"event {n}: 'dev' must be a string, got {ev['dev']!r}")
+
+
 def replay(events_path, policies=("exact", "binned"), threshold=None, *, cache_limit=None,
            oom="free-all", bins_per_pow2=8) -> dict:
     """Run the caller operations of an event log against each policy with a
@@ -56,10 +92,18 @@ def replay(events_path, policies=("exact", "binned"), threshold=None, *, cache_l
 
     Returns ``{policy: PoolStats}``, snapshots taken after the last event
     (before the replay managers are drained).  Raises ``ValueError`` for an
-    unknown policy or a malformed log (e.g. an ``alloc`` of a pointer that is
-    still live in the log).
+    unknown policy or a malformed log: a line that is not a JSON object, an
+    unknown ``op``, a missing or non-integer ``size``/``ptr``, an ``alloc``
+    of a pointer that is still live in the log.
+
+    A ``free`` with ``"reason": "drain"`` (the recorded device was
+    deinitialised while the caller held the block) forgets the pointer
+    without freeing it in the replay (a leak stays in use); a
+    ``free_failed`` allocates the block again (its ``requested`` size).
     """
     events = list(read_events(events_path))
+    for n, ev in enumerate(events, 1):
+        _check_event(n, ev)
     for p in policies:
         if p not in POLICIES:
             raise ValueError(f"unknown policy {p!r}; expected one of {POLICIES}")
@@ -84,11 +128,18 @@ def replay(events_path, policies=("exact", "binned"), threshold=None, *, cache_l
                 k = (ev.get("dev", ""), rptr)
                 if k in live:
                     raise ValueError(f"event {n}: alloc of {rptr:#x}, still live in the log")
-                live[k] = alloc(int(ev["size"]))
+                live[k] = alloc(ev["size"])
             elif op == "free":
-                p = live.pop((ev.get("dev", ""), ev.get("ptr")), None)
-                if p is not None:
+                p = live.pop((ev.get("dev", ""), ev["ptr"]), None)
+                if p is not None and ev.get("reason") != "drain":
                     free(p)
+            elif op == "free_failed":
+                rptr = ev["ptr"]
+                k = (ev.get("dev", ""), rptr)
+                if k in live:
+                    raise ValueError(f"event {n}: free_failed of {rptr:#x}, still live in "
+                                     f"the log")
+                live[k] = alloc(ev.get("requested", ev["size"]))
         results[policy] = mm.stats
         mm.drain()
     return results

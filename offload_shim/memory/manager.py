@@ -43,7 +43,7 @@ from .stats import PoolStats
 __all__ = [
     "MemoryManager", "read_threshold_env", "llvm_bucket", "llvm_find_bucket_index",
     "binned_size", "THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "LLVM_BUCKET_SIZES",
-    "POLICIES", "OOM_LADDERS",
+    "POLICIES", "OOM_LADDERS", "MAX_SIZE",
 ]
 
 #: Environment variable read by LLVM ``DeviceTy::init`` / nextgen plugins.
@@ -58,6 +58,11 @@ POLICIES = ("exact", "binned")
 OOM_LADDERS = ("free-all", "incremental")
 _BYPASS = PoolStats.BYPASS_BUCKET
 _THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
+#: Largest size (bytes) the plugins can take: their size arguments are
+#: ``int64_t`` (LLVM) or ``size_t`` (GOMP); a larger Python int would wrap.
+MAX_SIZE = (1 << 63) - 1
+#: Device pointers are 64-bit addresses: ``0 <= ptr < PTR_LIMIT``.
+PTR_LIMIT = 1 << 64
 _NO_DEFAULT = object()
 
 
@@ -80,7 +85,12 @@ def read_threshold_env(environ=None) -> int:
         raise ValueError(
             f"{THRESHOLD_ENV}={value!r} is not a non-negative decimal integer "
             f"(bytes; 0 disables the memory manager); LLVM's std::stoul would abort here")
-    return int(value)
+    v = int(value)
+    if v > MAX_SIZE:
+        raise ValueError(
+            f"{THRESHOLD_ENV}={value!r} does not fit in 64 bits (int64): at most {MAX_SIZE} "
+            f"bytes")
+    return v
 
 
 def llvm_bucket(size: int) -> int:
@@ -145,7 +155,7 @@ def _resolve_debug(debug):
     raise ValueError(f"{source}={debug!r}: expected 'off-pool', 'poison' or '' (no debug mode)")
 
 
-def _nonneg_int(value, name: str) -> int:
+def _nonneg_int(value, name: str, limit=None) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not bool")
     try:
@@ -154,6 +164,9 @@ def _nonneg_int(value, name: str) -> int:
         raise TypeError(f"{name} must be an int (bytes), not {type(value).__name__}") from None
     if v < 0:
         raise ValueError(f"{name} must be >= 0 bytes, got {v}")
+    if limit is not None and v > limit:
+        raise ValueError(f"{name} must be at most {limit} bytes (2**63 - 1: the plugins take "
+                         f"int64/size_t sizes), got {v}")
     return v
 
 
@@ -245,13 +258,14 @@ class MemoryManager:
                  debug=None, device_label="", poison=None, bins_per_pow2=8):
         if not callable(backend_alloc) or not callable(backend_free):
             raise TypeError("backend_alloc and backend_free must be callable")
-        threshold = read_threshold_env() if threshold is None else _nonneg_int(threshold, "threshold")
+        threshold = (read_threshold_env() if threshold is None
+                     else _nonneg_int(threshold, "threshold", MAX_SIZE))
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if oom not in OOM_LADDERS:
             raise ValueError(f"oom must be one of {OOM_LADDERS}, got {oom!r}")
         if cache_limit is not None:
-            cache_limit = _nonneg_int(cache_limit, "cache_limit")
+            cache_limit = _nonneg_int(cache_limit, "cache_limit", MAX_SIZE)
         bins = _nonneg_int(bins_per_pow2, "bins_per_pow2")
         if bins < 1 or bins & (bins - 1):
             raise ValueError(f"bins_per_pow2 must be a power of two >= 1, got {bins}")
@@ -275,7 +289,13 @@ class MemoryManager:
         self._poison = poison if mode == "poison" else None
         self._label = str(device_label)
         self._pool = threshold > 0 and mode != "off-pool"
-        self._pool_max = threshold if self._pool else 0   # largest pooled size; 0: none
+        # largest pooled size; 0: none.  Under binned the size class of a
+        # pooled request must still fit in MAX_SIZE: requests whose class
+        # would not are bypassed (only reachable with thresholds near 2**63)
+        pool_max = threshold if self._pool else 0
+        if policy == "binned":
+            pool_max = min(pool_max, (1 << 63) - (1 << max(0, 62 - self._bins_shift)))
+        self._pool_max = pool_max
 
         self._lock = threading.Lock()
         # a block's record (requested, block, key|None, _Counters|None) moves
@@ -375,7 +395,9 @@ class MemoryManager:
           backend.  Larger requests go straight to the backend.
         * When the backend returns 0 the OOM ladder runs (``oom``).
 
-        Raises ``ValueError`` (negative size), ``TypeError`` (not an int),
+        Raises ``ValueError`` (negative size, or more than :data:`MAX_SIZE`
+        = 2**63 - 1 bytes, which the plugins' int64/size_t argument cannot
+        hold; nothing is recorded), ``TypeError`` (not an int),
         :class:`OutOfDeviceMemoryError` (backend out of memory after the
         ladder; ``.requested``, ``.cached``, ``.in_use`` bytes, ``.device``),
         :class:`LifecycleError` after :meth:`drain`, and whatever
@@ -437,6 +459,10 @@ class MemoryManager:
             block = key
             bucket = (llvm_bucket(size) if self._exact else key)
         else:
+            if size > MAX_SIZE:     # never on the pooled path: threshold <= MAX_SIZE
+                raise ValueError(
+                    f"size {size} bytes does not fit in the plugins' int64/size_t argument "
+                    f"(at most {MAX_SIZE}); device {self._label or '?'}")
             key = None
             block = size
             bucket = _BYPASS
@@ -574,7 +600,15 @@ class MemoryManager:
         that is cached (or being poisoned), and with ``strict`` for any
         pointer that is not live: the cache is left untouched.
         :class:`LifecycleError` after :meth:`drain`; ``TypeError`` for a
-        non-int; whatever ``backend_free``/``poison`` raise.
+        non-int; ``ValueError`` for a pointer that is not a 64-bit address
+        (negative or ``>= 2**64``; never passed to the backend);
+        whatever ``backend_free``/``poison`` raise.
+
+        If ``backend_free`` raises for a block of this manager, the plugin
+        still holds it: the block stays (becomes again) a live allocation of
+        the caller, who may retry the free; the error propagates and the
+        event log gets a ``free_failed`` event after the ``free``.  (If the
+        manager was drained meanwhile the block is not recorded again.)
         """
         if not ptr:
             return
@@ -630,6 +664,10 @@ class MemoryManager:
                     raise self._double_free_error(ptr)
                 if strict:
                     raise self._unknown_error(ptr)
+                if ptr < 0 or ptr >= PTR_LIMIT:
+                    raise ValueError(
+                        f"free of {ptr:#x}: not a 64-bit device address (0 <= ptr < 2**64); "
+                        f"device {self._label or '?'}")
                 if self._stats_on:
                     self._foreign += 1
                 action = 1      # foreign: straight to the backend
@@ -640,8 +678,46 @@ class MemoryManager:
                 self._release(evicted)
         elif action == 3:
             self._free_poisoned(ptr, rec)
+        elif action == 2:
+            self._free_live_to_backend(ptr, rec)
         else:
             self._bfree(ptr)
+        if self._events is not None:
+            self._flush_events()
+
+    def _free_live_to_backend(self, ptr, rec):
+        """``backend_free`` of a caller's block already taken out of the
+        tables; if it raises, the block is live again (see :meth:`free`)."""
+        try:
+            self._bfree(ptr)
+        except BaseException:
+            self._restore_live(ptr, rec)
+            raise
+
+    def _restore_live(self, ptr, rec):
+        """Undo the bookkeeping of a free whose ``backend_free`` raised: the
+        plugin still holds the block, so it is the caller's live block again
+        (no other thread can have been handed the same address meanwhile)."""
+        block, bc = rec[1], rec[3]
+        with self._lock:
+            if self._closed:
+                return      # drained meanwhile: the plugin frees it at deinit_device
+            self._live[ptr] = rec
+            self._in_use = in_use = self._in_use + block
+            self._held = held = self._held + block
+            if in_use > self._peak_in_use:
+                self._peak_in_use = in_use
+            if held > self._peak_total:
+                self._peak_total = held
+            if bc is not None:
+                bc.backend_frees -= 1
+                bc.held = t = bc.held + block
+                if t > bc.peak_total:
+                    bc.peak_total = t
+            if self._events is not None:
+                self._events.append({"op": "free_failed", "size": block, "ptr": ptr,
+                                     "hit": False, "requested": rec[0], "dev": self._label,
+                                     "t_ns": time.monotonic_ns()})
         if self._events is not None:
             self._flush_events()
 
@@ -679,7 +755,10 @@ class MemoryManager:
                 self._held -= block
                 if bc is not None:
                     bc._backend_freed(block)
-            self._bfree(ptr)
+                if self._events is not None:
+                    self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
+                                         "dev": self._label, "t_ns": time.monotonic_ns()})
+            self._free_live_to_backend(ptr, rec)
             raise
         evicted = None
         with self._lock:
@@ -689,6 +768,9 @@ class MemoryManager:
                 self._held -= block
                 if bc is not None:
                     bc._backend_freed(block)
+                if self._events is not None:
+                    self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
+                                         "dev": self._label, "t_ns": time.monotonic_ns()})
                 to_backend = True
             else:
                 to_backend = False
@@ -732,8 +814,12 @@ class MemoryManager:
         sizes) still in use by the caller, i.e. leaked.  Afterwards
         :meth:`allocate`/:meth:`free` raise :class:`LifecycleError`; a second
         ``drain`` returns ``(0, 0)``.  If ``backend_free`` raises, every
-        other block is still freed and the first exception is re-raised.
-        A file ``event_log`` given as a path is closed.
+        other block is still freed and the first exception is re-raised
+        (the manager stays closed; the plugin frees what it still holds at
+        ``deinit_device``).  Every live block freed here is logged as a
+        ``free`` event with ``"reason": "drain"``, cached ones as ``trim``
+        events with ``"reason": "drain"``.  A file ``event_log`` given as a
+        path is closed.
         """
         with self._lock:
             if self._closed:
@@ -743,11 +829,17 @@ class MemoryManager:
             live = list(self._live.items())
             self._live.clear()
             live_bytes = 0
-            for ptr, (_size, block, _key, bc) in live:
+            events = self._events
+            t = time.monotonic_ns() if events is not None else 0
+            for ptr, rec in live:
+                block, bc = rec[1], rec[3]
                 live_bytes += block
                 if bc is not None:
                     bc._backend_freed(block)
-                victims.append((ptr, block))
+                if events is not None:
+                    events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
+                                   "reason": "drain", "dev": self._label, "t_ns": t})
+                victims.append((ptr, rec))
             self._in_use -= live_bytes
             self._held -= live_bytes
         try:
@@ -774,8 +866,9 @@ class MemoryManager:
         events = self._events
         t = time.monotonic_ns() if events is not None else 0
         released = 0
-        for ptr, (_size, block, _key, bc) in order.items():
-            victims.append((ptr, block))
+        for ptr, rec in order.items():
+            block, bc = rec[1], rec[3]
+            victims.append((ptr, rec))
             released += block
             if bc is not None:
                 bc.evictions += 1
@@ -794,7 +887,8 @@ class MemoryManager:
         events = self._events
         cached = self._held - self._in_use
         while cached > keep and order:
-            ptr, (_size, block, key, bc) = order.popitem(last=False)
+            ptr, rec = order.popitem(last=False)
+            _size, block, key, bc = rec
             self._uncache_locked(ptr, key)
             cached -= block
             if bc is not None:
@@ -803,7 +897,7 @@ class MemoryManager:
             if events is not None:
                 events.append({"op": op, "size": block, "ptr": ptr, "hit": False,
                                "reason": reason, "dev": self._label, "t_ns": time.monotonic_ns()})
-            victims.append((ptr, block))
+            victims.append((ptr, rec))
         self._held = self._in_use + cached
         return victims
 
@@ -820,7 +914,8 @@ class MemoryManager:
             ptr = fl.popitem()[0]
             if not fl:
                 del free[key]
-        _size, block, _key, bc = self._order.pop(ptr)
+        rec = self._order.pop(ptr)
+        _size, block, _key, bc = rec
         self._held -= block
         if bc is not None:
             bc.evictions += 1
@@ -829,24 +924,47 @@ class MemoryManager:
             self._events.append({"op": "evict", "size": block, "ptr": ptr, "hit": False,
                                  "reason": "oom", "dev": self._label,
                                  "t_ns": time.monotonic_ns()})
-        return (ptr, block)
+        return (ptr, rec)
 
     def _release(self, victims) -> int:
-        """Free ``(ptr, block)`` pairs through the backend, outside the lock.
-        All are attempted; the first exception is re-raised at the end."""
+        """Free ``(ptr, record)`` pairs of cached blocks (and, from drain,
+        live ones) through the backend, outside the lock.  All are attempted;
+        the first exception is re-raised at the end.  A block whose
+        ``backend_free`` raised is still held by the plugin: unless the
+        manager is closed (drain) it goes back into the cache, its eviction
+        and backend free uncounted, so a later trim retries it."""
         err = None
+        failed = None
         released = 0
         bfree = self._bfree
-        for ptr, block in victims:
+        for victim in victims:
             try:
-                bfree(ptr)
-                released += block
+                bfree(victim[0])
+                released += victim[1][1]
             except BaseException as e:      # keep freeing the others
                 if err is None:
                     err = e
+                    failed = []
+                failed.append(victim)
         if err is not None:
+            self._recache(failed)
             raise err
         return released
+
+    def _recache(self, failed):
+        with self._lock:
+            if self._closed:
+                return      # drain: the plugin frees them at deinit_device
+            for ptr, rec in failed:
+                block, key, bc = rec[1], rec[2], rec[3]
+                self._cache_locked(ptr, rec, key)
+                self._held = held = self._held + block
+                if held > self._peak_total:
+                    self._peak_total = held
+                if bc is not None:
+                    bc.evictions -= 1
+                    bc.backend_frees -= 1
+                    bc.held += block
 
     # -- queries -----------------------------------------------------------------
 

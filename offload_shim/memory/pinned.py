@@ -62,7 +62,7 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 
-from ..errors import (MemlockLimitError, OffloadError, PinnedMemoryError,
+from ..errors import (LifecycleError, MemlockLimitError, OffloadError, PinnedMemoryError,
                       PinnedRangeError)
 
 log = logging.getLogger("offload_shim")
@@ -74,6 +74,8 @@ MCL_CURRENT, MCL_FUTURE = 1, 2
 CAP_IPC_LOCK = 14
 #: default cap on bytes kept pinned in a pinned host pool's cache
 DEFAULT_POOL_CACHE = 64 << 20
+#: largest pinned host allocation (bytes): what ``mmap``'s ``ssize_t`` length holds
+MAX_HOST_ALLOC = (1 << 63) - 1
 
 
 class PinnedMemoryWarning(RuntimeWarning):
@@ -149,6 +151,35 @@ def _limit_error(what: str, requested: int, *, errno: int | None = None) -> Meml
         limit=limit, requested=requested, locked=locked, errno=errno)
 
 
+def _limit_is_reason(span: int) -> bool:
+    """True when a failed lock of ``span`` more bytes is explained by
+    ``RLIMIT_MEMLOCK``: a finite soft limit, no ``CAP_IPC_LOCK``, and
+    ``VmLck + span`` past it.  Otherwise the kernel refused for another
+    reason (mlock's ENOMEM also means "range not mapped")."""
+    limit = memlock_limit()
+    if limit is None or has_cap_ipc_lock():
+        return False
+    return vmlck_bytes() + span > limit
+
+
+def _lock_error(what: str, addr: int, span: int, err: int | None, detail: str = "",
+                **kw) -> PinnedMemoryError:
+    """The error for a failed lock of ``span`` bytes at ``addr``: a
+    MemlockLimitError when the limit is the reason (ENOMEM/EAGAIN/EPERM with
+    a finite limit that the span would pass), else a PinnedMemoryError
+    (e.g. ENOMEM on a range that is not mapped)."""
+    if (err is None or err in (_errno.ENOMEM, _errno.EPERM, _errno.EAGAIN)) \
+            and _limit_is_reason(span):
+        return _limit_error(what, span, errno=err)
+    why = detail or (os.strerror(err) if err else "failed")
+    hint = ""
+    if err in (_errno.ENOMEM, None):
+        hint = ("; the range is not (fully) mapped in this process, or cannot be locked "
+                "(RLIMIT_MEMLOCK is not the reason)")
+    return PinnedMemoryError(f"{what}: cannot lock {span} bytes at {addr:#x}: {why}{hint}",
+                             code=err, **kw)
+
+
 def check_memlock(requested: int, what: str = "pin") -> None:
     """Raise MemlockLimitError when locking ``requested`` more bytes would pass
     the soft ``RLIMIT_MEMLOCK`` (not checked with ``CAP_IPC_LOCK``)."""
@@ -193,11 +224,8 @@ class _ProcessLocks:
         with self._lock:
             if not self._all_users and _libc().mlock(start, end - start) != 0:
                 err = ctypes.get_errno()
-                if err in (_errno.ENOMEM, _errno.EPERM, _errno.EAGAIN):
-                    raise _limit_error(f"mlock({start:#x}, {end - start})", end - start,
-                                       errno=err)
-                raise PinnedMemoryError(f"mlock({start:#x}, {end - start}) failed: "
-                                        f"{os.strerror(err)}", code=err, function="mlock")
+                raise _lock_error(f"mlock({start:#x}, {end - start})", start, end - start,
+                                  err, function="mlock")
             self._runs[(start, end)] = self._runs.get((start, end), 0) + 1
 
     def unlock(self, addr: int, size: int) -> None:
@@ -364,8 +392,10 @@ class PluginLockBackend(PinBackend):
             self.device.plugin.lock(self.device.index, addr, size)
         except PluginCallError as exc:
             if self.counts_memlock and "mlock" in str(exc):
-                raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", size,
-                                   errno=_errno.ENOMEM) from exc
+                s, e = _page_span(addr, size)
+                if _limit_is_reason(e - s):
+                    raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", size,
+                                       errno=_errno.ENOMEM) from exc
             raise PinnedMemoryError(f"{self.device.label}: pinning {size} bytes at "
                                     f"{addr:#x} failed: {exc}", code=exc.code,
                                     function=exc.function, device=self.device.label) from exc
@@ -660,8 +690,8 @@ class PinnedRegistry:
 
     def _check_open(self) -> None:
         if self._closed:
-            from ..errors import LifecycleError
-            raise LifecycleError("pinned-memory registry is closed")
+            raise LifecycleError("pinned-memory registry is closed (the runtime was closed): "
+                                 "nothing can be pinned, unpinned or allocated any more")
 
     # -- domains ---------------------------------------------------------------
     def _domain(self, device) -> _Domain:
@@ -690,7 +720,9 @@ class PinnedRegistry:
         fully inside a pinned range: nested reference; any other intersection:
         PinnedRangeError.  Raises PinnedRangeError (size 0, overlap),
         MemlockLimitError, PinnedMemoryError (backend failure), TypeError,
-        LifecycleError (closed registry).  Returns the enclosing range."""
+        LifecycleError (closed registry, checked first).  Returns the
+        enclosing range."""
+        self._check_open()
         addr, n, keep = _address_of(buf, size)
         if n <= 0:
             raise PinnedRangeError(f"cannot pin {n} bytes at {addr:#x}: size must be > 0",
@@ -743,12 +775,15 @@ class PinnedRegistry:
         an int address with no size matches a range starting there).  The
         range is unlocked when its last own and nested reference is gone.
         Returns the references left on the enclosing range.  Raises
-        PinnedRangeError when that range is not pinned on ``device``."""
+        PinnedRangeError when that range is not pinned on ``device``,
+        LifecycleError after :meth:`close` (every range is unpinned then)."""
+        self._check_open()
         if isinstance(buf, int) and not isinstance(buf, bool) and size is None:
             addr, n = buf, None
         else:
             addr, n, _ = _address_of(buf, size)
         with self._lock:
+            self._check_open()
             dom = self._domains.get(device)
             e = None if dom is None else self._match(dom, addr, n)
             if e is None:
@@ -942,7 +977,9 @@ class PinnedRegistry:
             return pool
 
     def alloc_host(self, nbytes: int, *, device=None) -> "PinnedHostBuffer":
-        """A page-locked host buffer of ``nbytes`` bytes (see :class:`PinnedHostPool`)."""
+        """A page-locked host buffer of ``nbytes`` bytes (see :class:`PinnedHostPool`).
+        LifecycleError after :meth:`close` (checked first)."""
+        self._check_open()
         return self.host_pool(device).allocate(nbytes)
 
     # -- teardown ---------------------------------------------------------------------------
@@ -1067,15 +1104,23 @@ class PinnedHostPool:
     def allocate(self, nbytes: int) -> PinnedHostBuffer:
         """A zero-filled-on-first-use pinned buffer exposing the buffer protocol
         (a ctypes ``c_ubyte`` array of ``nbytes``) with ``free()`` and a
-        context manager.  Raises ValueError (nbytes <= 0), MemlockLimitError,
-        PinnedMemoryError, LifecycleError (registry closed)."""
+        context manager.  Raises ValueError (nbytes <= 0, or a size whose
+        page-rounded size class does not fit in ``ssize_t``), MemlockLimitError
+        (the limit is why the lock failed), PinnedMemoryError (``mmap`` or
+        the lock failed otherwise), LifecycleError (registry closed)."""
         if not isinstance(nbytes, int) or isinstance(nbytes, bool):
             raise TypeError("nbytes must be an int")
+        if nbytes > MAX_HOST_ALLOC:
+            raise ValueError(f"size {nbytes} bytes does not fit: a pinned host allocation "
+                             f"is at most {MAX_HOST_ALLOC} bytes")
         cls_bytes = size_class_pages(nbytes) * PAGE
+        if cls_bytes > MAX_HOST_ALLOC:
+            raise ValueError(f"size {nbytes} bytes does not fit: its size class "
+                             f"({cls_bytes} bytes) exceeds {MAX_HOST_ALLOC} bytes")
         with self._lock:
-            if self._detached:
-                from ..errors import LifecycleError
-                raise LifecycleError("pinned host pool closed")
+            if self._detached or self._reg._closed:
+                raise LifecycleError("pinned host pool closed (its registry or device was "
+                                     "torn down)")
             lst = self._free.get(cls_bytes)
             block = lst.pop() if lst else None
             if block is not None:
@@ -1119,7 +1164,12 @@ class PinnedHostPool:
                 e.own, e.host_block = 1, True
                 dom.insert(e)
             return block
-        mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OSError, OverflowError, ValueError) as exc:
+            err = getattr(exc, "errno", None)
+            raise PinnedMemoryError(f"pinned host allocation: mmap of {size} bytes failed: "
+                                    f"{exc}", code=err, function="mmap") from exc
         view = (ctypes.c_char * size).from_buffer(mm)
         addr = ctypes.addressof(view)
         del view
