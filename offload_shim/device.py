@@ -373,7 +373,10 @@ class Device:
 
     def translate(self, host_addr: int) -> int:
         """Target address mapped for a host address (host->target map of the
-        loaded images).  Raises NotMappedError (a KeyError) when unmapped."""
+        loaded images).  Raises NotMappedError (a KeyError) when unmapped,
+        LifecycleError after close."""
+        if self._state is DeviceState.CLOSED:
+            raise LifecycleError(f"{self.label}: device used after close", device=self.label)
         try:
             return self.address_map.lookup(host_addr)
         except KeyError:

@@ -448,6 +448,8 @@ def test_typed_errors_for_lookups_and_arguments(bundled_path):
         dev.free(p)
     with pytest.raises(osh.LifecycleError):
         dev.free(p)                                    # after close: lifecycle, not "unknown"
+    with pytest.raises(osh.LifecycleError):
+        dev.translate(img.host_address("osh_scale"))
 
 
 def test_bad_pool_options_fail_at_construction(bundled_path):
