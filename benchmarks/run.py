@@ -2,7 +2,8 @@
 
 Writes ``benchmarks/results/{results.json,results.md,workloads.png,growth.png}``
 (git-ignored) and copies the table, with the machine it ran on, into
-``docs/benchmarks.md`` (between the ``bench:begin``/``bench:end`` marks).
+``docs/benchmarks.md`` (between the ``bench:begin``/``bench:end`` marks) and the
+two plots into ``docs/img/benchmarks-*.png``.
 Everything is done by :mod:`offload_shim.bench` (profile ``full``); the
 options are those of ``offload-shim bench`` plus ``--no-docs``.
 
@@ -38,7 +39,14 @@ def main(argv=None) -> int:
                     on_result=lambda out: captured.__setitem__("out", out))
     if rc == 0 and docs and "out" in captured:
         bench.update_docs(captured["out"], ROOT / "docs" / "benchmarks.md")
-        print("benchmarks/run.py: table copied into docs/benchmarks.md", file=sys.stderr)
+        import shutil
+        results = Path(argv[argv.index("--out") + 1])
+        img = ROOT / "docs" / "img"
+        img.mkdir(exist_ok=True)
+        for name in ("workloads.png", "growth.png"):
+            if (results / name).exists():
+                shutil.copyfile(results / name, img / f"benchmarks-{name}")
+        print("benchmarks/run.py: table and plots copied into docs/", file=sys.stderr)
     return rc
 
 
