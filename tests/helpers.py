@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 
 def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -12,3 +13,64 @@ def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
     process (returncode < 0 = killed by that signal)."""
     return subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_threads(n, target, timeout=180, raise_first=True):
+    """Run ``target(i)`` for i in range(n) on n threads; fail if a thread hangs
+    (a lock left held).  Re-raise the first error any thread raised, or with
+    ``raise_first=False`` return the list of errors."""
+    errors = []
+
+    def wrap(i):
+        try:
+            target(i)
+        except BaseException as e:          # report every thread's failure
+            errors.append(e)
+    ts = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=timeout)
+        assert not t.is_alive(), "thread hung (lock left held?)"
+    if errors and raise_first:
+        raise errors[0]
+    return errors
+
+
+def make_pool(backend=None, **kw):
+    """(FakeBackend, MemoryManager over it) with no debug mode from the environment."""
+    from offload_shim.memory import MemoryManager
+    from offload_shim.memory.fake import FakeBackend
+    b = backend if backend is not None else FakeBackend()
+    kw.setdefault("debug", "")
+    kw.setdefault("device_label", "fake:0")
+    return b, MemoryManager(b.alloc, b.free, **kw)
+
+
+def assert_conserved(mm, b):
+    """in_use + cached == what the fake backend holds; block counts agree."""
+    s = mm.stats
+    assert s.bytes_total == s.bytes_in_use + s.bytes_cached == b.held_bytes
+    assert s.live_blocks + s.cached_blocks == len(b.live)
+    assert s.backend_allocs - s.backend_frees == s.live_blocks + s.cached_blocks
+
+
+#: Python source for child processes: drop CAP_IPC_LOCK (so RLIMIT_MEMLOCK applies to
+#: root) and lower the limit: set_limit(n) sets soft and hard, set_soft_limit(n) the soft one.
+DROP_CAP = """
+import ctypes, resource
+class Hdr(ctypes.Structure): _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+def drop_ipc_lock():
+    libc = ctypes.CDLL(None, use_errno=True)
+    h, d = Hdr(0x20080522, 0), (Data * 2)()
+    assert libc.capget(ctypes.byref(h), d) == 0
+    d[0].effective &= ~(1 << 14); d[0].permitted &= ~(1 << 14)
+    assert libc.capset(ctypes.byref(h), d) == 0, ctypes.get_errno()
+def set_limit(n):
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, n))
+def set_soft_limit(n):
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
+"""

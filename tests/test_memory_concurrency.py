@@ -15,6 +15,12 @@ from offload_shim.errors import LifecycleError, OutOfDeviceMemoryError
 from offload_shim.memory import MemoryManager
 from offload_shim.memory.fake import FakeBackend
 
+from helpers import run_threads as _run_threads
+
+
+def run_threads(n, target):
+    return _run_threads(n, target, timeout=120, raise_first=False)
+
 SIZES = [1 << k for k in range(2, 16)]      # 4 B .. 32 KiB; 16 and 32 KiB bypass by default
 
 
@@ -22,23 +28,6 @@ SIZES = [1 << k for k in range(2, 16)]      # 4 B .. 32 KiB; 16 and 32 KiB bypas
 def _bundled_plugin_stays_clean():
     """Pure-Python tests: conftest's bundled-plugin check does not apply."""
     yield
-
-
-def run_threads(n, target):
-    errors = []
-
-    def wrap(i):
-        try:
-            target(i)
-        except BaseException as e:          # report every thread's failure
-            errors.append(e)
-    ts = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=120)
-        assert not t.is_alive(), "thread hung (lock left held?)"
-    return errors
 
 
 def assert_unlocked(mm):

@@ -19,19 +19,10 @@ from offload_shim.memory._replay import main
 from offload_shim.memory.fake import FakeBackend
 from offload_shim.memory.manager import MAX_SIZE, THRESHOLD_ENV, read_threshold_env
 
-
-def make(backend=None, **kw):
-    b = backend if backend is not None else FakeBackend()
-    kw.setdefault("debug", "")
-    kw.setdefault("device_label", "fake:0")
-    return b, MemoryManager(b.alloc, b.free, **kw)
+from helpers import assert_conserved, make_pool
 
 
-def assert_conserved(mm, b):
-    s = mm.stats
-    assert s.bytes_total == s.bytes_in_use + s.bytes_cached == b.held_bytes
-    assert s.live_blocks + s.cached_blocks == len(b.live)
-    assert s.backend_allocs - s.backend_frees == s.live_blocks + s.cached_blocks
+make = make_pool
 
 
 class FailOnce:

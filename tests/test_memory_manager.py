@@ -19,21 +19,12 @@ from offload_shim.memory import (DEBUG_ENV, LLVM_BUCKET_SIZES, THRESHOLD_ENV, Me
 from offload_shim.memory.fake import FakeBackend, FakeBackendError
 from offload_shim.memory.manager import llvm_find_bucket_index
 
+from helpers import assert_conserved, make_pool
+
 POW2 = [1 << k for k in range(2, 14)]     # 4 .. 8192
 
 
-def make(backend=None, **kw):
-    b = backend if backend is not None else FakeBackend()
-    kw.setdefault("debug", "")
-    kw.setdefault("device_label", "fake:0")
-    return b, MemoryManager(b.alloc, b.free, **kw)
-
-
-def assert_conserved(mm, b):
-    s = mm.stats
-    assert s.bytes_total == s.bytes_in_use + s.bytes_cached == b.held_bytes
-    assert s.live_blocks + s.cached_blocks == len(b.live)
-    assert s.backend_allocs - s.backend_frees == s.live_blocks + s.cached_blocks
+make = make_pool
 
 
 @pytest.fixture(autouse=True)

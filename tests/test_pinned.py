@@ -14,7 +14,7 @@ import offload_shim as osh
 from offload_shim.memory import pinned as pm
 from offload_shim.plugin import load_plugin
 
-from helpers import run_child
+from helpers import DROP_CAP as _DROP_CAP, run_child
 
 PAGE = pm.PAGE
 
@@ -321,21 +321,6 @@ def test_host_pool_reuses_locked_blocks(plugin):
 
 # -- RLIMIT_MEMLOCK failure paths and the "all" policy, in child processes ----------------
 
-_DROP_CAP = """
-import ctypes, resource
-class Hdr(ctypes.Structure): _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-class Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-def drop_ipc_lock():
-    libc = ctypes.CDLL(None, use_errno=True)
-    h, d = Hdr(0x20080522, 0), (Data * 2)()
-    assert libc.capget(ctypes.byref(h), d) == 0
-    d[0].effective &= ~(1 << 14); d[0].permitted &= ~(1 << 14)
-    assert libc.capset(ctypes.byref(h), d) == 0, ctypes.get_errno()
-def set_limit(n):
-    resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, n))
-"""
 
 
 def _child(body: str) -> dict:

@@ -14,26 +14,11 @@ import pytest
 import offload_shim as osh
 from offload_shim.memory import pinned as pm
 
-from helpers import run_child
+from helpers import DROP_CAP as _DROP_CAP, run_child
 
 PAGE = pm.PAGE
 
 # the test process usually runs with CAP_IPC_LOCK; children below drop it
-_DROP_CAP = """
-import ctypes, resource
-class Hdr(ctypes.Structure): _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-class Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-def drop_ipc_lock():
-    libc = ctypes.CDLL(None, use_errno=True)
-    h, d = Hdr(0x20080522, 0), (Data * 2)()
-    assert libc.capget(ctypes.byref(h), d) == 0
-    d[0].effective &= ~(1 << 14); d[0].permitted &= ~(1 << 14)
-    assert libc.capset(ctypes.byref(h), d) == 0, ctypes.get_errno()
-def set_limit(n):
-    resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
-"""
 
 UNMAPPED = 0x10            # page 0 is never mapped
 
@@ -97,7 +82,7 @@ def test_unmapped_pin_without_cap_in_child(bundled_path):
 import json, mmap
 import offload_shim as osh
 from offload_shim.memory import pinned as pm
-drop_ipc_lock(); set_limit(64 * 1024)
+drop_ipc_lock(); set_soft_limit(64 * 1024)
 out = {{}}
 with osh.Runtime([{bundled_path!r}]) as rt:
     reg = rt.pinned_memory

@@ -23,6 +23,8 @@ import offload_shim as osh
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, binned_size
 from offload_shim.plugin import load_plugin
 
+from helpers import run_threads
+
 DELETE = "__tgt_rtl_data_delete"
 ALLOC = "__tgt_rtl_data_alloc"
 
@@ -45,24 +47,6 @@ def capacity(ctl):
         yield set_
     finally:
         ctl.set_capacity(-1, 0)
-
-
-def run_threads(n, target, timeout=180):
-    errors = []
-
-    def wrap(i):
-        try:
-            target(i)
-        except BaseException as e:          # report every thread's failure
-            errors.append(e)
-    ts = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=timeout)
-        assert not t.is_alive(), "thread hung (lock left held?)"
-    if errors:
-        raise errors[0]
 
 
 def runtime_locks(rt, dev):
