@@ -10,7 +10,7 @@
  * loads a plugin).
  *
  * Each entry point calls a function pointer of a table installed from Python with
- * osh_interposer_set_callbacks() (ctypes CFUNCTYPE callbacks; offload_shim/interpose.py).
+ * osh_interposer_set_callbacks() (ctypes CFUNCTYPE callbacks; offload_shim/interposer/).
  * Without a table the answers are libomptarget's for "no device": kernels return
  * OMP_TGT_FAIL (-1: the generated code runs the host fallback), data directives do
  * nothing, omp_get_num_devices() is 0, omp_target_* act on the host (initial device).
@@ -122,9 +122,9 @@ static void fatal_if(int rc)
  * libpython3.X.so of the interpreter that runs offload-shim) and OFFLOAD_SHIM_PYTHONPATH
  * (its sys.path).  libpython is dlopen'ed RTLD_GLOBAL (extension modules such as _ctypes
  * resolve Py* there); nothing links against it, so the interposer stays usable from any
- * Python.  offload_shim.embed.start() builds the Runtime and installs the callbacks;
+ * Python.  offload_shim.interposer.embed.start() builds the Runtime and installs the callbacks;
  * the GIL is then released and every callback takes it (CB below; ctypes' own
- * trampolines do the same).  offload_shim.embed.stop() runs from atexit, before the
+ * trampolines do the same).  offload_shim.interposer.embed.stop() runs from atexit, before the
  * plugins' destructors (_dl_fini). */
 static int cbs_installed;                 /* a Python table is installed */
 static int embed_active;                  /* we started CPython */
@@ -146,7 +146,7 @@ static void embed_stop(void)
   if (!embed_active)
     return;
   int st = p_gil_ensure();
-  p_run("import offload_shim.embed as _osh_e\n_osh_e.stop()\n");
+  p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop()\n");
   p_gil_release(st);
 }
 
@@ -178,7 +178,7 @@ static void embed_start(void)
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
       ".split(os.pathsep) if p and p not in sys.path]\n"
-      "import offload_shim.embed as _osh_e\n"
+      "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
   int rc;
   if (is_init()) {                        /* the program is itself a Python */

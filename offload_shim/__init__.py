@@ -15,11 +15,11 @@ through ctypes.  Importing the package loads nothing and calls nothing
 
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
-from .images import AddressMap, HostEntry, OffloadImage
-from .plugin import Plugin, load_plugin
-from .device import Device, DeviceState
-from .runtime import Runtime
-from .interpose import interpose  # issue 7: compiled code through the runtime
+from .core.images import AddressMap, HostEntry, OffloadImage
+from .plugins.plugin import Plugin, load_plugin
+from .core.device import Device, DeviceState
+from .core.runtime import Runtime
+from .interposer import interpose  # issue 7: compiled code through the runtime
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from offload_shim import hostplugin
+from offload_shim.plugins import hostplugin
 
 LLVM16 = Path("/usr/lib/llvm-16/lib")
 NEXTGEN16 = LLVM16 / "libomptarget.rtl.x86_64.nextgen.so.16"

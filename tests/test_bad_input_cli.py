@@ -42,7 +42,7 @@ def _one_line_error(proc, *needles, rc=2):
 
 @pytest.fixture(scope="module")
 def sample_bytes() -> bytes:
-    from offload_shim.hostplugin import sample_image_path
+    from offload_shim.plugins.hostplugin import sample_image_path
     try:
         return sample_image_path().read_bytes()
     except FileNotFoundError as exc:
@@ -104,7 +104,7 @@ def test_info_image_not_elf(tmp_path, content):
     line = _one_line_error(_cli("info", "--image", f, cwd=tmp_path), "not an ELF file")
     assert "corrupt" not in line
     with pytest.raises(InvalidImageError, match="not an ELF file"):
-        from offload_shim.imageinfo import describe
+        from offload_shim.elf.imageinfo import describe
         describe(f)
 
 
@@ -112,7 +112,7 @@ def test_info_image_corrupt_elf(tmp_path, sample_bytes):
     """Each corrupt image: InvalidImageError "corrupt ELF file" from describe (never a
     pyelftools / struct / OverflowError, never "not an ELF file"), and a one-line CLI
     error, exit 2."""
-    from offload_shim.imageinfo import describe
+    from offload_shim.elf.imageinfo import describe
     cases = _corrupt_images(sample_bytes)
     for name, data in cases.items():
         f = tmp_path / f"{name}.so"
@@ -133,7 +133,7 @@ def test_info_image_corrupt_elf(tmp_path, sample_bytes):
 def test_describe_fuzzed_elf_only_raises_invalid_image(tmp_path, sample_bytes):
     """Random byte changes anywhere: describe() succeeds or raises InvalidImageError."""
     import random
-    from offload_shim.imageinfo import describe
+    from offload_shim.elf.imageinfo import describe
     shoff, = struct.unpack_from("<Q", sample_bytes, 0x28)
     f = tmp_path / "fuzz.so"
     for seed in range(120):
@@ -228,7 +228,7 @@ def test_run_bad_plugin_does_not_run_the_program(tmp_path):
 
 def _omp_prog(tmp_path_factory):
     from test_interpose import _clang
-    from offload_shim.interpose_cli import libpython_path
+    from offload_shim.cli.run import libpython_path
     clang = _clang()
     try:
         libpython_path()
@@ -252,7 +252,7 @@ def omp_prog(tmp_path_factory):
 def _embed_env(tmp_path, policy_env):
     """What ``offload-shim run --plugin typo.so`` would give the program, had the
     command not checked the plugin first (the embedded start then fails)."""
-    from offload_shim.interpose_cli import run_environment
+    from offload_shim.cli.run import run_environment
     env = run_environment(plugins=[str(tmp_path / "typo.so")])
     env.update(policy_env)
     return env
@@ -320,7 +320,7 @@ def test_bundled_print_device_info_capacity(tmp_path, bundled_path):
     code = textwrap.dedent(f"""
         import json
         from offload_shim.cli import collect_info
-        from offload_shim.hostplugin import HostPluginControl
+        from offload_shim.plugins.hostplugin import HostPluginControl
         def infos():
             recs = collect_info([{bundled_path!r}], system=False, bundled=False)
             return [d.get("info", "") for r in recs if r.get("abi") == "llvm"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugin import load_plugin
+from offload_shim.plugins.plugin import load_plugin
 
 pytestmark = pytest.mark.gpu
 

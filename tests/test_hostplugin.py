@@ -25,7 +25,7 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-from offload_shim import hostplugin  # noqa: E402
+from offload_shim.plugins import hostplugin  # noqa: E402
 
 LLVM16_DIR = pathlib.Path("/usr/lib/llvm-16/lib")
 LLVM16_PLUGINS = {
@@ -832,7 +832,7 @@ def test_bundled_paths_missing(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="OFFLOAD_SHIM_NATIVE_DIR"):
         hostplugin.sample_image_path()
     monkeypatch.delenv("OFFLOAD_SHIM_NATIVE_DIR")
-    assert hostplugin.bundled_native_dir() == pathlib.Path(hostplugin.__file__).resolve().parent / "_native"
+    assert hostplugin.bundled_native_dir() == pathlib.Path(hostplugin.__file__).resolve().parent.parent / "_native"
 
 
 def test_control_wrapper_in_process(native_built):
@@ -878,7 +878,7 @@ def test_host_plugin(native_built, scenario):
 
 
 def test_num_devices_env(native_built):
-    code = ("import ctypes,sys; from offload_shim import hostplugin as h;"
+    code = ("import ctypes,sys; from offload_shim.plugins import hostplugin as h;"
             "lib = ctypes.CDLL(str(h.bundled_plugin_path()));"
             "print(lib.GOMP_OFFLOAD_get_num_devices())")
     env = dict(os.environ, OFFLOAD_SHIM_HOST_NUM_DEVICES="7")

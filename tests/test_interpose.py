@@ -220,7 +220,7 @@ print("OK")
 
 
 def test_image_info_lists_images_and_entries(libs, tmp_path):
-    from offload_shim.imageinfo import describe, format_description
+    from offload_shim.elf.imageinfo import describe, format_description
     info = describe(libs["offload"])
     assert len(info["llvm_offloading"]) == 1
     b = info["llvm_offloading"][0]
@@ -239,7 +239,7 @@ def test_image_info_lists_images_and_entries(libs, tmp_path):
 
 def test_offload_binary_parser_rejects_garbage():
     from offload_shim.errors import InvalidImageError
-    from offload_shim.imageinfo import parse_offload_binaries, unwrap_image
+    from offload_shim.elf.imageinfo import parse_offload_binaries, unwrap_image
     with pytest.raises(InvalidImageError):
         parse_offload_binaries(b"\x7fELF" + bytes(60))
     with pytest.raises(InvalidImageError):
@@ -250,7 +250,7 @@ def test_offload_binary_parser_rejects_garbage():
 # -- the mapping table on its own (no native code) -------------------------------------
 
 def test_mapping_table_lookup_rules():
-    from offload_shim.interpose import MappingTable, _Entry
+    from offload_shim.interposer import MappingTable, _Entry
     t = MappingTable()
     a = _Entry(100, 100, 200, 5000, 5000, 1, 0)
     b = _Entry(300, 300, 400, 7000, 7000, 1, 0)

@@ -89,7 +89,7 @@ print(json.dumps(out), flush=True)
 _INTERPOSED = """
 import ctypes, json, sys
 import offload_shim as osh
-from offload_shim.interpose import call_counts
+from offload_shim.interposer import call_counts
 rt = osh.Runtime([sys.argv[4]])
 with rt, osh.interpose(rt) as ip:
     lib = ip.load_library(sys.argv[1])
@@ -145,7 +145,7 @@ def _symbol_value(path: str, name: str) -> int:
 
 
 def test_gcc_registration_fallback_and_unregistration(gcclibs):
-    from offload_shim.imageinfo import describe
+    from offload_shim.elf.imageinfo import describe
     lib = gcclibs["regions"]
     plain = _last_json(_run(_PLAIN, [lib, ",".join(REGIONS)]))
     host = _last_json(_run(_PLAIN, [gcclibs["regions_host"], ",".join(REGIONS)]))
@@ -214,7 +214,7 @@ def test_gcc_fallback_is_libgomps_own(gcclibs):
 
 def test_interposer_defines_only_offload_gomp_symbols():
     """GOMP_parallel & co. must keep resolving to libgomp."""
-    from offload_shim.interpose import interposer_path
+    from offload_shim.interposer import interposer_path
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("binutils nm missing")
@@ -238,5 +238,5 @@ def test_info_image_lists_the_gcc_library(gcclibs):
     assert "var  osh_omp_scale (8 bytes)" in out
     assert "GCC nvptx target_data" in out and "9 functions, 1 variables" in out
     assert "ptx func osh_region_saxpy$_omp_fn$0" in out
-    from offload_shim.imageinfo import describe
+    from offload_shim.elf.imageinfo import describe
     assert describe(gcclibs["regions_host"])["gomp_target_data"] is None

@@ -27,7 +27,7 @@ PROG_SRC = ROOT / "native" / "samples" / "omp_prog.c"
 @pytest.fixture(scope="module")
 def prog(tmp_path_factory):
     from test_interpose import _clang
-    from offload_shim.interpose_cli import libpython_path
+    from offload_shim.cli.run import libpython_path
     clang = _clang()
     try:
         libpython_path()
@@ -62,7 +62,7 @@ RUNS = [pytest.param([], id="discovered-host-plugins"),
 
 @pytest.mark.parametrize("opts", RUNS)
 def test_run_matches_libomptarget(prog, tmp_path, opts):
-    from offload_shim.hostplugin import bundled_plugin_path
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
     opts = [str(bundled_plugin_path()) if o == "BUNDLED" else o for o in opts]
     for o in opts:
         if o.startswith("/") and not Path(o).exists():

@@ -21,7 +21,7 @@ import pytest
 
 import offload_shim as osh
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, binned_size
-from offload_shim.plugin import load_plugin
+from offload_shim.plugins.plugin import load_plugin
 
 from helpers import run_threads
 

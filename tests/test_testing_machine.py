@@ -35,7 +35,7 @@ def _run_in_child(path, n, steps):
     """Real plugins run in a child (offload-shim check): they keep every
     image they ever loaded (LLVM <= 18 has no unload_image), so hundreds of
     sequences in the pytest process would exhaust it."""
-    from offload_shim.check import run_check
+    from offload_shim.cli.check import run_check
     res = run_check(path, max_examples=n, steps=steps, timeout=600)
     assert res["ok"], res["findings"]
     assert res["examples"] >= n
@@ -82,7 +82,7 @@ def test_nextgen16_process_exhaustion_is_clean(nextgen16):
 def test_run_check_continues_in_fresh_children(nextgen16):
     """run_check starts a fresh child when one stops for lack of mappings and
     runs the remaining sequences there (each child here stops after one)."""
-    from offload_shim.check import run_check
+    from offload_shim.cli.check import run_check
     res = run_check(nextgen16, max_examples=4, steps=5, timeout=300, max_mappings=0.0)
     assert res["ok"], res["findings"]
     assert res["examples"] >= 4 and res["children"] >= 2, res
@@ -113,7 +113,7 @@ def test_factory_and_lazy_package(bundled_path):
 def test_model_catches_a_runtime_that_lies(bundled_path, monkeypatch):
     """The machine is not vacuous: a runtime whose unregister forgets the
     pending list is caught, and the report is a replayable program."""
-    import offload_shim.runtime as rtmod
+    import offload_shim.core.runtime as rtmod
 
     real = rtmod.Runtime.unregister_image
 

@@ -1,6 +1,6 @@
 """ctypes structs and prototype tables of the plugin ABIs.
 
-Only this package and :mod:`offload_shim.plugin` know about ctypes
+Only this package and :mod:`offload_shim.plugins.plugin` know about ctypes
 (docs/architecture.md)."""
 
 from . import gomp, tgt_rtl

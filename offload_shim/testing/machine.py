@@ -42,10 +42,10 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
                                  invariant, multiple, precondition, rule)
 
 from .. import errors as E
-from ..device import DeviceState
-from ..images import OffloadImage
-from ..plugin import load_plugin
-from ..runtime import Runtime
+from ..core.device import DeviceState
+from ..core.images import OffloadImage
+from ..plugins.plugin import load_plugin
+from ..core.runtime import Runtime
 from . import strategies as S
 
 __all__ = ["LifecycleMachine", "make_lifecycle_machine", "ModelError", "ProcessExhausted",
@@ -177,7 +177,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.ctl = None
         self.entry = _ENTRY[self.view]
         if self.plugin.bundled:
-            from ..hostplugin import HostPluginControl
+            from ..plugins.hostplugin import HostPluginControl
             self.ctl = HostPluginControl(self.plugin.path)
             self.base_viol = self.ctl.violation_count()
             self.base_live = self.ctl.live_allocs()

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .abi import gomp as _gomp
-from .abi import tgt_rtl as _tgt
-from .errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
+from ..abi import gomp as _gomp
+from ..abi import tgt_rtl as _tgt
+from ..errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
                      LifecycleError, MissingEntryPointError, NotAPluginError,
                      PluginCallError, PluginDlopenError, PluginNotFoundError,
                      TableMismatchError)
@@ -185,7 +185,7 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
     ``dlopen`` (NotAPluginError).  ``probe``: a library's constructors run at
     ``dlopen`` and can crash the interpreter, so before the first in-process
     ``dlopen`` of a file the same load is tried in a child process
-    (:func:`offload_shim.isolation.probe_plugin`; verdicts cached per
+    (:func:`offload_shim.plugins.isolation.probe_plugin`; verdicts cached per
     ``(realpath, size, mtime)`` for the process).  ``None`` (default): probe
     unless the file is the bundled plugin or is already loaded in this
     process; ``True``: probe unless already ``dlopen``-ed here; ``False``:

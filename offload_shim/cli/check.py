@@ -61,7 +61,7 @@ def register_cli(subparsers) -> None:
 
 def _resolve(plugin: str) -> str:
     if plugin == "bundled":
-        from .hostplugin import bundled_plugin_path
+        from ..plugins.hostplugin import bundled_plugin_path
         return str(bundled_plugin_path())
     return plugin
 
@@ -75,8 +75,8 @@ def cmd_check(args) -> int:
     if args.child:
         return _child_main(args)
     path = _resolve(args.plugin)
-    from .errors import PluginLoadError
-    from .plugin import load_plugin
+    from ..errors import PluginLoadError
+    from ..plugins.plugin import load_plugin
     try:
         plugin = load_plugin(path, abi=args.abi)
     except (PluginLoadError, OSError) as exc:
@@ -136,7 +136,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     import threading
     import time
 
-    from .plugin import load_plugin
+    from ..plugins.plugin import load_plugin
     plugin = load_plugin(path, abi=abi)
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
@@ -268,7 +268,7 @@ def _child_main(args) -> int:
     from hypothesis import seed as hseed
     from hypothesis.stateful import get_state_machine_test
 
-    from .testing.machine import ProcessExhausted, make_lifecycle_machine, mapping_usage
+    from ..testing.machine import ProcessExhausted, make_lifecycle_machine, mapping_usage
     trace = open(cfg["trace"], "w", buffering=1)
     done = cfg.get("done", 0)
     counter = {"n": 0}
@@ -328,7 +328,7 @@ def _child_main(args) -> int:
 # -- --probe-misuse -------------------------------------------------------------------
 
 def _probe_main(args, path, plugin) -> int:
-    from .testing.probes import run_probes
+    from ..testing.probes import run_probes
     rows = run_probes(path, args.abi, timeout=args.timeout or 60.0,
                       progress=None if args.json else (lambda n: print(f"  probe {n}",
                                                                        flush=True)))

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from . import elf
-from .errors import InvalidImageError
+from .. import elf
+from ..errors import InvalidImageError
 
 _ids = itertools.count(1)
 
@@ -136,7 +136,7 @@ class OffloadImage:
         ``vec_add(a, b, c, n)``, ``axpy(y, x, alpha_ptr, n)``,
         ``increment(p, n)``, ``scale_by_global(y, n)`` and the global
         ``osh_scale`` (double, 3.0)."""
-        from .hostplugin import sample_image_path
+        from ..plugins.hostplugin import sample_image_path
         return cls.from_file(sample_image_path(), num_args=SAMPLE_KERNEL_ARGS)
 
     # safety --------------------------------------------------------------------
@@ -150,12 +150,12 @@ class OffloadImage:
 
     def verify_loadable(self) -> None:
         """``dlopen`` the bytes in a child process (cached per content for the
-        process, :func:`offload_shim.isolation.verify_image`); raises
+        process, :func:`offload_shim.plugins.isolation.verify_image`); raises
         InvalidImageError when the dynamic loader crashes, aborts or refuses
         them.  No-op for trusted images and non-x86-64/non-ET_DYN ones.
         Code that the image's kernels run later cannot be checked this way."""
         if self.needs_loader_check:
-            from .isolation import verify_image
+            from ..plugins.isolation import verify_image
             verify_image(self.data, name=self.name)
 
     # views ---------------------------------------------------------------------

@@ -84,7 +84,7 @@ def bundled_native_dir() -> pathlib.Path:
     env = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if env:
         return pathlib.Path(env)
-    here = pathlib.Path(__file__).resolve().parent / "_native"
+    here = pathlib.Path(__file__).resolve().parent.parent / "_native"
     if here.is_dir():
         return here
     try:

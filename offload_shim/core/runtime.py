@@ -23,12 +23,12 @@ import logging
 import threading
 from typing import Iterable
 
-from . import discovery
+from ..plugins import discovery
 from .device import Device, DeviceState
-from .errors import (ImageNotRegisteredError, InvalidImageError, LifecycleError,
+from ..errors import (ImageNotRegisteredError, InvalidImageError, LifecycleError,
                      OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
-from .plugin import Plugin, load_plugin
+from ..plugins.plugin import Plugin, load_plugin
 
 log = logging.getLogger("offload_shim")
 
@@ -80,7 +80,7 @@ class Runtime:
     def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
                  abi: str | None = None, pool: dict | None = None,
                  pinned: str | None = None):
-        from .memory.pinned import resolve_policy
+        from ..memory.pinned import resolve_policy
         self._pin_policy = resolve_policy(pinned)
         self._pinned = None
         self._serial = next(_serials)
@@ -99,7 +99,7 @@ class Runtime:
             plugins = [plugins]             # one path, not an iterable of characters
         items = list(plugins)
         if bundled:
-            from .hostplugin import bundled_plugin_path
+            from ..plugins.hostplugin import bundled_plugin_path
             items.insert(0, bundled_plugin_path())
         for item in items:
             p = item if isinstance(item, Plugin) else load_plugin(
@@ -121,7 +121,7 @@ class Runtime:
                  host_only: bool = False, **kw) -> "Runtime":
         """A runtime over every plugin that loads: ``paths``,
         ``$OFFLOAD_SHIM_PLUGINS``, the standard locations and the bundled
-        plugin (see :mod:`offload_shim.discovery`).  Plugins that fail to
+        plugin (see :mod:`offload_shim.plugins.discovery`).  Plugins that fail to
         load are skipped and listed in ``load_errors``.  ``host_only``: only
         plugins that execute on this CPU."""
         found = []
@@ -206,7 +206,7 @@ class Runtime:
         with self._lock:
             if self._pinned is None:
                 self._check_open()
-                from .memory.pinned import PinnedRegistry
+                from ..memory.pinned import PinnedRegistry
                 self._pinned = PinnedRegistry(self, policy=self._pin_policy)
             return self._pinned
 
@@ -344,7 +344,7 @@ def _check_pool_options(options: dict) -> None:
     """Refuse bad ``pool=`` options now, not at each device's first use:
     build (and drain) a throwaway MemoryManager with them.  Raises TypeError
     (unknown keyword) or ValueError (bad value), as MemoryManager does."""
-    from .memory import MemoryManager
+    from ..memory import MemoryManager
     reserved = {"device_label", "poison"} & set(options)
     if reserved:
         raise TypeError(f"pool options {sorted(reserved)} are set by the device itself")

@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InvalidImageError
+from ..errors import InvalidImageError
 
 OFFLOAD_BINARY_MAGIC = b"\x10\xff\x10\xad"
 IMAGE_KINDS = {0: "none", 1: "object", 2: "bitcode", 3: "cubin", 4: "fatbinary", 5: "ptx"}

@@ -27,7 +27,7 @@ import logging
 import threading
 from typing import Sequence
 
-from .errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
+from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
                      LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,
                      UnknownPointerError)
 from .images import AddressMap, OffloadImage
@@ -116,7 +116,7 @@ class Device:
     construct directly.
 
     ``label``: ``"<plugin>:<index>"``; ``index``: the plugin-local device id;
-    ``plugin``: the :class:`~offload_shim.plugin.Plugin`."""
+    ``plugin``: the :class:`~offload_shim.plugins.plugin.Plugin`."""
 
     def __init__(self, runtime, plugin, index: int, pool_options: dict | None = None):
         self._runtime = runtime
@@ -219,7 +219,7 @@ class Device:
                 raise
             self.init_count += 1
             self._pin_mapped_policy = self._runtime._pin_policy == "mapped"
-            from .memory import MemoryManager
+            from ..memory import MemoryManager
             try:
                 self._pool = MemoryManager(self._backend_alloc, self._backend_free,
                                            device_label=self.label, poison=self._poison,

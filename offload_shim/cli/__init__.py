@@ -51,7 +51,7 @@ def _error(message: str) -> None:
 
 def _plugin_views(path):
     """The plugin views of one file: the bundled plugin exports both ABIs."""
-    from .plugin import load_plugin
+    from ..plugins.plugin import load_plugin
     first = load_plugin(path)
     views = [first]
     if first.bundled:
@@ -64,9 +64,9 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
     (GOMP) gomp_version/caps/target_name, and per device what the plugin
     prints with ``print_device_info`` (LLVM; needs a device init, done and
     undone here when ``devices``) or an ``error``."""
-    from . import discovery
-    from .errors import OffloadError
-    from .runtime import Runtime
+    from ..plugins import discovery
+    from ..errors import OffloadError
+    from ..core.runtime import Runtime
     out = []
     for cand in discovery.candidates(paths, system=system, bundled=bundled):
         base = {"path": cand.path, "source": cand.source}
@@ -103,8 +103,8 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
 def cmd_info(args) -> int:
     if getattr(args, "image", None):
         # issue 7: the offload images and entries inside compiled files, without running them
-        from .errors import InvalidImageError
-        from .imageinfo import describe, format_description
+        from ..errors import InvalidImageError
+        from ..elf.imageinfo import describe, format_description
         infos = []
         for p in args.image:
             try:
@@ -215,8 +215,8 @@ def _demo_one(path: str, abi: str | None) -> int:
 def demo_targets(paths=(), *, system=True) -> list[tuple[str, str | None, str]]:
     """(path, abi view, label) of every plugin view that runs on this CPU and
     has at least one device (vendor GPU plugins report 0 devices here)."""
-    from . import discovery
-    from .errors import OffloadError
+    from ..plugins import discovery
+    from ..errors import OffloadError
     out = []
     for cand in discovery.candidates(paths, system=system):
         if not discovery.is_host_plugin(cand.path) and cand.source not in ("explicit",):
@@ -273,7 +273,7 @@ def cmd_demo(args) -> int:
     return 0 if all(r[2] == "verified" for r in rows) else 1
 
 
-_SUBCOMMAND_MODULES = ("offload_shim.check", "offload_shim.bench", "offload_shim.interpose_cli")
+_SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_shim.cli.run")
 
 
 def main(argv=None) -> int:
@@ -313,7 +313,3 @@ def main(argv=None) -> int:
     with contextlib.suppress(BrokenPipeError):
         return args.func(args)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.
 
 runs an unmodified executable built by ``clang-16 -fopenmp -fopenmp-targets=...`` with
 the interposer preloaded and an embedded CPython serving its offload calls
-(:mod:`offload_shim.embed`).  Without
+(:mod:`offload_shim.interposer.embed`).  Without
 ``--plugin`` the runtime uses every host plugin found (:meth:`Runtime.discover`,
 ``host_only``).  ``--bundled`` adds the bundled host plugin.  Exit status 0 when every
 call returned and the library unregistered cleanly on ``dlclose``.
@@ -39,10 +39,10 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def check_plugins(paths) -> str | None:
-    """Load every ``--plugin`` path with :func:`offload_shim.plugin.load_plugin`
+    """Load every ``--plugin`` path with :func:`offload_shim.plugins.plugin.load_plugin`
     (nothing is initialised); the first failure's one-line text, or None."""
-    from .errors import OffloadError
-    from .plugin import load_plugin
+    from ..errors import OffloadError
+    from ..plugins.plugin import load_plugin
     for path in paths:
         try:
             load_plugin(path)
@@ -55,8 +55,8 @@ def check_plugins(paths) -> str | None:
 
 def cmd_run_library(args) -> int:
     import offload_shim as osh
-    from .errors import OffloadError
-    from .interpose import call_counts
+    from ..errors import OffloadError
+    from ..interposer import call_counts
     bad = check_plugins(args.plugin)
     if bad:
         _error(bad)
@@ -135,12 +135,12 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     interposer (before any preload already set), ``OFFLOAD_SHIM_EMBED=1``,
     ``OFFLOAD_SHIM_LIBPYTHON``, ``OFFLOAD_SHIM_PYTHONPATH`` (the directory this
     offload_shim is imported from, then this interpreter's ``sys.path``) and
-    ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.embed`).  Raises
+    ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.interposer.embed`).  Raises
     FileNotFoundError (interposer not built), RuntimeError (no shared libpython)."""
     import os
     from pathlib import Path
     import offload_shim
-    from .interpose import interposer_path
+    from ..interposer import interposer_path
     env = dict(os.environ if base is None else base)
     pre = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = str(interposer_path()) + (":" + pre if pre else "")
@@ -213,5 +213,5 @@ def register_cli(subparsers) -> None:
 
 
 if __name__ == "__main__":
-    from .cli import main
+    from . import main
     sys.exit(main(["run-library", *sys.argv[1:]]))

@@ -252,7 +252,7 @@ def _raw_llvm16(plugin, dev: int):
 
 
 def _llvm_plugin_backend(name, path, description, *, growth=False):
-    from .plugin import load_plugin
+    from ..plugins.plugin import load_plugin
     if not Path(path).exists():
         raise Skip(f"{path} not installed")
     plugin = load_plugin(path)
@@ -271,7 +271,7 @@ def _llvm_plugin_backend(name, path, description, *, growth=False):
 
 def _mm_backend(name, description, balloc, bfree, *, policy="exact", stats=True,
                 baseline=None, growth=False):
-    from .memory import MemoryManager
+    from ..memory import MemoryManager
     mm = MemoryManager(balloc, bfree, threshold=8192, policy=policy, stats=stats,
                        debug="", device_label=name)
     return Backend(name, "pool", description, mm.allocate, mm.free, baseline=baseline,
@@ -280,9 +280,9 @@ def _mm_backend(name, description, balloc, bfree, *, policy="exact", stats=True,
 
 def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
     """The CPU rows; returns (backends, {name: skip reason})."""
-    from .hostplugin import HostPluginControl, bundled_plugin_path
-    from .plugin import load_plugin
-    from .runtime import Runtime
+    from ..plugins.hostplugin import HostPluginControl, bundled_plugin_path
+    from ..plugins.plugin import load_plugin
+    from ..core.runtime import Runtime
     backends, skipped = [], {}
     try:
         path = bundled_plugin_path()
@@ -449,7 +449,7 @@ def gpu_backends() -> tuple[list, dict]:
         skipped["llvm16-cuda"] = skipped["pool:exact/llvm16-cuda"] = \
             f"{type(exc).__name__}: {exc}"
     try:
-        from .plugin import load_plugin
+        from ..plugins.plugin import load_plugin
         if not NVPTX12.exists():
             raise Skip(f"{NVPTX12} not installed")
         gp = load_plugin(NVPTX12)
@@ -802,8 +802,8 @@ def record_replay_log(path, n_ops: int, seed: int = 7) -> int:
     backend, running a phased trace: iterations that allocate a set of arrays
     (sizes drift between phases), temporaries, and free them at the end of
     the iteration.  Returns the number of events written."""
-    from .memory import MemoryManager
-    from .memory.fake import FakeBackend
+    from ..memory import MemoryManager
+    from ..memory.fake import FakeBackend
     rng = random.Random(seed)
     fb = FakeBackend()
     with open(path, "w", encoding="utf-8") as f:
@@ -831,7 +831,7 @@ def replay_ops(path) -> list:
     """The caller operations of an event log as a ``(slot, size)`` trace
     (``alloc`` with a pointer, ``free`` of a live one; pointers matched by
     ``(dev, ptr)`` as in :func:`offload_shim.memory.replay`)."""
-    from .memory._replay import read_events
+    from ..memory._replay import read_events
     ops, live, free_slots, nslots = [], {}, [], 0
     for ev in read_events(path):
         op = ev.get("op")
@@ -932,7 +932,7 @@ def run(profile: str = "quick", *, alloc_ns: int = DEFAULT_ALLOC_LATENCY_NS,
         if "replay" in workloads:
             log_path = Path(tmp.name) / "events.jsonl"
             n_ev = record_replay_log(log_path, prm["replay_ops"])
-            from .memory import replay as pool_replay
+            from ..memory import replay as pool_replay
             pol = pool_replay(log_path, ("exact", "binned"))
             replay_info = {"events": n_ev, "ops": len(replay_ops(log_path)),
                            "replay_stats": {p: {"hit_rate": s.hit_rate,
@@ -1295,7 +1295,3 @@ def main(argv=None, default_profile: str = "quick", on_result=None) -> int:
     if args.worker:
         return _worker_main(args)
     return _cmd(args, on_result)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

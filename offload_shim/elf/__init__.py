@@ -14,7 +14,7 @@ import io
 import struct
 from dataclasses import dataclass
 
-from .errors import InvalidImageError
+from ..errors import InvalidImageError
 
 ENTRY_SIZE = 32
 ENTRIES_SECTION = "omp_offloading_entries"

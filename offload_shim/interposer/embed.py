@@ -105,7 +105,7 @@ def stop() -> None:
     rt, ip, opts = st["runtime"], st["interposer"], st["options"]
     report: dict = {}
     try:
-        from .interpose import call_counts
+        from . import call_counts
         report = {"plugins": [p.name for p in rt.plugins],
                   "devices": [d.label for d in ip.devices],
                   "initialised": [d.label for d in ip.devices if d.initialized],

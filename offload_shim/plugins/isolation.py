@@ -12,7 +12,7 @@ caller go on in-process.
   RTLD_LOCAL``, as the host plugins do) from a temporary file in a child;
   verdicts are cached process-wide by the SHA-256 of the bytes.
 * :func:`probe_plugin` -- load a plugin file in a child with
-  :func:`offload_shim.plugin.load_plugin` (``dlopen`` + symbol lookup + the
+  :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
   GOMP version/caps probes); verdicts are cached per ``(realpath, size,
   mtime)``.
 
@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 
-from .errors import InvalidImageError, PluginDlopenError
+from ..errors import InvalidImageError, PluginDlopenError
 
 #: seconds a child may take before its work counts as hung
 IMAGE_TIMEOUT_S = 60.0
@@ -127,7 +127,7 @@ def image_verdict_cached(data: bytes) -> bool:
 _PLUGIN_CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from offload_shim.plugin import load_plugin
+from offload_shim.plugins.plugin import load_plugin
 from offload_shim.errors import OffloadError
 try:
     load_plugin(sys.argv[2], abi=(sys.argv[3] or None), probe=False)
@@ -140,7 +140,7 @@ os._exit(0)           # plugins are never dlclose'd in the parent either
 
 
 def _package_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run_plugin_child(real: str, abi: str | None) -> tuple[str, str] | None:
@@ -165,7 +165,7 @@ def _run_plugin_child(real: str, abi: str | None) -> tuple[str, str] | None:
 
 def probe_plugin(real: str, abi: str | None = None) -> None:
     """Load the plugin file ``real`` (a real path) in a child process the way
-    :func:`~offload_shim.plugin.load_plugin` does, once per ``(realpath,
+    :func:`~offload_shim.plugins.plugin.load_plugin` does, once per ``(realpath,
     size, mtime)`` per process.  Raises PluginDlopenError when the child
     dies (``.dlerror`` names the signal or the exit status); typed failures
     (not a plugin, dlopen error) are left to the in-process load, which

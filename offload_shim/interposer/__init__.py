@@ -58,10 +58,10 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_int, c_int32, c_int64, c_ui
 from pathlib import Path
 from typing import Iterator
 
-from .abi import tgt_rtl as _tgt
-from .errors import InvalidImageError, LifecycleError, MissingEntryPointError, OffloadError
-from .images import HostEntry, OffloadImage
-from .imageinfo import unwrap_image
+from ..abi import tgt_rtl as _tgt
+from ..errors import InvalidImageError, LifecycleError, MissingEntryPointError, OffloadError
+from ..core.images import HostEntry, OffloadImage
+from ..elf.imageinfo import unwrap_image
 
 log = logging.getLogger("offload_shim")
 
@@ -138,7 +138,7 @@ _native_lock = threading.Lock()
 
 def interposer_path() -> Path:
     """Path of the bundled ``libosh_interposer.so``; FileNotFoundError when not built."""
-    from .hostplugin import bundled_native_dir
+    from ..plugins.hostplugin import bundled_native_dir
     p = bundled_native_dir() / INTERPOSER_FILENAME
     if not p.is_file():
         raise FileNotFoundError(f"{p} is not built: install the package (pip install .) "
@@ -385,14 +385,14 @@ class GompImage(OffloadImage):
     of mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes),
     ``host_table``; entries: the functions then the variables of the host table, in
     libgomp's table order, named from the nvptx target data when it decodes
-    (``device_data``: :func:`~offload_shim.imageinfo.parse_nvptx_target_data`'s
+    (``device_data``: :func:`~offload_shim.elf.imageinfo.parse_nvptx_target_data`'s
     dict), else ``func<i>`` / ``var<j>``; host addresses: the library's real ones.
     ``data``: the PTX texts, NUL-separated (nvptx), else empty; ``machine`` is the
     target name.  Valid while the library stays loaded."""
 
     def __init__(self, data, entries, *, name, host_addresses, version, target_type,
                  target_data, host_table, device_data=None):
-        from .imageinfo import GOMP_TARGET_TYPES
+        from ..elf.imageinfo import GOMP_TARGET_TYPES
         super().__init__(data, entries, name=name, host_addresses=host_addresses,
                          machine=GOMP_TARGET_TYPES.get(target_type, f"gomp-{target_type}"))
         self.gomp_version = version
@@ -406,7 +406,7 @@ class GompImage(OffloadImage):
                           vars_) -> "GompImage":
         """Build from the arguments of ``GOMP_offload_register_ver`` and the decoded
         host table.  Raises ValueError (NULL host addresses, duplicate names)."""
-        from .imageinfo import parse_nvptx_target_data
+        from ..elf.imageinfo import parse_nvptx_target_data
         dd = None
         data = b""
         fnames = [f"func{i}" for i in range(len(funcs))]
