@@ -295,6 +295,16 @@ class Plugin:
         """True if the entry point ``name`` (short, e.g. ``"data_lock"``) is bound."""
         return name in self._fn
 
+    def entry_point(self, name: str):
+        """The bound ctypes function of entry point ``name`` (short, e.g.
+        ``"data_alloc"``), with the prototype of ``abi/`` for this plugin's
+        generation.  **Unchecked**: a call through it bypasses every check
+        of this class (lifecycle, device range, return code, size limits)
+        and reaches the plugin as given; for benchmarks that time the bare
+        call and for probes that must reach the plugin.  Raises
+        :class:`MissingEntryPointError` if the plugin does not export it."""
+        return self._need(name)
+
     def _need(self, name: str):
         fn = self._fn.get(name)
         if fn is None:

@@ -1,0 +1,157 @@
+"""The GPU rows of ``offload-shim bench`` (cuda-python): the CUDA driver's
+``cuMemAlloc`` and stream-ordered pool, the LLVM 16 CUDA nextgen plugin, the
+GCC 12 nvptx plugin, the pool over each, and CuPy's ``MemoryPool``.  Without
+a driver or device every row is skipped with the reason."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from .backends import Backend, Skip, llvm_plugin_backend, mm_backend
+from .config import CUDA16, NVPTX12
+
+def _cuda_driver():
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        try:
+            from cuda import cuda as cu  # cuda-python 12
+        except ImportError:
+            raise Skip("cuda-python not installed (pip install cuda-python)") from None
+    try:
+        (err,) = cu.cuInit(0)
+    except Exception as exc:  # noqa: BLE001 - no libcuda.so.1
+        raise Skip(f"no CUDA driver: {type(exc).__name__}: {str(exc)[:120]}") from None
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise Skip(f"cuInit failed: {err.name}")
+    err, n = cu.cuDeviceGetCount()
+    if err != cu.CUresult.CUDA_SUCCESS or n < 1:
+        raise Skip(f"no CUDA device ({getattr(err, 'name', err)}, count {n})")
+    return cu
+
+
+def _check(cu, res, what):
+    err = res[0]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what}: {err.name}")
+    return res[1] if len(res) > 1 else None
+
+
+def gpu_backends() -> tuple[list, dict]:
+    """The GPU rows (cuda-python); every one skipped with a reason when there
+    is no driver or device."""
+    names = ("cuda:cuMemAlloc", "pool:exact/cuMemAlloc", "cuda:cuMemAllocAsync",
+             "pool:exact/cuMemAllocAsync", "llvm16-cuda", "pool:exact/llvm16-cuda",
+             "gcc12-nvptx", "pool:exact/gcc12-nvptx", "cupy:MemoryPool")
+    try:
+        cu = _cuda_driver()
+    except Skip as exc:
+        return [], {n: str(exc) for n in names}
+    backends, skipped = [], {}
+    dev = _check(cu, cu.cuDeviceGet(0), "cuDeviceGet")
+    ctx = _check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(cu, cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    release_ctx = lambda: cu.cuDevicePrimaryCtxRelease(dev)  # noqa: E731
+    ok = cu.CUresult.CUDA_SUCCESS
+
+    def set_ctx():
+        cu.cuCtxSetCurrent(ctx)     # the context is per thread
+
+    def m_alloc(size, _a=cu.cuMemAlloc):
+        err, p = _a(size)
+        return int(p) if err == ok else 0
+
+    def m_free(ptr, _f=cu.cuMemFree):
+        (err,) = _f(ptr)
+        if err != ok:
+            raise RuntimeError(f"cuMemFree: {err.name}")
+
+    backends.append(Backend("cuda:cuMemAlloc", "gpu", "cuMemAlloc/cuMemFree (cuda-python)",
+                            m_alloc, m_free, close=[release_ctx], enter=set_ctx))
+    b = mm_backend("pool:exact/cuMemAlloc", "MemoryManager(exact) over cuMemAlloc",
+                    m_alloc, m_free, baseline="cuda:cuMemAlloc", growth=True)
+    b.enter = set_ctx
+    backends.append(b)
+
+    stream = _check(cu, cu.cuStreamCreate(0), "cuStreamCreate")
+
+    def a_alloc(size, _a=cu.cuMemAllocAsync, _s=stream):
+        err, p = _a(size, _s)
+        return int(p) if err == ok else 0
+
+    def a_free(ptr, _f=cu.cuMemFreeAsync, _s=stream):
+        (err,) = _f(ptr, _s)
+        if err != ok:
+            raise RuntimeError(f"cuMemFreeAsync: {err.name}")
+
+    def a_sync():
+        cu.cuStreamSynchronize(stream)
+
+    backends.append(Backend("cuda:cuMemAllocAsync", "gpu",
+                            "cuMemAllocAsync/cuMemFreeAsync, the driver's stream-ordered pool "
+                            "(one stream, synchronised after each batch)", a_alloc, a_free,
+                            baseline="cuda:cuMemAlloc", enter=set_ctx, leave=a_sync,
+                            close=[lambda: cu.cuStreamDestroy(stream)], threaded=False))
+    b = mm_backend("pool:exact/cuMemAllocAsync", "MemoryManager(exact) over cuMemAllocAsync",
+                    a_alloc, a_free, baseline="cuda:cuMemAllocAsync")
+    b.enter, b.leave, b.threaded = set_ctx, a_sync, False
+    backends.append(b)
+
+    try:
+        ll = llvm_plugin_backend("llvm16-cuda", CUDA16,
+                                  "LLVM 16 CUDA nextgen via ctypes, its C++ memory manager on")
+        ll.group = "gpu"
+        backends.append(ll)
+        backends.append(mm_backend("pool:exact/llvm16-cuda", "MemoryManager(exact) over the "
+                                    "LLVM 16 CUDA plugin", ll.alloc, ll.free,
+                                    baseline="llvm16-cuda"))
+    except Exception as exc:  # noqa: BLE001
+        skipped["llvm16-cuda"] = skipped["pool:exact/llvm16-cuda"] = \
+            f"{type(exc).__name__}: {exc}"
+    try:
+        from ..plugins.plugin import load_plugin
+        if not NVPTX12.exists():
+            raise Skip(f"{NVPTX12} not installed")
+        gp = load_plugin(NVPTX12)
+        gp.acquire()
+        try:
+            if gp.num_devices < 1:
+                raise Skip("gcc12-nvptx: 0 devices")
+            gp.acquire_device(0)
+        except BaseException:
+            gp.release()
+            raise
+        ga, gf = functools.partial(gp.alloc, 0), functools.partial(gp.free, 0)
+        backends.append(Backend("gcc12-nvptx", "gpu", "GCC 12 nvptx plugin, GOMP_OFFLOAD_alloc/free",
+                                ga, gf, close=[gp.release,
+                                               functools.partial(gp.release_device, 0)]))
+        backends.append(mm_backend("pool:exact/gcc12-nvptx", "MemoryManager(exact) over the "
+                                    "GCC 12 nvptx plugin", ga, gf, baseline="gcc12-nvptx"))
+    except Exception as exc:  # noqa: BLE001
+        skipped["gcc12-nvptx"] = skipped["pool:exact/gcc12-nvptx"] = \
+            f"{type(exc).__name__}: {exc}"
+    try:
+        import cupy
+        mp = cupy.cuda.MemoryPool()
+        held = {}
+        lock = threading.Lock()
+
+        def c_alloc(size, _m=mp.malloc):
+            m = _m(size)
+            with lock:
+                held[m.ptr] = m
+            return m.ptr
+
+        def c_free(ptr):
+            with lock:
+                del held[ptr]
+
+        backends.append(Backend("cupy:MemoryPool", "gpu", f"CuPy {cupy.__version__} "
+                                "MemoryPool.malloc / drop the MemoryPointer", c_alloc, c_free,
+                                baseline="cuda:cuMemAlloc", close=[mp.free_all_blocks]))
+    except Exception as exc:  # noqa: BLE001 - ImportError or a CuPy/driver mismatch
+        skipped["cupy:MemoryPool"] = f"CuPy unavailable: {type(exc).__name__}: {exc}"
+    return backends, skipped
+
+

@@ -1,0 +1,234 @@
+"""What ``offload-shim bench`` reports: the targets with PASS/MISS, the
+Markdown tables, the PNG plots (matplotlib, optional), the output files and
+the table kept in ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import TARGETS
+
+def check_targets(out) -> list:
+    """The speed targets (:data:`~.config.TARGETS`) as ``{"target", "value", "limit",
+    "status"}`` rows; ``status``: PASS, MISS or N/A (a row is missing)."""
+    res = out["results"]
+    hot = res.get("hot", {})
+    rows = []
+
+    def add(target, value, limit, ok, text):
+        status = "N/A" if value is None else ("PASS" if ok(value, limit) else "MISS")
+        rows.append({"target": target, "value": value, "limit": limit, "status": status,
+                     "detail": text})
+
+    peer = hot.get("llvm16-nextgen", {}).get("median_ns")
+    for name, what in (("pool:exact", "MemoryManager.allocate/free"),
+                       ("device:exact", "Device.alloc/free (user path)")):
+        mine = hot.get(name, {}).get("median_ns")
+        v = mine / peer if mine and peer else None
+        add(f"pool-hit pair via {what} <= 0.5 x LLVM 16 nextgen pair (C++ pool on)", v,
+            TARGETS["hit_vs_nextgen"], lambda v, l: v <= l,
+            f"{mine:.0f} ns vs {peer:.0f} ns" if v is not None else "row missing")
+    for name in ("pool:exact+lat", "device:exact+lat"):
+        v = hot.get(name, {}).get("speedup")
+        add(f"{name} >= 10 x direct on the latency-emulating plugin", v,
+            TARGETS["latency_speedup"], lambda v, l: v >= l,
+            f"{hot[name]['median_ns']:.0f} ns vs "
+            f"{hot['direct:bundled+lat']['median_ns']:.0f} ns" if v is not None else "row missing")
+    g = res.get("growth", {})
+    for name in ("pool:exact", "pool:binned", "device:exact"):
+        v = g.get(name, {}).get("flatness")
+        pts = g.get(name, {}).get("points", {})
+        add(f"{name} hit cost flat from {min(pts, default='?')} to {max(pts, default='?')} "
+            f"cached blocks (max/min <= 1.2)", v, TARGETS["growth_flatness"],
+            lambda v, l: v <= l,
+            " / ".join(f"{p['median_ns']:.0f}" for p in pts.values()) + " ns" if pts else "")
+    so = out.get("stats_overhead") or {}
+    v = so.get("overhead")
+    add("statistics overhead (stats=True vs stats=False) <= 5 %", v, TARGETS["stats_overhead"],
+        lambda v, l: v <= l,
+        f"{so['stats_on_ns']:.0f} ns vs {so['stats_off_ns']:.0f} ns" if v is not None else "")
+    return rows
+
+
+# -- output -------------------------------------------------------------------------------
+
+def _fmt_ns(v):
+    return "–" if v is None else (f"{v:,.0f}" if v >= 10 else f"{v:.1f}")
+
+
+def _fmt_rate(v):
+    if v is None:
+        return "–"
+    return f"{v / 1e6:.2f} M/s" if v >= 1e6 else f"{v / 1e3:.0f} k/s"
+
+
+def _fmt_bytes(v):
+    if v is None:
+        return "–"
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= div:
+            return f"{v / div:.1f} {unit}"
+    return f"{v} B"
+
+
+_WL_TITLES = {
+    "hot": "Hot loop (one size, backends interleaved)",
+    "llvm-mm": "LLVM memory-manager pattern (threads x every power of two 4 B..32 KiB)",
+    "random": "Random trace (realistic size mix)",
+    "replay": "Replay of a pool event log",
+}
+
+
+def format_markdown(out) -> str:
+    """The result as Markdown: machine, targets, one table per workload,
+    the growth table, skipped rows."""
+    m = out["meta"]["machine"]
+    lat = out["meta"]["emulated_latency_ns"]
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['implementation']} {m['python']}, "
+             f"{m['os']}; {m['date']}; profile `{out['meta']['profile']}` "
+             f"({out['meta']['seconds']} s); timer overhead {out['meta']['timer_overhead_ns']} ns "
+             f"subtracted; emulated latency {lat['alloc']} ns alloc / {lat['free']} ns free.", ""]
+    lines += ["### Targets", "", "| target | value | limit | status | detail |",
+              "|---|---:|---:|---|---|"]
+    for t in out["targets"]:
+        v = t["value"]
+        vs = "–" if v is None else (f"{v:.1%}" if "overhead" in t["target"] else f"{v:.2f}")
+        ls = f"{t['limit']:.0%}" if "overhead" in t["target"] else f"{t['limit']:g}"
+        lines.append(f"| {t['target']} | {vs} | {ls} | **{t['status']}** | {t['detail']} |")
+    for w in ("hot", "llvm-mm", "random", "replay"):
+        per = out["results"].get(w)
+        if not per:
+            continue
+        lines += ["", f"### {_WL_TITLES[w]}", ""]
+        if w == "replay" and out.get("replay"):
+            r = out["replay"]
+            lines += [f"{r['events']} events, {r['ops']} caller operations.", ""]
+        lines += ["| backend | median ns/pair | p99 ns/pair | throughput | hit rate | "
+                  "peak cached | speedup | over |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+        order = sorted(per, key=lambda n: per[n].get("median_ns") or 0)
+        for name in order:
+            r = per[name]
+            hr = r.get("hit_rate")
+            sp = r.get("speedup")
+            lines.append(
+                f"| {name} | {_fmt_ns(r.get('median_ns'))} | {_fmt_ns(r.get('p99_ns'))} | "
+                f"{_fmt_rate(r.get('throughput_per_s'))} | {'–' if hr is None else f'{hr:.1%}'} | "
+                f"{_fmt_bytes(r.get('peak_cached_bytes'))} | "
+                f"{'–' if sp is None else f'{sp:.1f}x'} | {r.get('speedup_over') or ''} |")
+    g = out["results"].get("growth")
+    if g:
+        npts = sorted({n for r in g.values() for n in r["points"]}, key=int)
+        lines += ["", "### Pool-hit cost against cached blocks (median ns/pair)", "",
+                  "| backend | " + " | ".join(f"{int(n):,}" for n in npts) + " | max/min |",
+                  "|---|" + "---:|" * (len(npts) + 1)]
+        for name, r in g.items():
+            cells = [_fmt_ns(r["points"].get(n, r["points"].get(str(n), {})).get("median_ns"))
+                     for n in npts]
+            fl = r.get("flatness")
+            lines.append(f"| {name} | " + " | ".join(cells)
+                         + f" | {'–' if fl is None else f'{fl:.2f}'} |")
+    so = out.get("stats_overhead")
+    if so:
+        lines += ["", f"Statistics overhead (hot hit, alternating batches): stats on "
+                  f"{so['stats_on_ns']:.0f} ns, off {so['stats_off_ns']:.0f} ns "
+                  f"({so['overhead']:+.1%})."]
+    if out["skipped"]:
+        lines += ["", "### Skipped", ""]
+        for name, why in sorted(out["skipped"].items()):
+            lines.append(f"* `{name}`: {why}")
+    rows = out["rows"]
+    lines += ["", "### Rows", ""]
+    for name, r in rows.items():
+        lines.append(f"* `{name}` ({r['group']}): {r['description']}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(out, directory) -> list:
+    """PNG plots (matplotlib, Agg): ``workloads.png`` (median ns/pair per
+    backend and workload, p99 as whisker) and ``growth.png``.  Returns the
+    paths written ([] when matplotlib is missing)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    directory = Path(directory)
+    paths = []
+    wls = [w for w in ("hot", "llvm-mm", "random", "replay") if out["results"].get(w)]
+    if wls:
+        fig, axes = plt.subplots(len(wls), 1, figsize=(9, 3.2 * len(wls)), squeeze=False)
+        for ax, w in zip(axes[:, 0], wls):
+            per = out["results"][w]
+            names = sorted(per, key=lambda n: per[n].get("median_ns") or 0)
+            med = [per[n].get("median_ns") or 0 for n in names]
+            p99 = [max((per[n].get("p99_ns") or 0) - md, 0) for n, md in zip(names, med)]
+            colors = ["tab:green" if out["rows"].get(n, {}).get("group") == "pool" else
+                      "tab:orange" if "nextgen" in n else "tab:gray" for n in names]
+            ax.barh(names, med, xerr=[[0] * len(p99), p99], color=colors, capsize=2)
+            ax.set_xscale("log")
+            ax.set_title(_WL_TITLES[w], fontsize=9)
+            ax.set_xlabel("ns per alloc+free pair (median, whisker to p99)", fontsize=8)
+            ax.tick_params(labelsize=7)
+        fig.tight_layout()
+        p = directory / "workloads.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    g = out["results"].get("growth")
+    if g:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, r in g.items():
+            xs = sorted(r["points"], key=int)
+            ax.plot([int(x) for x in xs], [r["points"][x]["median_ns"] for x in xs], "o-",
+                    label=name)
+        ax.set_xscale("log")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("cached blocks")
+        ax.set_ylabel("ns per hit pair (median)")
+        ax.set_title("Pool-hit cost against cached blocks")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = directory / "growth.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def write_outputs(out, directory) -> dict:
+    """``results.json``, ``results.md`` and the PNG plots under ``directory``
+    (created).  Returns ``{"json", "markdown", "plots"}`` paths."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    jp = d / "results.json"
+    jp.write_text(json.dumps(out, indent=1, default=str) + "\n", encoding="utf-8")
+    mp = d / "results.md"
+    mp.write_text(format_markdown(out), encoding="utf-8")
+    return {"json": jp, "markdown": mp, "plots": plot(out, d)}
+
+
+BEGIN_MARK = "<!-- bench:begin (written by benchmarks/run.py) -->"
+END_MARK = "<!-- bench:end -->"
+
+
+def update_docs(out, doc_path) -> None:
+    """Replace the text between :data:`BEGIN_MARK` and :data:`END_MARK` of
+    ``doc_path`` with the latest table (appended when the marks are absent)."""
+    p = Path(doc_path)
+    text = p.read_text(encoding="utf-8") if p.exists() else "# Benchmarks\n"
+    block = f"{BEGIN_MARK}\n{format_markdown(out)}{END_MARK}"
+    if BEGIN_MARK in text and END_MARK in text:
+        a = text.index(BEGIN_MARK)
+        b = text.index(END_MARK) + len(END_MARK)
+        text = text[:a] + block + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    p.write_text(text, encoding="utf-8")
+
+
+def format_text(out) -> str:
+    """What ``offload-shim bench`` prints: the Markdown table."""
+    return format_markdown(out)
+
