@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import warnings
@@ -239,7 +240,7 @@ def test_policy_none_pins_nothing(plugin):
         dev = rt.devices[0]
         t = dev.alloc(PAGE)
         dev.submit(t, h)
-        assert rt._pinned is None
+        assert rt.pinned_memory.ranges() == [] and rt.pinned_memory.bytes_pinned() == {}
         dev.free(t)
 
 
@@ -273,6 +274,82 @@ def test_gomp_view_falls_back_to_mlock(bundled_path):
         assert rt.pinned_memory.bytes_pinned() == {"mlock": PAGE}
         assert pm.vmlck_bytes() - v0 == PAGE
     assert pm.vmlck_bytes() == v0
+
+
+def test_a_device_pin_holds_the_device_until_it_is_made(bundled_path, monkeypatch):
+    """A pin for a device initialises it and holds it in use while the backend
+    locks (``Device.in_use``): a deinit started meanwhile waits for the pin."""
+    import threading
+    h = page_buf(1)
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        reg = rt.pinned_memory
+        locking, release = threading.Event(), threading.Event()
+        real_lock = pm.PluginLockBackend.lock
+
+        def slow_lock(self, addr, size):
+            locking.set()
+            release.wait(10)
+            real_lock(self, addr, size)
+
+        monkeypatch.setattr(pm.PluginLockBackend, "lock", slow_lock)
+        t = threading.Thread(target=reg.pin, args=(h,), kwargs={"device": dev})
+        t.start()
+        assert locking.wait(10) and dev.initialized
+        deinit = threading.Thread(target=dev.deinit)
+        deinit.start()
+        deinit.join(0.3)
+        assert deinit.is_alive()                  # waits for the pin in flight
+        release.set()
+        t.join(10)
+        deinit.join(10)
+        assert not deinit.is_alive() and not dev.initialized
+        assert reg.ranges(dev) == []              # the device's pins ended with it
+
+
+class _FakeGompPlugin:
+    """The two page-locked entry points of a GOMP plugin that has them (GCC
+    trunk), answering like a plugin whose allocation fails once."""
+    abi = "gomp"
+
+    def __init__(self):
+        self.calls = []
+
+    def has(self, name):
+        return name in ("page_locked_host_alloc", "page_locked_host_free")
+
+    def page_locked_host_alloc(self, size):
+        self.calls.append(("alloc", size))
+        if len(self.calls) == 1:
+            raise osh.PluginCallError("fake: GOMP_OFFLOAD_page_locked_host_alloc(4096) failed",
+                                      function="GOMP_OFFLOAD_page_locked_host_alloc")
+        return 0x10000
+
+    def page_locked_host_free(self, addr):
+        self.calls.append(("free", addr))
+
+
+def test_gomp_page_locked_backend_goes_through_the_plugin_methods():
+    class Dev:
+        label = "fake:0"
+        plugin = _FakeGompPlugin()
+    assert pm._gomp_page_locked_hooks(Dev.plugin)
+    be = pm.GompPageLockedBackend(Dev)
+    with pytest.raises(osh.PinnedMemoryError) as ei:
+        be.host_alloc(PAGE)
+    assert ei.value.function == "GOMP_OFFLOAD_page_locked_host_alloc"
+    assert ei.value.device == "fake:0"
+    assert be.host_alloc(PAGE) == 0x10000
+    be.host_free(0x10000)
+    assert Dev.plugin.calls == [("alloc", PAGE), ("alloc", PAGE), ("free", 0x10000)]
+
+
+def test_gcc12_plugins_have_no_page_locked_entry_points(bundled_path):
+    p = load_plugin(bundled_path, abi="gomp")
+    with pytest.raises(osh.MissingEntryPointError):
+        p.page_locked_host_alloc(PAGE)
+    with pytest.raises(osh.MissingEntryPointError):
+        p.page_locked_host_free(0x1000)
 
 
 # -- pinned host allocations ---------------------------------------------------------------
@@ -406,6 +483,131 @@ print(json.dumps(out))
     assert res["after"] == 0
     assert res["low_locked"] is False and res["low_after"] == 0
     assert len(res["low_warn"]) == 1 and "ulimit -l" in res["low_warn"][0]
+
+
+# -- error types: typed by cause (the limit only when it explains the failure), sizes that
+#    do not fit, failed mmaps, everything after close -------------------------------------
+# (the test process usually runs with CAP_IPC_LOCK; the children below drop it)
+
+UNMAPPED = 0x10            # page 0 is never mapped
+
+
+def _unlimited_or_cap() -> bool:
+    return pm.memlock_limit() is None or pm.has_cap_ipc_lock()
+
+
+def test_unmapped_range_is_not_a_limit_error():
+    with pm.PinnedRegistry() as reg:
+        with pytest.raises(osh.PinnedMemoryError) as ei:
+            reg.pin(UNMAPPED, PAGE)
+        assert not isinstance(ei.value, osh.MemlockLimitError)
+        assert "not (fully) mapped" in str(ei.value) and ei.value.code == errno.ENOMEM
+        big = (0x7fff00000000, 1 << 30)
+        if _unlimited_or_cap():
+            with pytest.raises(osh.PinnedMemoryError) as ei:
+                reg.pin(*big)
+            assert not isinstance(ei.value, osh.MemlockLimitError)
+        else:                                       # the pre-check: the limit is the reason
+            with pytest.raises(osh.MemlockLimitError):
+                reg.pin(*big)
+        assert reg.ranges() == []
+
+
+def test_unmapped_range_through_the_runtime_and_plugin(bundled_path):
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        for device in (None, dev):
+            with pytest.raises(osh.PinnedMemoryError) as ei:
+                rt.pinned_memory.pin(UNMAPPED, 4096, device=device)
+            assert not isinstance(ei.value, osh.MemlockLimitError), device
+        assert rt.pinned_memory.ranges() == []
+
+
+@pytest.mark.parametrize("err, limit, cap, vmlck, want", [
+    (errno.ENOMEM, None, False, 0, "pinned"),        # unlimited: never the limit
+    (errno.ENOMEM, 1 << 20, True, 0, "pinned"),       # CAP_IPC_LOCK: limit ignored
+    (errno.ENOMEM, 1 << 20, False, 0, "pinned"),      # well under the limit: unmapped
+    (errno.ENOMEM, 1 << 20, False, 1 << 20, "limit"),  # past the limit
+    (errno.EAGAIN, 1 << 20, False, 1 << 20, "limit"),
+    (errno.EPERM, 0, False, 0, "limit"),              # limit 0 without privilege
+    (errno.EAGAIN, None, False, 0, "pinned"),
+    (errno.EINVAL, 1 << 20, False, 1 << 20, "pinned"),
+])
+def test_lock_error_classification(monkeypatch, err, limit, cap, vmlck, want):
+    monkeypatch.setattr(pm, "memlock_limit", lambda: limit)
+    monkeypatch.setattr(pm, "has_cap_ipc_lock", lambda: cap)
+    monkeypatch.setattr(pm, "vmlck_bytes", lambda: vmlck)
+    e = pm._lock_error("mlock(0x1000, 4096)", 0x1000, PAGE, err, function="mlock")
+    assert isinstance(e, osh.PinnedMemoryError)
+    assert isinstance(e, osh.MemlockLimitError) == (want == "limit")
+    if want == "limit":
+        assert e.errno == err and "RLIMIT_MEMLOCK" in str(e)
+    else:
+        assert e.code == err and "would exceed" not in str(e)
+
+
+def test_unmapped_pin_without_cap_in_child(bundled_path):
+    cp = run_child(_DROP_CAP + f"""
+import json, mmap
+import offload_shim as osh
+from offload_shim.memory import pinned as pm
+drop_ipc_lock(); set_soft_limit(64 * 1024)
+out = {{}}
+with osh.Runtime([{bundled_path!r}]) as rt:
+    reg = rt.pinned_memory
+    for name, dom in (("mlock", None), ("plugin", rt.devices[0])):
+        try:
+            reg.pin(0x10, 4096, device=dom)
+        except osh.PinnedMemoryError as e:
+            out[name] = type(e).__name__
+        try:
+            reg.pin(mmap.mmap(-1, 1 << 20), device=dom)
+        except osh.PinnedMemoryError as e:
+            out[name + "_big"] = type(e).__name__
+print(json.dumps(out))
+""")
+    assert cp.returncode == 0, cp.stderr
+    res = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert res == {"mlock": "PinnedMemoryError", "plugin": "PinnedMemoryError",
+                   "mlock_big": "MemlockLimitError", "plugin_big": "MemlockLimitError"}
+
+
+@pytest.mark.parametrize("n", [2**64 + 16, 2**64, 2**63, (1 << 63) - 1])
+def test_alloc_host_sizes_that_do_not_fit(n):
+    with pm.PinnedRegistry() as reg:
+        with pytest.raises(ValueError, match="does not fit"):
+            reg.alloc_host(n)
+        assert reg.host_pool().stats()["in_use"] == 0
+
+
+def test_alloc_host_failed_mmap_is_a_pinned_memory_error():
+    with pm.PinnedRegistry() as reg:
+        with pytest.raises(osh.PinnedMemoryError) as ei:
+            reg.alloc_host(2**62)                    # more than any address space
+        assert not isinstance(ei.value, osh.MemlockLimitError)
+        assert ei.value.code == errno.ENOMEM and "mmap" in str(ei.value)
+        assert reg.host_pool().stats()["in_use"] == 0
+        with reg.alloc_host(100) as buf:             # the pool still works
+            assert buf.nbytes == 100
+    with pytest.raises(ValueError):
+        pm.PinnedRegistry().alloc_host(0)
+
+
+def test_everything_after_close_is_a_lifecycle_error(bundled_path):
+    buf = mmap.mmap(-1, 2 * PAGE)
+    rt = osh.Runtime([bundled_path])
+    reg = rt.pinned_memory
+    reg.pin(buf)
+    pool = reg.host_pool()
+    rt.close()
+    calls = [lambda: reg.unpin(buf), lambda: reg.unpin(0x1000, 4096),
+             lambda: reg.unpin(0x1000), lambda: reg.pin(buf), lambda: reg.pin(0x1000, 4096),
+             lambda: reg.pin(0, 0), lambda: reg.alloc_host(10), lambda: reg.alloc_host(0),
+             lambda: reg.host_pool(), lambda: pool.allocate(10)]
+    for i, call in enumerate(calls):
+        with pytest.raises(osh.LifecycleError, match="closed"):
+            call()
+    assert reg.ranges() == []
 
 
 # -- CUDA -------------------------------------------------------------------------------

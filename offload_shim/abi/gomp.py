@@ -110,7 +110,11 @@ _GCC12 = {
     "run": (None, [c_int, c_void_p, c_void_p, POINTER(c_void_p)]),
     # bool GOMP_OFFLOAD_can_run(void *fn_ptr);
     "can_run": (c_bool, [c_void_p]),
-    # void *GOMP_OFFLOAD_page_locked_host_alloc ... (trunk; recognised only)
+    # optional, GCC trunk/og13 ``libgomp-plugin.h`` (absent from GCC 12 plugins):
+    # bool GOMP_OFFLOAD_page_locked_host_alloc(void **ptr, size_t size);
+    "page_locked_host_alloc": (c_bool, [POINTER(c_void_p), c_size_t]),
+    # bool GOMP_OFFLOAD_page_locked_host_free(void *ptr);
+    "page_locked_host_free": (c_bool, [c_void_p]),
 }
 
 #: libgomp 12 loader: required before caps are known (abi-reference 2.4)

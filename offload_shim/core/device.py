@@ -21,6 +21,7 @@ State machine (prior-art I2, seed 002)::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import logging
@@ -116,9 +117,13 @@ class Device:
     construct directly.
 
     ``label``: ``"<plugin>:<index>"``; ``index``: the plugin-local device id;
-    ``plugin``: the :class:`~offload_shim.plugins.plugin.Plugin`."""
+    ``plugin``: the :class:`~offload_shim.plugins.plugin.Plugin`; ``pinned``:
+    the runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry` (or
+    None): told of every first copy of a host range when its policy is
+    ``"mapped"``, of every free, and of the teardown."""
 
-    def __init__(self, runtime, plugin, index: int, pool_options: dict | None = None):
+    def __init__(self, runtime, plugin, index: int, pool_options: dict | None = None,
+                 *, pinned=None):
         self._runtime = runtime
         self.plugin = plugin
         self.index = index
@@ -148,7 +153,8 @@ class Device:
         # the live allocations are the pool's pointer table (no copy here)
         self._pool_options = dict(pool_options or {})
         self._pool = None
-        self._pin_mapped_policy = False            # pin policy "mapped" (issue 6), set at init
+        self._pinned = pinned
+        self._pin_mapped_policy = pinned is not None and pinned.policy == "mapped"
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -162,6 +168,17 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self.label} {self._state.value}>"
+
+    @contextlib.contextmanager
+    def in_use(self):
+        """``with device.in_use():`` the device is initialised (lazily) and
+        stays so until the block ends: deinit and close wait for the block,
+        like for a copy in flight.  Raises DeviceInitError, LifecycleError."""
+        self._enter()
+        try:
+            yield self
+        finally:
+            self._exit()
 
     def _enter(self) -> None:
         """Lazy init + in-flight accounting (close waits for calls in flight)."""
@@ -218,7 +235,6 @@ class Device:
                 self._init_error = exc
                 raise
             self.init_count += 1
-            self._pin_mapped_policy = self._runtime._pin_policy == "mapped"
             from ..memory import MemoryManager
             try:
                 self._pool = MemoryManager(self._backend_alloc, self._backend_free,
@@ -260,7 +276,8 @@ class Device:
         with self._flight:
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
-        self._runtime._pin_teardown(self)   # issue 6: unpin before deinit_device
+        if self._pinned is not None:
+            self._pinned.on_device_teardown(self)   # unpin before deinit_device
         errors = []
         leaked = (0, 0)
         try:
@@ -451,8 +468,8 @@ class Device:
                 self._pool.free(ptr, True)              # strict
             except UnknownPointerError:
                 self._unknown_pointer(ptr)
-            if self._pin_mapped_policy:                 # issue 6: unpin at unmap
-                self._runtime._pin_unmapped(self, ptr)
+            if self._pin_mapped_policy:                 # unpin at unmap
+                self._pinned.on_unmap(self, ptr)
         finally:
             tokens = self._tokens
             tokens.pop()
@@ -500,8 +517,8 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
-            if n and self._pin_mapped_policy:   # issue 6: pin on first map
-                self._runtime._pin_mapped(self, tgt, host, addr, n)
+            if n and self._pin_mapped_policy:   # pin on first map
+                self._pinned.on_map(self, tgt, host, addr, n)
             if n:
                 self.plugin.submit(self.index, tgt + offset, addr, n)
         finally:
@@ -516,8 +533,8 @@ class Device:
         self._enter()
         try:
             self._check_range(tgt, offset + n)
-            if n and self._pin_mapped_policy:   # issue 6: pin on first map
-                self._runtime._pin_mapped(self, tgt, host, addr, n)
+            if n and self._pin_mapped_policy:   # pin on first map
+                self._pinned.on_map(self, tgt, host, addr, n)
             if n:
                 self.plugin.retrieve(self.index, addr, tgt + offset, n)
         finally:

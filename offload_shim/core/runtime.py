@@ -80,9 +80,12 @@ class Runtime:
     def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
                  abi: str | None = None, pool: dict | None = None,
                  pinned: str | None = None):
-        from ..memory.pinned import resolve_policy
+        from ..memory.pinned import PinnedRegistry, resolve_policy
         self._pin_policy = resolve_policy(pinned)
-        self._pinned = None
+        # made now (it pins nothing yet) and handed to every Device, so the copy
+        # path reaches it without the runtime lock (close() holds that lock while
+        # it waits for calls in flight)
+        self._pinned = PinnedRegistry(self, policy=self._pin_policy)
         self._serial = next(_serials)
         self._lock = threading.RLock()
         self._closed = False
@@ -108,11 +111,6 @@ class Runtime:
                 self._plugins.append(p)
         _LIVE.add(self)
         _ensure_atexit()
-        if self._pin_policy != "none":
-            # created now, so the submit/retrieve path (calls in flight) never needs
-            # the runtime lock to reach it: close() holds that lock while it waits
-            # for calls in flight
-            self.pinned_memory
         if self._pin_policy == "all":
             self._pinned.lock_all()
 
@@ -171,7 +169,8 @@ class Runtime:
                     p.acquire()
                     self._acquired.append(p)
                 for i in range(p.num_devices):
-                    devices.append(Device(self, p, i, self._pool_options))
+                    devices.append(Device(self, p, i, self._pool_options,
+                                          pinned=self._pinned))
             self._devices = devices
 
     @property
@@ -202,26 +201,8 @@ class Runtime:
     @property
     def pinned_memory(self):
         """This runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry`
-        (created on first use).  Raises LifecycleError after close."""
-        with self._lock:
-            if self._pinned is None:
-                self._check_open()
-                from ..memory.pinned import PinnedRegistry
-                self._pinned = PinnedRegistry(self, policy=self._pin_policy)
-            return self._pinned
-
-    def _pin_mapped(self, dev, tgt, host, addr, n) -> None:
-        pinned = self._pinned          # created in __init__ for the mapped policy; no lock
-        if pinned is not None and not self._closed:
-            pinned._on_map(dev, tgt, host, addr, n)
-
-    def _pin_unmapped(self, dev, tgt) -> None:
-        if self._pinned is not None:
-            self._pinned._on_unmap(dev, tgt)
-
-    def _pin_teardown(self, dev) -> None:
-        if self._pinned is not None:
-            self._pinned._on_device_teardown(dev)
+        (closed with the runtime: its methods then raise LifecycleError)."""
+        return self._pinned
 
     # -- images --------------------------------------------------------------------
     def _accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
@@ -326,8 +307,7 @@ class Runtime:
                         leaks[dev.label] = (n, nbytes)
                 except OffloadError as exc:
                     errors.append(exc)
-            if self._pinned is not None:
-                self._pinned.close()
+            self._pinned.close()
             for p in reversed(self._acquired):
                 try:
                     p.release()

@@ -51,7 +51,6 @@ Importing this module does no work; libc and cuda-python are loaded on first use
 from __future__ import annotations
 
 import bisect
-import ctypes
 import errno as _errno
 import functools
 import logging
@@ -62,15 +61,17 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 
+from ..abi import buffers as _buffers
+from ..abi import libc as _libc
 from ..errors import (LifecycleError, MemlockLimitError, OffloadError, PinnedMemoryError,
-                      PinnedRangeError)
+                      PinnedRangeError, PluginCallError)
 
 log = logging.getLogger("offload_shim")
 
 PAGE = mmap.PAGESIZE
 PINNED_ENV = "OFFLOAD_SHIM_PINNED"
 POLICIES = ("none", "mapped", "all")
-MCL_CURRENT, MCL_FUTURE = 1, 2
+MCL_CURRENT, MCL_FUTURE = _libc.MCL_CURRENT, _libc.MCL_FUTURE
 CAP_IPC_LOCK = 14
 #: default cap on bytes kept pinned in a pinned host pool's cache
 DEFAULT_POOL_CACHE = 64 << 20
@@ -190,18 +191,7 @@ def check_memlock(requested: int, what: str = "pin") -> None:
         raise _limit_error(what, requested)
 
 
-# -- libc ----------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _libc():
-    lib = ctypes.CDLL(None, use_errno=True)
-    for name in ("mlock", "munlock"):
-        fn = getattr(lib, name)                 # int mlock(const void *addr, size_t len)
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
-    lib.mlockall.restype, lib.mlockall.argtypes = ctypes.c_int, [ctypes.c_int]
-    lib.munlockall.restype, lib.munlockall.argtypes = ctypes.c_int, []
-    return lib
-
+# -- process-wide mlock accounting -------------------------------------------------
 
 class _ProcessLocks:
     """The process-wide truth about what this package ``mlock``\\ ed.
@@ -222,8 +212,8 @@ class _ProcessLocks:
     def lock(self, addr: int, size: int) -> None:
         start, end = _page_span(addr, size)
         with self._lock:
-            if not self._all_users and _libc().mlock(start, end - start) != 0:
-                err = ctypes.get_errno()
+            err = 0 if self._all_users else _libc.mlock(start, end - start)
+            if err:
                 raise _lock_error(f"mlock({start:#x}, {end - start})", start, end - start,
                                   err, function="mlock")
             self._runs[(start, end)] = self._runs.get((start, end), 0) + 1
@@ -242,7 +232,7 @@ class _ProcessLocks:
             if self._all_users:
                 return
             for s, e in _uncovered(start, end, self._runs):
-                _libc().munlock(s, e - s)      # ENOMEM if unmapped already: nothing to do
+                _libc.munlock(s, e - s)        # ENOMEM if unmapped already: nothing to do
 
     def bytes_locked(self) -> int:
         with self._lock:
@@ -261,9 +251,9 @@ class _ProcessLocks:
                     return False, (f"mlockall skipped: the process maps {need} bytes, "
                                    f"RLIMIT_MEMLOCK is {limit} bytes; raise it with "
                                    "`ulimit -l unlimited` to pin the whole process")
-            if _libc().mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
-                err = ctypes.get_errno()
-                _libc().munlockall()
+            err = _libc.mlockall(MCL_CURRENT | MCL_FUTURE)
+            if err:
+                _libc.munlockall()
                 self._relock_locked()
                 return False, (f"mlockall failed: {os.strerror(err)} (RLIMIT_MEMLOCK "
                                f"{limit if limit is not None else 'unlimited'} bytes; "
@@ -278,7 +268,7 @@ class _ProcessLocks:
             self._all_users -= 1
             if self._all_users:
                 return
-            _libc().munlockall()
+            _libc.munlockall()
             self._relock_locked()
 
     @property
@@ -291,19 +281,18 @@ class _ProcessLocks:
         start, end = _page_span(addr, size)
         with self._lock:
             if self._all_users:
-                _libc().mlock(start, end - start)
+                _libc.mlock(start, end - start)
                 return
             for s, e in _union(r for r in self._runs if r[0] < end and r[1] > start):
                 s, e = max(s, start), min(e, end)
-                _libc().mlock(s, e - s)
+                _libc.mlock(s, e - s)
 
     def _relock_locked(self) -> None:
-        lib = _libc()
         for s, e in _union(self._runs):
-            lib.mlock(s, e - s)
+            _libc.mlock(s, e - s)
         for reg in list(_REGISTRIES):
             for s, e in reg._plugin_mlocked_spans():
-                lib.mlock(s, e - s)
+                _libc.mlock(s, e - s)
 
 
 def _union(runs) -> list[tuple[int, int]]:
@@ -387,15 +376,15 @@ class PluginLockBackend(PinBackend):
         self.counts_memlock = bool(device.plugin.bundled)
 
     def lock(self, addr: int, size: int) -> None:
-        from ..errors import PluginCallError
+        """Raises MemlockLimitError when the plugin counts against
+        ``RLIMIT_MEMLOCK`` and the limit explains the failure (the same test
+        as the mlock backend's), else PinnedMemoryError."""
         try:
             self.device.plugin.lock(self.device.index, addr, size)
         except PluginCallError as exc:
-            if self.counts_memlock and "mlock" in str(exc):
-                s, e = _page_span(addr, size)
-                if _limit_is_reason(e - s):
-                    raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", size,
-                                       errno=_errno.ENOMEM) from exc
+            s, e = _page_span(addr, size)
+            if self.counts_memlock and _limit_is_reason(e - s):
+                raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", e - s) from exc
             raise PinnedMemoryError(f"{self.device.label}: pinning {size} bytes at "
                                     f"{addr:#x} failed: {exc}", code=exc.code,
                                     function=exc.function, device=self.device.label) from exc
@@ -407,24 +396,10 @@ class PluginLockBackend(PinBackend):
 
 
 def _gomp_page_locked_hooks(plugin) -> bool:
-    """Bind ``GOMP_OFFLOAD_page_locked_host_alloc/free`` (GCC trunk libgomp
-    ``libgomp-plugin.h``) into the plugin object once, if exported."""
-    if getattr(plugin, "abi", "") != "gomp":
-        return False
-    if "page_locked_host_alloc" in plugin._fn:
-        return True
-    try:
-        # bool GOMP_OFFLOAD_page_locked_host_alloc (void **ptr, size_t size);
-        al = getattr(plugin._lib, "GOMP_OFFLOAD_page_locked_host_alloc")
-        # bool GOMP_OFFLOAD_page_locked_host_free (void *ptr);
-        fr = getattr(plugin._lib, "GOMP_OFFLOAD_page_locked_host_free")
-    except AttributeError:
-        return False
-    al.restype, al.argtypes = ctypes.c_bool, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-    fr.restype, fr.argtypes = ctypes.c_bool, [ctypes.c_void_p]
-    plugin._fn["page_locked_host_alloc"] = al
-    plugin._fn["page_locked_host_free"] = fr
-    return True
+    """True when a GOMP plugin exports ``GOMP_OFFLOAD_page_locked_host_alloc``
+    and ``_free`` (GCC trunk libgomp ``libgomp-plugin.h``; not GCC 12)."""
+    return (getattr(plugin, "abi", "") == "gomp" and plugin.has("page_locked_host_alloc")
+            and plugin.has("page_locked_host_free"))
 
 
 class GompPageLockedBackend(PinBackend):
@@ -439,19 +414,20 @@ class GompPageLockedBackend(PinBackend):
         self.device = device
 
     def host_alloc(self, size: int) -> int:
-        out = ctypes.c_void_p()
-        if not self.device.plugin._fn["page_locked_host_alloc"](ctypes.byref(out), size) \
-                or not out.value:
-            raise PinnedMemoryError(f"{self.device.label}: GOMP_OFFLOAD_page_locked_host_alloc"
-                                    f"({size}) failed", function="GOMP_OFFLOAD_page_locked_host_alloc",
-                                    device=self.device.label)
-        return out.value
+        """Raises PinnedMemoryError when the plugin fails."""
+        try:
+            return self.device.plugin.page_locked_host_alloc(size)
+        except PluginCallError as exc:
+            raise PinnedMemoryError(f"{self.device.label}: {exc}", function=exc.function,
+                                    device=self.device.label) from exc
 
     def host_free(self, addr: int) -> None:
-        if not self.device.plugin._fn["page_locked_host_free"](addr):
-            raise PinnedMemoryError(f"{self.device.label}: GOMP_OFFLOAD_page_locked_host_free"
-                                    f"({addr:#x}) failed", function="GOMP_OFFLOAD_page_locked_host_free",
-                                    device=self.device.label)
+        """Raises PinnedMemoryError when the plugin fails."""
+        try:
+            self.device.plugin.page_locked_host_free(addr)
+        except PluginCallError as exc:
+            raise PinnedMemoryError(f"{self.device.label}: {exc}", function=exc.function,
+                                    device=self.device.label) from exc
 
 
 def _cuda_driver():
@@ -646,9 +622,8 @@ def _address_of(obj, size: int | None, *, writable_only: bool = False):
         raise ValueError(f"size {n} exceeds the {mv.nbytes}-byte buffer")
     if mv.nbytes == 0:
         return 0, n, mv
-    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
-    arr = (ctypes.c_char * mv.nbytes).from_buffer(flat)
-    return ctypes.addressof(arr), n, (mv, arr)
+    addr, keep = _buffers.buffer_address(mv)
+    return addr, n, keep
 
 
 class PinnedRegistry:
@@ -731,44 +706,40 @@ class PinnedRegistry:
 
     def _pin(self, device, addr: int, n: int, keep, *, host_block: bool = False,
              enter: bool = True) -> PinnedRange:
-        enter = enter and device is not None
-        if enter:
-            device._enter()                       # initialised + not torn down under us
-        try:
-            with self._lock:
-                self._check_open()
-                dom = self._domain(device)
-                hits = dom.find(addr, n)
-                if len(hits) == 1 and hits[0].start <= addr and addr + n <= hits[0].end:
-                    e = hits[0]
-                    key = (addr, n)
-                    if key == (e.start, e.size):
-                        e.own += 1
-                    else:
-                        e.nested[key] = e.nested.get(key, 0) + 1
-                    e.keep.setdefault(key, []).append(keep)
-                    return self._snap(dom, e)
-                if hits:
-                    o = hits[0]
-                    raise PinnedRangeError(
-                        f"[{addr:#x}, +{n}) partly overlaps pinned [{o.start:#x}, +{o.size})"
-                        f"{' on ' + dom.label if dom.label else ''}: a pin must equal or lie "
-                        "inside a pinned range, or not touch one (liboffload olMemRegister "
-                        "rule)", address=addr, size=n, device=dom.label)
-                be = dom.reg_backend
-                if be.counts_memlock and not _PROCESS.all_locked:
-                    s, e_ = _page_span(addr, n)
-                    check_memlock(e_ - s, f"pin [{addr:#x}, +{n})")
-                be.lock(addr, n)
-                e = _Entry(addr, n)
-                e.own = 1
-                e.host_block = host_block
-                e.keep[(addr, n)] = [keep]
-                dom.insert(e)
+        if enter and device is not None:
+            with device.in_use():                 # initialised + not torn down under us
+                return self._pin(device, addr, n, keep, host_block=host_block, enter=False)
+        with self._lock:
+            self._check_open()
+            dom = self._domain(device)
+            hits = dom.find(addr, n)
+            if len(hits) == 1 and hits[0].start <= addr and addr + n <= hits[0].end:
+                e = hits[0]
+                key = (addr, n)
+                if key == (e.start, e.size):
+                    e.own += 1
+                else:
+                    e.nested[key] = e.nested.get(key, 0) + 1
+                e.keep.setdefault(key, []).append(keep)
                 return self._snap(dom, e)
-        finally:
-            if enter:
-                device._exit()
+            if hits:
+                o = hits[0]
+                raise PinnedRangeError(
+                    f"[{addr:#x}, +{n}) partly overlaps pinned [{o.start:#x}, +{o.size})"
+                    f"{' on ' + dom.label if dom.label else ''}: a pin must equal or lie "
+                    "inside a pinned range, or not touch one (liboffload olMemRegister "
+                    "rule)", address=addr, size=n, device=dom.label)
+            be = dom.reg_backend
+            if be.counts_memlock and not _PROCESS.all_locked:
+                s, e_ = _page_span(addr, n)
+                check_memlock(e_ - s, f"pin [{addr:#x}, +{n})")
+            be.lock(addr, n)
+            e = _Entry(addr, n)
+            e.own = 1
+            e.host_block = host_block
+            e.keep[(addr, n)] = [keep]
+            dom.insert(e)
+            return self._snap(dom, e)
 
     def unpin(self, buf, size: int | None = None, *, device=None) -> int:
         """Drop one reference of a pinned range (same arguments as :meth:`pin`;
@@ -905,9 +876,15 @@ class PinnedRegistry:
             self._all_locked = True
             return True
 
-    # -- policy "mapped" hooks (called by Device) ---------------------------------------
-    def _on_map(self, device, tgt: int, host, addr: int, n: int) -> None:
-        """First submit/retrieve of host [addr, +n) for device block ``tgt``: pin."""
+    # -- hooks called by Device where the data moves ------------------------------------
+    def on_map(self, device, tgt: int, host, addr: int, n: int) -> None:
+        """Policy ``"mapped"``: ``device`` copies ``n`` bytes between host
+        ``[addr, +n)`` (inside the buffer ``host``) and its block ``tgt``; the
+        first such copy pins the range for the block (seed 003).  Called
+        while the copy holds the device in use.  A pin that cannot be made is
+        counted in ``skipped`` and warned about once per error type
+        (PinnedMemoryWarning); the copy itself goes ahead.  Read-only
+        buffers are not pinned (Python copies them)."""
         if n <= 0:
             return
         try:
@@ -923,7 +900,7 @@ class PinnedRegistry:
             if dom is not None and (addr, n) in dom.maps.get(tgt, ()):
                 return
             try:
-                self._pin(device, addr, n, mv, enter=False)   # the copy holds _enter
+                self._pin(device, addr, n, mv, enter=False)   # the copy holds the device
             except PinnedMemoryError as exc:
                 self.skipped += 1
                 kind = type(exc).__name__
@@ -934,8 +911,9 @@ class PinnedRegistry:
                 return
             self._domains[device].maps.setdefault(tgt, set()).add((addr, n))
 
-    def _on_unmap(self, device, tgt: int) -> None:
-        """Device block ``tgt`` freed: unpin what was pinned for it."""
+    def on_unmap(self, device, tgt: int) -> None:
+        """Policy ``"mapped"``: ``device`` freed its block ``tgt``; drop the
+        pins :meth:`on_map` made for it."""
         with self._lock:
             dom = self._domains.get(device)
             if dom is None:
@@ -945,7 +923,7 @@ class PinnedRegistry:
                 if m is not None:
                     self._drop(dom, *m)
 
-    def _on_device_teardown(self, device) -> None:
+    def on_device_teardown(self, device) -> None:
         """Before ``deinit_device``: every range pinned for the device is
         unlocked (its pins do not survive the device, like LLVM's per-device
         PinnedAllocs), host-pool blocks of the device are released."""
@@ -993,7 +971,7 @@ class PinnedRegistry:
                 pool = self._pools.pop(device)
                 pool._detach()
             for device in list(self._domains):
-                self._on_device_teardown(device)
+                self.on_device_teardown(device)
             if self._all_locked:
                 self._all_locked = False
                 _PROCESS.unlock_all()
@@ -1039,11 +1017,13 @@ class _PinnedHostBufferMixin:
 
     @property
     def address(self) -> int:
-        return ctypes.addressof(self)
+        """Address of the first byte."""
+        return _buffers.address_of(self)
 
     @property
     def nbytes(self) -> int:
-        return ctypes.sizeof(self)
+        """Size in bytes (as asked for; :attr:`capacity` is the block's)."""
+        return len(self)
 
     @property
     def capacity(self) -> int:
@@ -1065,9 +1045,8 @@ class _PinnedHostBufferMixin:
 PinnedHostBuffer = _PinnedHostBufferMixin
 
 
-@functools.lru_cache(maxsize=256)
 def _buffer_type(nbytes: int):
-    return type("PinnedHostBuffer", (_PinnedHostBufferMixin, ctypes.c_ubyte * nbytes), {})
+    return _buffers.byte_array_type(nbytes, _PinnedHostBufferMixin, "PinnedHostBuffer")
 
 
 class PinnedHostPool:
@@ -1170,8 +1149,7 @@ class PinnedHostPool:
             err = getattr(exc, "errno", None)
             raise PinnedMemoryError(f"pinned host allocation: mmap of {size} bytes failed: "
                                     f"{exc}", code=err, function="mmap") from exc
-        view = (ctypes.c_char * size).from_buffer(mm)
-        addr = ctypes.addressof(view)
+        addr, view = _buffers.buffer_address(mm)
         del view
         try:
             reg._pin(dev, addr, size, None, host_block=True)

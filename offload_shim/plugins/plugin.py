@@ -821,6 +821,29 @@ class GompPlugin(Plugin):
                                   + self._detail(), function="GOMP_OFFLOAD_dev2host",
                                   device=self._label(dev))
 
+    # page-locked host memory (optional; GCC trunk ``libgomp-plugin.h``) -------
+    def page_locked_host_alloc(self, size: int) -> int:
+        """``GOMP_OFFLOAD_page_locked_host_alloc(&ptr, size)``: ``size`` bytes of
+        page-locked host memory allocated by the plugin; returns the address.
+        Raises MissingEntryPointError (not exported: GCC 12), PluginCallError
+        (the plugin returned false or a NULL pointer)."""
+        fn = self._need("page_locked_host_alloc")
+        out = c_void_p()
+        if not fn(byref(out), size) or not out.value:
+            raise PluginCallError(f"{self.name}: GOMP_OFFLOAD_page_locked_host_alloc({size}) "
+                                  "failed" + self._detail(),
+                                  function="GOMP_OFFLOAD_page_locked_host_alloc")
+        return out.value
+
+    def page_locked_host_free(self, addr: int) -> None:
+        """``GOMP_OFFLOAD_page_locked_host_free(addr)`` of an address from
+        :meth:`page_locked_host_alloc`.  Raises MissingEntryPointError,
+        PluginCallError (the plugin returned false)."""
+        if not self._need("page_locked_host_free")(addr):
+            raise PluginCallError(f"{self.name}: GOMP_OFFLOAD_page_locked_host_free"
+                                  f"({addr:#x}) failed" + self._detail(),
+                                  function="GOMP_OFFLOAD_page_locked_host_free")
+
     def launch(self, dev: int, entry: int, args: Sequence[int],
                offsets: Sequence[int] | None = None) -> None:
         """``run(dev, fn, vars, args)``: ``vars`` is a device block holding the

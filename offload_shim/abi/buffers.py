@@ -1,0 +1,46 @@
+"""Addresses of Python buffers and byte arrays over raw memory (ctypes).
+
+``buffer_address(obj)`` is the one way the package turns a writable,
+C-contiguous buffer-protocol object into the address native code is given;
+``byte_array_type(n, mixin)`` makes the ``c_ubyte[n]`` types that expose
+memory the package allocated (``from_buffer(mmap)``/``from_address(addr)``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+
+def buffer_address(obj) -> tuple[int, object]:
+    """(address, keepalive) of the first byte of a writable, C-contiguous
+    buffer ``obj`` of at least one byte; keep ``keepalive`` referenced while
+    native code may use the address (it pins the buffer's export).  Raises
+    TypeError (read-only or not a buffer), ValueError (empty or not
+    C-contiguous)."""
+    mv = memoryview(obj)
+    if mv.readonly:
+        raise TypeError("a read-only buffer has no writable address")
+    if not mv.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    if mv.nbytes == 0:
+        raise ValueError("an empty buffer has no address")
+    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
+    arr = (ctypes.c_char * mv.nbytes).from_buffer(flat)
+    return ctypes.addressof(arr), (mv, arr)
+
+
+@functools.lru_cache(maxsize=256)
+def byte_array_type(nbytes: int, mixin: type, name: str) -> type:
+    """A ``c_ubyte * nbytes`` array type named ``name`` with the methods of
+    ``mixin`` (cached per size).  Its ``from_buffer(obj)`` and
+    ``from_address(addr)`` make instances; ``len()`` is ``nbytes``."""
+    return type(name, (mixin, ctypes.c_ubyte * nbytes), {})
+
+
+def address_of(arr) -> int:
+    """Address of an instance of a :func:`byte_array_type` type."""
+    return ctypes.addressof(arr)
+
+
+__all__ = ["buffer_address", "byte_array_type", "address_of"]
