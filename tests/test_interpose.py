@@ -250,7 +250,7 @@ def test_offload_binary_parser_rejects_garbage():
 # -- the mapping table on its own (no native code) -------------------------------------
 
 def test_mapping_table_lookup_rules():
-    from offload_shim.interposer import MappingTable, _Entry
+    from offload_shim.interposer import MapEntry as _Entry, MappingTable
     t = MappingTable()
     a = _Entry(100, 100, 200, 5000, 5000, 1, 0)
     b = _Entry(300, 300, 400, 7000, 7000, 1, 0)

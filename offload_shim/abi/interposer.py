@@ -1,0 +1,368 @@
+"""ctypes layer of ``libosh_interposer.so`` (native/interposer.c) and of the host memory
+the interposer reads: the callback table, its prototypes, the control API, and the few
+libc / libdl / libomp functions the interposer needs.
+
+The C side forwards libomptarget 16's host entry points (``VERS1.0``) and libgomp's
+offload entry points to one table of callbacks, ``struct osh_interposer_callbacks``;
+:class:`Callbacks` is its ctypes twin (``size`` is checked by
+``osh_interposer_set_callbacks``).  Return protocol of every callback (interposer.c):
+:data:`CB_OK` (0), :data:`CB_FAIL` (-1, host fallback where libomptarget falls back),
+:data:`CB_FATAL` (-2, Python printed the fatal message; the C side aborts);
+``gomp_target`` additionally :data:`GOMP_FALLBACK` (1) and :data:`GOMP_FATAL` (-3, exit 1).
+
+Everything is bound lazily on first use, never at import (docs/style.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+
+# -- return protocol (native/interposer.c) ----------------------------------------------
+CB_OK, CB_FAIL, CB_FATAL = 0, -1, -2
+GOMP_FALLBACK, GOMP_FATAL = 1, -3
+
+# -- callback prototypes (native/interposer.c typedefs) ---------------------------------
+# int (*)(void *desc)                                  register_lib / unregister_lib
+DESC_CB = CFUNCTYPE(c_int, c_void_p)
+# int (*)(int64_t flags)
+REQ_CB = CFUNCTYPE(c_int, c_int64)
+# int (*)(void *loc, int64_t dev, int32_t teams, int32_t threads, void *host_ptr, void *kargs)
+KERNEL_CB = CFUNCTYPE(c_int, c_void_p, c_int64, c_int32, c_int32, c_void_p, c_void_p)
+# int (*)(int32_t kind, void *loc, int64_t dev, int32_t n, void **bases, void **args,
+#         int64_t *sizes, int64_t *types, void **names, void **mappers)
+DATA_CB = CFUNCTYPE(c_int, c_int32, c_void_p, c_int64, c_int32, POINTER(c_void_p),
+                    POINTER(c_void_p), POINTER(c_int64), POINTER(c_int64),
+                    POINTER(c_void_p), POINTER(c_void_p))
+# int (*)(uint64_t size, int32_t dev, void **out)
+ALLOC_CB = CFUNCTYPE(c_int, c_uint64, c_int32, POINTER(c_void_p))
+# int (*)(void *ptr, int32_t dev)
+FREE_CB = CFUNCTYPE(c_int, c_void_p, c_int32)
+# int (*)(void *dst, const void *src, uint64_t len, uint64_t dst_off, uint64_t src_off,
+#         int32_t dst_dev, int32_t src_dev)
+MEMCPY_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_uint64, c_uint64, c_uint64, c_int32,
+                      c_int32)
+# int (*)(const void *ptr, int32_t dev)                returns 0/1
+PRESENT_CB = CFUNCTYPE(c_int, c_void_p, c_int32)
+# int (*)(void)
+NUMDEV_CB = CFUNCTYPE(c_int)
+# int (*)(int32_t unregister, uint32_t version, const void *host_table, int32_t type,
+#         const void *target_data)
+GOMP_CB = CFUNCTYPE(c_int, c_int32, c_uint32, c_void_p, c_int32, c_void_p)
+# int (*)(int32_t kind, int32_t device, void *fn, uint64_t mapnum, void **hostaddrs,
+#         uint64_t *sizes, void *kinds, uint32_t flags)
+GOMP_TARGET_CB = CFUNCTYPE(c_int, c_int32, c_int32, c_void_p, c_uint64, c_void_p, c_void_p,
+                           c_void_p, c_uint32)
+
+#: (field, prototype) of ``struct osh_interposer_callbacks`` after ``size``, in order
+CALLBACK_FIELDS = (
+    ("register_lib", DESC_CB), ("unregister_lib", DESC_CB), ("register_requires", REQ_CB),
+    ("target_kernel", KERNEL_CB), ("target_data", DATA_CB), ("target_alloc", ALLOC_CB),
+    ("target_free", FREE_CB), ("target_memcpy", MEMCPY_CB),
+    ("target_is_present", PRESENT_CB), ("num_devices", NUMDEV_CB),
+    ("gomp_register", GOMP_CB), ("gomp_target", GOMP_TARGET_CB))
+
+
+class Callbacks(Structure):
+    """``struct osh_interposer_callbacks`` (native/interposer.c)."""
+    _fields_ = [("size", c_uint64), *CALLBACK_FIELDS]
+
+
+def make_callbacks(handlers: dict) -> Callbacks:
+    """A filled :class:`Callbacks` table: ``handlers`` maps each field name of
+    :data:`CALLBACK_FIELDS` to a Python callable with that prototype's arguments
+    (ctypes converts; pointer arrays arrive as ctypes pointers).  Raises KeyError for a
+    missing handler.  Keep the returned object alive while the table is installed."""
+    cb = Callbacks()
+    cb.size = ctypes.sizeof(Callbacks)
+    for name, proto in CALLBACK_FIELDS:
+        setattr(cb, name, proto(handlers[name]))
+    return cb
+
+
+#: osh_interposer_calls() counter indices (native/interposer.c enum C_*)
+CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_kernel",
+                 "target_data", "target_alloc", "target_free", "target_memcpy",
+                 "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
+                 "fallback", "gomp_target", "gomp_data", "gomp_fallback")
+
+
+def bind_interposer(path: str) -> ctypes.CDLL:
+    """``dlopen(path, RTLD_NOW | RTLD_GLOBAL)`` and set the control API's prototypes:
+
+    * ``int osh_interposer_set_callbacks(const struct osh_interposer_callbacks *)``
+      (NULL uninstalls; -1 on a size mismatch)
+    * ``int osh_interposer_registered(void **out, int max)`` (descriptors registered and
+      not unregistered, in order; returns the total)
+    * ``uint64_t osh_interposer_calls(int which)``
+    * ``int64_t osh_interposer_requires(void)``
+
+    Raises OSError (dlopen)."""
+    lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    lib.osh_interposer_set_callbacks.argtypes = [POINTER(Callbacks)]
+    lib.osh_interposer_set_callbacks.restype = c_int
+    lib.osh_interposer_registered.argtypes = [POINTER(c_void_p), c_int]
+    lib.osh_interposer_registered.restype = c_int
+    lib.osh_interposer_calls.argtypes = [c_int]
+    lib.osh_interposer_calls.restype = c_uint64
+    lib.osh_interposer_requires.restype = c_int64
+    return lib
+
+
+def set_callbacks(lib, table: Callbacks | None) -> int:
+    """``osh_interposer_set_callbacks(table or NULL)``: 0, or -1 on a size mismatch."""
+    return int(lib.osh_interposer_set_callbacks(ctypes.byref(table) if table is not None
+                                                else None))
+
+
+def registered_descriptors(lib) -> list[int]:
+    """``__tgt_bin_desc`` addresses registered with the interposer and not unregistered,
+    in registration order (``osh_interposer_registered``)."""
+    n = lib.osh_interposer_registered(None, 0)
+    if not n:
+        return []
+    arr = (c_void_p * n)()
+    lib.osh_interposer_registered(arr, n)
+    return [int(d) for d in arr if d]
+
+
+def symbol_address(lib: ctypes.CDLL, name: str) -> int:
+    """Address of ``name`` in ``lib`` (AttributeError when absent)."""
+    return ctypes.cast(getattr(lib, name), c_void_p).value or 0
+
+
+# -- libdl, libc, libomp ------------------------------------------------------------------
+_dl = None
+_libc = None
+
+
+def libdl() -> ctypes.CDLL:
+    """The process's ``dlopen``/``dlclose``/``dlerror``/``dlsym`` with prototypes."""
+    global _dl
+    if _dl is None:
+        lib = ctypes.CDLL(None)
+        lib.dlopen.restype = c_void_p
+        lib.dlopen.argtypes = [c_char_p, c_int]
+        lib.dlclose.restype = c_int
+        lib.dlclose.argtypes = [c_void_p]
+        lib.dlerror.restype = c_char_p
+        lib.dlsym.restype = c_void_p
+        lib.dlsym.argtypes = [c_void_p, c_char_p]
+        _dl = lib
+    return _dl
+
+
+def dlsym_default(name: str) -> int:
+    """``dlsym(RTLD_DEFAULT, name)`` (0 when not found)."""
+    return libdl().dlsym(None, name.encode()) or 0
+
+
+def _libc_fns() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(None)
+        lib.malloc.restype = c_void_p
+        lib.malloc.argtypes = [c_size_t]
+        lib.free.restype = None
+        lib.free.argtypes = [c_void_p]
+        _libc = lib
+    return _libc
+
+
+def malloc(size: int) -> int:
+    """libc ``malloc(size)`` (bytes); 0 on failure."""
+    return _libc_fns().malloc(size) or 0
+
+
+def free(ptr: int) -> None:
+    """libc ``free(ptr)``."""
+    _libc_fns().free(ptr)
+
+
+def libomp() -> ctypes.CDLL | None:
+    """``libomp.so.5`` if it is already loaded (``RTLD_NOLOAD``), else None."""
+    try:
+        return ctypes.CDLL("libomp.so.5", mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+    except OSError:
+        return None
+
+
+def kmpc_target_offload(omp) -> int | None:
+    """libomp's ``__kmpc_get_target_offload()`` (``kmp_target_offload_kind``: 0
+    disabled, 1 default, 2 mandatory), None when ``omp`` lacks it."""
+    fn = getattr(omp, "__kmpc_get_target_offload", None) if omp is not None else None
+    if fn is None:
+        return None
+    fn.restype = c_int
+    return int(fn())
+
+
+def omp_default_device(omp) -> int:
+    """``omp_get_default_device()`` of the runtime library ``omp`` (libomp or libgomp)."""
+    omp.omp_get_default_device.restype = c_int
+    return int(omp.omp_get_default_device())
+
+
+def libgomp() -> ctypes.CDLL:
+    """``libgomp.so.1`` if loaded (``RTLD_NOLOAD``); raises OSError otherwise."""
+    return ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+
+
+# -- host memory ------------------------------------------------------------------------
+def read_bytes(addr: int, n: int) -> bytes:
+    """``n`` bytes at the host address ``addr``."""
+    return ctypes.string_at(addr, n) if n > 0 else b""
+
+
+def read_cstring(addr: int) -> bytes:
+    """The NUL-terminated string at ``addr`` (without the NUL)."""
+    return ctypes.string_at(addr)
+
+
+def read_pointer(addr: int) -> int:
+    """The pointer stored at the host address ``addr`` (0 for NULL)."""
+    return c_void_p.from_address(addr).value or 0
+
+
+def write_pointer(addr: int, value: int) -> None:
+    """Store the pointer ``value`` at the host address ``addr``."""
+    c_void_p.from_address(addr).value = value or None
+
+
+def read_pointers(addr: int, n: int) -> list[int]:
+    """``n`` pointers starting at ``addr`` (0 for NULL)."""
+    if n <= 0:
+        return []
+    return [int(x or 0) for x in (c_void_p * n).from_address(addr)]
+
+
+def host_memmove(dst: int, src: int, n: int) -> None:
+    """``memmove(dst, src, n)`` between host addresses."""
+    ctypes.memmove(dst, src, n)
+
+
+class HostCell:
+    """A pointer-sized host buffer (``.address``) holding ``value``: what the device
+    copy of an attached pointer is sent from."""
+    __slots__ = ("_v",)
+
+    def __init__(self, value: int):
+        self._v = c_void_p(value or None)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self._v)
+
+
+class HostBuffer:
+    """``n`` bytes of host scratch memory at ``.address`` (device-to-device copies)."""
+    __slots__ = ("_b",)
+
+    def __init__(self, n: int):
+        self._b = ctypes.create_string_buffer(n)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self._b)
+
+
+def ident_source(loc: int | None) -> str:
+    """``ident_t.psource`` (``;file;function;line;col;;``) of a construct, or ''
+    (libomp kmp.h: ``ident_t`` = 4 x int32 then ``char const *psource``)."""
+    if not loc:
+        return ""
+    try:
+        p = read_pointer(loc + 16)
+        return read_cstring(p).decode(errors="replace") if p else ""
+    except (ValueError, OSError):
+        return ""
+
+
+class MapArgs:
+    """The argument arrays of one construct (``__tgt_target_data_*_mapper``,
+    ``__tgt_kernel_arguments``), read into lists: ``bases``, ``args`` (host
+    addresses, 0 for NULL), ``sizes`` (bytes), ``types`` (``OMP_TGT_MAPTYPE_*``, as
+    unsigned 64-bit), ``names`` and ``mappers`` (addresses or 0).  ``set_base(i, v)``
+    writes a base pointer back (``return_param``)."""
+    __slots__ = ("n", "bases", "args", "sizes", "types", "names", "mappers", "_bases_ptr")
+
+    def __init__(self, n, bases_ptr, args_ptr, sizes_ptr, types_ptr, names_ptr,
+                 mappers_ptr):
+        self.n = n = int(n)
+        self._bases_ptr = bases_ptr
+        self.bases = [int(bases_ptr[i] or 0) for i in range(n)] if bases_ptr else [0] * n
+        self.args = [int(args_ptr[i] or 0) for i in range(n)] if args_ptr else [0] * n
+        self.sizes = [int(sizes_ptr[i]) for i in range(n)] if sizes_ptr else [0] * n
+        self.types = ([int(types_ptr[i]) & 0xFFFFFFFFFFFFFFFF for i in range(n)]
+                      if types_ptr else [0] * n)
+        self.names = _maybe_list(names_ptr, n)
+        self.mappers = _maybe_list(mappers_ptr, n)
+
+    def set_base(self, i: int, value: int) -> None:
+        self.bases[i] = value
+        if self._bases_ptr:
+            self._bases_ptr[i] = value or None
+
+
+def _maybe_list(ptr, n) -> list[int] | None:
+    if not ptr or not ctypes.cast(ptr, c_void_p).value:
+        return None
+    return [int(ptr[i] or 0) for i in range(n)]
+
+
+def kernel_map_args(kargs: int) -> tuple[MapArgs, "object"]:
+    """(:class:`MapArgs`, the ``KernelArgsTy`` struct) of ``__tgt_target_kernel``'s
+    ``__tgt_kernel_arguments *`` (LLVM 16 ``KernelArgsTy``, abi/tgt_rtl.py)."""
+    from .tgt_rtl import KernelArgs
+    ka = KernelArgs.from_address(kargs)
+    return MapArgs(ka.NumArgs, ka.ArgBasePtrs, ka.ArgPtrs, ka.ArgSizes, ka.ArgTypes,
+                   ka.ArgNames, ka.ArgMappers), ka
+
+
+def unpack(fmt: str, addr: int) -> tuple:
+    """``struct.unpack(fmt, bytes at addr)`` (little-endian formats)."""
+    return struct.unpack(fmt, read_bytes(addr, struct.calcsize(fmt)))
+
+
+
+
+# -- user libraries -----------------------------------------------------------------------
+C_INT64 = c_int64     # default restype of LoadedLibrary.call (int64_t f(void))
+
+
+def dlopen_local(path: str) -> tuple[int, str | None]:
+    """``dlopen(path, RTLD_NOW | RTLD_LOCAL)``: (handle, None) or (0, dlerror text)."""
+    dl = libdl()
+    h = dl.dlopen(path.encode(), os.RTLD_NOW | os.RTLD_LOCAL)
+    if not h:
+        msg = dl.dlerror()
+        return 0, msg.decode(errors="replace") if msg else None
+    return int(h), None
+
+
+def dlclose(handle: int) -> str | None:
+    """``dlclose(handle)``: None on success, else the dlerror text ('' if none)."""
+    dl = libdl()
+    if dl.dlclose(handle) != 0:
+        msg = dl.dlerror()
+        return msg.decode(errors="replace") if msg else ""
+    return None
+
+
+def cdll_from_handle(path: str, handle: int) -> ctypes.CDLL:
+    """A ``ctypes.CDLL`` over an already opened ``handle`` (functions looked up with
+    ``dlsym`` on it)."""
+    return ctypes.CDLL(path, handle=handle)
+
+
+__all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
+           "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
+           "GOMP_FALLBACK", "GOMP_FATAL", "HostBuffer", "HostCell", "MapArgs",
+           "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
+           "kernel_map_args", "kmpc_target_offload", "libdl", "libgomp", "libomp",
+           "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",
+           "read_pointer", "read_pointers", "registered_descriptors", "set_callbacks",
+           "symbol_address", "unpack", "write_pointer"]

@@ -1,0 +1,118 @@
+"""The C bridge: ``libosh_interposer.so`` and its callback table.
+
+``native/interposer.c`` exports libomptarget 16's host entry points (``interface.cpp``
+and ``api.cpp`` names under version node ``VERS1.0``) and libgomp's offload entry points
+(``GOMP_4.0`` / ``GOMP_4.5``), and forwards each to one table of Python callbacks
+(:mod:`offload_shim.abi.interposer`).  This module loads the library once per process
+(``RTLD_GLOBAL``, so a compiled library's ``__tgt_*@VERS1.0`` references bind to it
+before ``libomptarget.so.16``), installs and removes the table, and wraps each
+callback so that no Python exception crosses into C.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from ..abi import interposer as _abi
+from ..errors import LifecycleError
+
+log = logging.getLogger("offload_shim")
+
+INTERPOSER_FILENAME = "libosh_interposer.so"
+#: osh_interposer_calls() counter names, in the C enum's order
+CALL_COUNTERS = _abi.CALL_COUNTERS
+
+_native = None
+_native_lock = threading.Lock()
+
+
+def interposer_path() -> Path:
+    """Path of the bundled ``libosh_interposer.so``; FileNotFoundError when not built."""
+    from ..plugins.hostplugin import bundled_native_dir
+    p = bundled_native_dir() / INTERPOSER_FILENAME
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} is not built: install the package (pip install .) "
+                                "or set OFFLOAD_SHIM_NATIVE_DIR")
+    return p
+
+
+def load_interposer():
+    """Load ``libosh_interposer.so`` RTLD_GLOBAL (once per process) and check that
+    the process resolves ``__tgt_register_lib`` to it (not to a libomptarget.so loaded
+    into the global scope earlier).  Raises FileNotFoundError, OSError (dlopen),
+    LifecycleError (another definition wins)."""
+    global _native
+    with _native_lock:
+        if _native is not None:
+            return _native
+        lib = _abi.bind_interposer(str(interposer_path()))
+        if _abi.dlsym_default("__tgt_register_lib") != _abi.symbol_address(
+                lib, "__tgt_register_lib"):
+            raise LifecycleError(
+                "__tgt_register_lib resolves to another library (a libomptarget.so was "
+                "loaded RTLD_GLOBAL before the interposer): compiled libraries would "
+                "bypass offload_shim")
+        _native = lib
+        return lib
+
+
+def call_counts() -> dict[str, int]:
+    """How often each interposed entry point was called in this process
+    (``fallback``: kernels answered "run on the host")."""
+    lib = load_interposer()
+    return {name: int(lib.osh_interposer_calls(i)) for i, name in enumerate(CALL_COUNTERS)}
+
+
+class Bridge:
+    """An installed callback table: ``install(handlers)`` builds it from a dict of
+    field name -> callable (:data:`offload_shim.abi.interposer.CALLBACK_FIELDS`) and
+    hands it to the C side (LifecycleError on a struct size mismatch);
+    ``uninstall()`` removes it (idempotent).  The table is kept alive in between."""
+
+    def __init__(self):
+        self.lib = None
+        self._table = None
+
+    def install(self, handlers: dict) -> None:
+        lib = load_interposer()
+        table = _abi.make_callbacks(handlers)
+        if _abi.set_callbacks(lib, table) != 0:
+            raise LifecycleError("osh_interposer_set_callbacks rejected the table "
+                                 "(struct size mismatch: rebuild the native library)")
+        self.lib, self._table = lib, table
+
+    def registered(self) -> list[int]:
+        """``__tgt_bin_desc`` addresses registered and not unregistered (also those
+        registered before the table existed), in order."""
+        return _abi.registered_descriptors(self.lib) if self.lib is not None else []
+
+    def uninstall(self) -> None:
+        if self.lib is not None:
+            _abi.set_callbacks(self.lib, None)
+
+
+def guard(fn, on_error, fail: int = _abi.CB_FAIL):
+    """``fn`` wrapped for the C side: its result as an int (None -> CB_OK); any
+    exception is logged and handed to ``on_error(message)``, whose int result (or
+    ``fail`` when it returns None or raises) goes back to C.  Python exceptions must
+    never cross into C (ctypes would turn them into "success")."""
+    def wrapper(*args):
+        try:
+            rc = fn(*args)
+            return _abi.CB_OK if rc is None else int(rc)
+        except BaseException as exc:  # noqa: BLE001 - must not propagate into C
+            msg = f"offload_shim interposer: {fn.__name__}: {type(exc).__name__}: {exc}"
+            log.error("%s", msg)
+            try:
+                rc = on_error(msg)
+            except BaseException:  # noqa: BLE001
+                rc = None
+            return fail if rc is None else int(rc)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+__all__ = ["Bridge", "CALL_COUNTERS", "INTERPOSER_FILENAME", "call_counts", "guard",
+           "interposer_path", "load_interposer"]
