@@ -1,6 +1,7 @@
 # The two set-up commands of the README.  Each does all of its own set-up.
 VENV ?= .venv
 export OFFLOAD_SHIM_LLVM14_ROOT ?= $(CURDIR)/.cache/llvm14
+export OFFLOAD_SHIM_LIBOFFLOAD_ROOT ?= $(CURDIR)/.cache/liboffload22
 
 .PHONY: demo test setup bench clean
 

@@ -24,60 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OSH_EXPORT __attribute__((visibility("default")))
-
-#define OFFLOAD_SUCCESS 0
-#define OFFLOAD_FAIL (-1)
-#define MAX_DEV OSH_HOST_MAX_DEVICES
-#define MAX_ARGS OSH_HOST_MAX_KERNEL_ARGS
-#define DEFAULT_NUM_DEVICES 4
-#define LOG_KEEP 256
-#define LOG_LINE 256
-
-/* ---- LLVM ABI types (x86-64) ------------------------------------------------------- */
-
-typedef struct __tgt_offload_entry {
-  void *addr;
-  char *name;
-  size_t size;
-  int32_t flags;
-  int32_t reserved;
-} __tgt_offload_entry;
-
-typedef struct __tgt_device_image {
-  void *ImageStart;
-  void *ImageEnd;
-  __tgt_offload_entry *EntriesBegin;
-  __tgt_offload_entry *EntriesEnd;
-} __tgt_device_image;
-
-typedef struct __tgt_target_table {
-  __tgt_offload_entry *EntriesBegin;
-  __tgt_offload_entry *EntriesEnd;
-} __tgt_target_table;
-
-typedef struct KernelArgsTy {
-  uint32_t Version;
-  uint32_t NumArgs;
-  void **ArgBasePtrs;
-  void **ArgPtrs;
-  int64_t *ArgSizes;
-  int64_t *ArgTypes;
-  void **ArgNames;
-  void **ArgMappers;
-  uint64_t Tripcount;
-  uint64_t Flags;
-  uint32_t NumTeams[3];
-  uint32_t ThreadLimit[3];
-  uint32_t DynCGroupMem;
-} KernelArgsTy;
-
-typedef struct __tgt_async_info __tgt_async_info; /* opaque; ignored */
-
-struct addr_pair {
-  uintptr_t start;
-  uintptr_t end;
-};
+#include "host_plugin_internal.h"
 
 _Static_assert(sizeof(__tgt_offload_entry) == 32, "entry layout");
 _Static_assert(sizeof(__tgt_device_image) == 32, "image layout");
@@ -85,133 +32,24 @@ _Static_assert(sizeof(KernelArgsTy) == 104, "KernelArgsTy layout");
 _Static_assert(offsetof(KernelArgsTy, NumArgs) == 4, "KernelArgsTy.NumArgs");
 _Static_assert(sizeof(struct osh_gomp_target_data) == 64, "target_data layout");
 
-/* ---- entry points, violation kinds ------------------------------------------------- */
-
-#define OSH_ENTRIES(X)                                   \
-  X(E_INIT_PLUGIN, "__tgt_rtl_init_plugin")              \
-  X(E_DEINIT_PLUGIN, "__tgt_rtl_deinit_plugin")          \
-  X(E_NUMBER_OF_DEVICES, "__tgt_rtl_number_of_devices")  \
-  X(E_INIT_REQUIRES, "__tgt_rtl_init_requires")          \
-  X(E_INIT_DEVICE, "__tgt_rtl_init_device")              \
-  X(E_DEINIT_DEVICE, "__tgt_rtl_deinit_device")          \
-  X(E_IS_VALID_BINARY, "__tgt_rtl_is_valid_binary")      \
-  X(E_LOAD_BINARY, "__tgt_rtl_load_binary")              \
-  X(E_DATA_ALLOC, "__tgt_rtl_data_alloc")                \
-  X(E_DATA_DELETE, "__tgt_rtl_data_delete")              \
-  X(E_DATA_SUBMIT, "__tgt_rtl_data_submit")              \
-  X(E_DATA_RETRIEVE, "__tgt_rtl_data_retrieve")          \
-  X(E_DATA_LOCK, "__tgt_rtl_data_lock")                  \
-  X(E_DATA_UNLOCK, "__tgt_rtl_data_unlock")              \
-  X(E_LAUNCH_KERNEL, "__tgt_rtl_launch_kernel")          \
-  X(E_PRINT_DEVICE_INFO, "__tgt_rtl_print_device_info")  \
-  X(G_VERSION, "GOMP_OFFLOAD_version")                   \
-  X(G_GET_NAME, "GOMP_OFFLOAD_get_name")                 \
-  X(G_GET_CAPS, "GOMP_OFFLOAD_get_caps")                 \
-  X(G_GET_TYPE, "GOMP_OFFLOAD_get_type")                 \
-  X(G_GET_NUM_DEVICES, "GOMP_OFFLOAD_get_num_devices")   \
-  X(G_INIT_DEVICE, "GOMP_OFFLOAD_init_device")           \
-  X(G_FINI_DEVICE, "GOMP_OFFLOAD_fini_device")           \
-  X(G_LOAD_IMAGE, "GOMP_OFFLOAD_load_image")             \
-  X(G_UNLOAD_IMAGE, "GOMP_OFFLOAD_unload_image")         \
-  X(G_ALLOC, "GOMP_OFFLOAD_alloc")                       \
-  X(G_FREE, "GOMP_OFFLOAD_free")                         \
-  X(G_HOST2DEV, "GOMP_OFFLOAD_host2dev")                 \
-  X(G_DEV2HOST, "GOMP_OFFLOAD_dev2host")                 \
-  X(G_DEV2DEV, "GOMP_OFFLOAD_dev2dev")                   \
-  X(G_RUN, "GOMP_OFFLOAD_run")
-
-#define OSH_VIOLATIONS(X)                                             \
-  X(V_BEFORE_INIT_PLUGIN, "before_init_plugin")                       \
-  X(V_AFTER_DEINIT_PLUGIN, "after_deinit_plugin")                     \
-  X(V_BAD_DEVICE, "bad_device")                                       \
-  X(V_BEFORE_INIT_DEVICE, "before_init_device")                       \
-  X(V_AFTER_DEINIT_DEVICE, "after_deinit_device")                     \
-  X(V_DOUBLE_INIT, "double_init")                                     \
-  X(V_DOUBLE_DEINIT, "double_deinit")                                 \
-  X(V_DEINIT_WITHOUT_INIT, "deinit_without_init")                     \
-  X(V_UNKNOWN_POINTER, "unknown_pointer")                             \
-  X(V_UNKNOWN_KERNEL, "unknown_kernel")                               \
-  X(V_UNKNOWN_IMAGE, "unknown_image")                                 \
-  X(V_DOUBLE_LOAD, "double_load")                                     \
-  X(V_DEINIT_PLUGIN_WITH_LIVE_DEVICES, "deinit_plugin_with_live_devices")
-
-#define AS_ENUM(e, s) e,
-#define AS_NAME(e, s) s,
-enum { OSH_ENTRIES(AS_ENUM) E_COUNT };
-enum { OSH_VIOLATIONS(AS_ENUM) V_COUNT };
-static const char *const entry_names[E_COUNT] = {OSH_ENTRIES(AS_NAME)};
-static const char *const violation_names[V_COUNT] = {OSH_VIOLATIONS(AS_NAME)};
-
-/* ---- global state --------------------------------------------------------------------- */
-
-enum { ABI_LLVM = 0, ABI_GOMP = 1 };
-enum { ST_NEVER = 0, ST_LIVE = 1, ST_DEAD = 2 };
-
-/* Treap node: live allocation (key = device pointer) or locked host range. */
-typedef struct anode {
-  uintptr_t key;
-  uint64_t size;
-  uint32_t prio;
-  uint32_t refs;
-  struct anode *l, *r;
-} anode;
-
-#define KERNEL_MAGIC 0x4f53484b45524e4cull /* "OSHKERNL" */
-
-typedef struct osh_kernel {
-  uint64_t magic;
-  void (*fn)(void);
-  uint32_t num_args; /* GOMP only; LLVM uses KernelArgs->NumArgs */
-  uint32_t pad;
-  const char *name;
-  struct osh_image *image;
-} osh_kernel;
-
-typedef struct osh_var {
-  uintptr_t start, end;
-} osh_var;
-
-typedef struct osh_image {
-  struct osh_image *next;
-  void *handle;
-  const void *key; /* GOMP target_data pointer; NULL for LLVM images */
-  osh_kernel *kernels;
-  size_t num_kernels;
-  osh_var *vars;
-  size_t num_vars;
-  __tgt_offload_entry *entries; /* LLVM table entries */
-  size_t num_entries;
-  char **names; /* owned copies of names (num_names) */
-  size_t num_names;
-  __tgt_target_table table;
-} osh_image;
-
-typedef struct osh_dev {
-  pthread_mutex_t mu;      /* state transitions, allocs, locks, counters */
-  pthread_rwlock_t img_rw; /* image list; held (read) during launches and copies */
-  _Atomic int state;
-  int abi, id;
-  anode *allocs;
-  anode *locks;
-  uint32_t rng;
-  osh_image *images;
-  _Atomic int64_t live_allocs, live_bytes, leaked_allocs, leaked_bytes;
-} osh_dev;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER; /* lifecycle transitions */
+pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER; /* lifecycle transitions */
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int g_num_devices;
 static _Atomic int g_llvm_state;
-static _Atomic int64_t g_capacity[MAX_DEV];
-static _Atomic int64_t g_lat_alloc, g_lat_free;
-static _Atomic int64_t g_calls[E_COUNT];
+_Atomic int64_t g_capacity[MAX_DEV];
+_Atomic int64_t g_lat_alloc, g_lat_free;
+_Atomic int64_t g_calls[E_COUNT];
 static _Atomic int64_t g_fail_at[E_COUNT];
 static _Atomic int64_t g_violations[V_COUNT];
 static char g_log[LOG_KEEP][LOG_LINE];
 static uint64_t g_log_total; /* lines ever logged since reset (under g_log_mu) */
-static osh_dev g_dev[2][MAX_DEV];
-static _Thread_local char tls_err[512];
+osh_dev g_dev[OSH_NUM_ABIS][MAX_DEV];
+_Thread_local char tls_err[512];
+
+const char *const entry_names[E_COUNT] = {OSH_ENTRIES(AS_NAME)};
+const char *const violation_names[V_COUNT] = {OSH_VIOLATIONS(AS_NAME)};
 
 static void osh_init_once(void) {
   int n = DEFAULT_NUM_DEVICES;
@@ -222,7 +60,7 @@ static void osh_init_once(void) {
     if (end && *end == '\0' && v >= 0 && v <= MAX_DEV) n = (int)v;
   }
   atomic_store(&g_num_devices, n);
-  for (int a = 0; a < 2; a++) {
+  for (int a = 0; a < OSH_NUM_ABIS; a++) {
     for (int i = 0; i < MAX_DEV; i++) {
       osh_dev *d = &g_dev[a][i];
       pthread_mutex_init(&d->mu, NULL);
@@ -234,19 +72,19 @@ static void osh_init_once(void) {
   }
 }
 
-static inline void ensure_init(void) { pthread_once(&g_once, osh_init_once); }
-static inline int num_devices(void) { return atomic_load(&g_num_devices); }
+void ensure_init(void) { pthread_once(&g_once, osh_init_once); }
+int num_devices(void) { return atomic_load(&g_num_devices); }
 
 /* ---- errors, violations, counters --------------------------------------------------- */
 
-__attribute__((format(printf, 1, 2))) static void set_error(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2))) void set_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tls_err, sizeof tls_err, fmt, ap);
   va_end(ap);
 }
 
-__attribute__((format(printf, 3, 4))) static void violation(int kind, int entry, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) void violation(int kind, int entry, const char *fmt, ...) {
   char detail[160];
   va_list ap;
   va_start(ap, fmt);
@@ -262,7 +100,7 @@ __attribute__((format(printf, 3, 4))) static void violation(int kind, int entry,
 }
 
 /* Returns true when this call must fail because of osh_host_fail_nth. */
-static bool inject_fail(int e) {
+bool inject_fail(int e) {
   int64_t v = atomic_load(&g_fail_at[e]);
   while (v > 0) {
     if (atomic_compare_exchange_weak(&g_fail_at[e], &v, v - 1)) {
@@ -276,21 +114,7 @@ static bool inject_fail(int e) {
   return false;
 }
 
-#define ENTER(e, failval)                                                    \
-  do {                                                                       \
-    ensure_init();                                                           \
-    atomic_fetch_add_explicit(&g_calls[(e)], 1, memory_order_relaxed);       \
-    if (inject_fail(e)) return failval;                                      \
-  } while (0)
-
-#define ENTER_VOID(e)                                                        \
-  do {                                                                       \
-    ensure_init();                                                           \
-    atomic_fetch_add_explicit(&g_calls[(e)], 1, memory_order_relaxed);       \
-    if (inject_fail(e)) return;                                              \
-  } while (0)
-
-static void spin_ns(int64_t ns) {
+void spin_ns(int64_t ns) {
   if (ns <= 0) return;
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -303,7 +127,7 @@ static void spin_ns(int64_t ns) {
 
 /* ---- treap keyed by address ------------------------------------------------------------ */
 
-static uint32_t next_prio(osh_dev *d) {
+uint32_t next_prio(osh_dev *d) {
   uint32_t x = d->rng;
   x ^= x << 13;
   x ^= x >> 17;
@@ -326,7 +150,7 @@ static anode *rot_left(anode *t) {
   return r;
 }
 
-static anode *t_insert(anode *t, anode *n) {
+anode *t_insert(anode *t, anode *n) {
   if (!t) return n;
   if (n->key < t->key) {
     t->l = t_insert(t->l, n);
@@ -349,7 +173,7 @@ static anode *t_merge(anode *a, anode *b) {
   return b;
 }
 
-static anode *t_erase(anode *t, uintptr_t key, anode **out) {
+anode *t_erase(anode *t, uintptr_t key, anode **out) {
   if (!t) return NULL;
   if (key < t->key)
     t->l = t_erase(t->l, key, out);
@@ -362,7 +186,7 @@ static anode *t_erase(anode *t, uintptr_t key, anode **out) {
   return t;
 }
 
-static anode *t_find(anode *t, uintptr_t key) {
+anode *t_find(anode *t, uintptr_t key) {
   while (t) {
     if (key == t->key) return t;
     t = key < t->key ? t->l : t->r;
@@ -370,7 +194,7 @@ static anode *t_find(anode *t, uintptr_t key) {
   return NULL;
 }
 
-static anode *t_floor(anode *t, uintptr_t key) {
+anode *t_floor(anode *t, uintptr_t key) {
   anode *best = NULL;
   while (t) {
     if (t->key <= key) {
@@ -385,7 +209,7 @@ static anode *t_floor(anode *t, uintptr_t key) {
 
 /* ---- images ------------------------------------------------------------------------------ */
 
-static void image_free(osh_image *im) {
+void image_free(osh_image *im) {
   if (!im) return;
   if (im->handle) dlclose(im->handle);
   for (size_t i = 0; i < im->num_names; i++) free(im->names[i]);
@@ -412,7 +236,7 @@ static osh_image *find_image_key(osh_dev *d, const void *key) {
   return NULL;
 }
 
-static bool elf_ok(const void *start, size_t size) {
+bool elf_ok(const void *start, size_t size) {
   if (!start || size < sizeof(Elf64_Ehdr)) return false;
   const unsigned char *b = start;
   if (memcmp(b, ELFMAG, SELFMAG) != 0) return false;
@@ -423,7 +247,7 @@ static bool elf_ok(const void *start, size_t size) {
 }
 
 /* Write the bytes to a temp file, dlopen it, unlink it.  NULL + error on failure. */
-static void *dlopen_bytes(const void *bytes, size_t size) {
+void *dlopen_bytes(const void *bytes, size_t size) {
   const char *dir = getenv("TMPDIR");
   if (!dir || !*dir) dir = "/tmp";
   char path[4096];
@@ -464,7 +288,7 @@ static void *dlopen_bytes(const void *bytes, size_t size) {
   return h;
 }
 
-static void *lookup_sym(void *h, const char *name) {
+void *lookup_sym(void *h, const char *name) {
   dlerror();
   return dlsym(h, name);
 }
@@ -489,7 +313,7 @@ static osh_dev *dev_check(int abi, int e, int id) {
 }
 
 /* Re-check under a device lock. */
-static bool dev_live_locked(osh_dev *d, int e) {
+bool dev_live_locked(osh_dev *d, int e) {
   int s = atomic_load(&d->state);
   if (s == ST_LIVE) return true;
   violation(state_violation_kind(s), e, "device %d %s", d->id, s == ST_NEVER ? "not initialised" : "deinitialised");
@@ -531,7 +355,7 @@ static void free_tree_locks(anode *t) {
 
 /* Deinitialise a live device: free its allocations (counted as leaked), unlock locked
  * ranges, dlclose its images.  Caller holds g_life. */
-static void dev_teardown(osh_dev *d) {
+void dev_teardown(osh_dev *d) {
   pthread_rwlock_wrlock(&d->img_rw);
   pthread_mutex_lock(&d->mu);
   atomic_store(&d->state, ST_DEAD);
@@ -595,7 +419,7 @@ static int dev_deinit_locked(int abi, int e, int id) {
 
 /* Allocation shared by both ABIs.  zero_ok: GOMP alloc(0) gets a unique 1-byte block
  * recorded with size 0 (libgomp treats NULL as a fatal allocation failure). */
-static void *dev_alloc(osh_dev *d, int e, int64_t size, bool zero_ok) {
+void *dev_alloc(osh_dev *d, int e, int64_t size, bool zero_ok) {
   spin_ns(atomic_load(&g_lat_alloc));
   if (size < 0 || (size == 0 && !zero_ok)) {
     set_error("%s: invalid size %lld", entry_names[e], (long long)size);
@@ -638,7 +462,7 @@ static void *dev_alloc(osh_dev *d, int e, int64_t size, bool zero_ok) {
   return p;
 }
 
-static int dev_free(osh_dev *d, int e, void *p) {
+int dev_free(osh_dev *d, int e, void *p) {
   spin_ns(atomic_load(&g_lat_free));
   anode *n = NULL;
   pthread_mutex_lock(&d->mu);
@@ -663,7 +487,7 @@ static int dev_free(osh_dev *d, int e, void *p) {
 
 /* Is [p, p+len) inside one live allocation or image global of d?  Caller holds img_rw
  * (read or write). */
-static bool range_ok(osh_dev *d, const void *p, size_t len) {
+bool range_ok(osh_dev *d, const void *p, size_t len) {
   uintptr_t s = (uintptr_t)p, end = s + len;
   if (end < s) return false;
   bool ok = false;
@@ -679,7 +503,7 @@ static bool range_ok(osh_dev *d, const void *p, size_t len) {
 }
 
 /* Copy with device-range checks.  dev_dst/dev_src say which sides are device memory. */
-static int dev_copy(osh_dev *d, int e, void *dst, const void *src, int64_t size, bool dev_dst, bool dev_src) {
+int dev_copy(osh_dev *d, int e, void *dst, const void *src, int64_t size, bool dev_dst, bool dev_src) {
   if (size < 0) {
     set_error("%s: negative size %lld", entry_names[e], (long long)size);
     return -1;
@@ -716,7 +540,7 @@ static int dev_copy(osh_dev *d, int e, void *dst, const void *src, int64_t size,
 }
 
 typedef void *P_;
-static void call_kernel(void (*fn)(void), uint32_t n, void **a) {
+void call_kernel(void (*fn)(void), uint32_t n, void **a) {
   switch (n) {
   case 0: ((void (*)(void))fn)(); break;
   case 1: ((void (*)(P_))fn)(a[0]); break;
@@ -763,7 +587,7 @@ static void call_kernel(void (*fn)(void), uint32_t n, void **a) {
 }
 
 /* Append a fully built image to a live device.  Returns false (and frees it) otherwise. */
-static bool dev_add_image(osh_dev *d, int e, osh_image *im) {
+bool dev_add_image(osh_dev *d, int e, osh_image *im) {
   pthread_rwlock_wrlock(&d->img_rw);
   if (!dev_live_locked(d, e)) {
     pthread_rwlock_unlock(&d->img_rw);
@@ -1398,13 +1222,13 @@ OSH_EXPORT int osh_host_set_num_devices(int n) {
     return -1;
   }
   pthread_mutex_lock(&g_life);
-  bool busy = atomic_load(&g_llvm_state) == ST_LIVE;
+  bool busy = atomic_load(&g_llvm_state) == ST_LIVE || osh_ol_refcount() > 0;
   for (int i = 0; i < MAX_DEV && !busy; i++)
     if (atomic_load(&g_dev[ABI_GOMP][i].state) == ST_LIVE) busy = true;
   if (!busy) atomic_store(&g_num_devices, n);
   pthread_mutex_unlock(&g_life);
   if (busy) {
-    set_error("osh_host_set_num_devices: refused while the LLVM plugin or a GOMP device is initialised");
+    set_error("osh_host_set_num_devices: refused while the LLVM plugin, a GOMP device or liboffload is initialised");
     return -1;
   }
   return 0;
@@ -1457,7 +1281,7 @@ static int64_t sum_dev(int dev, size_t off) {
   ensure_init();
   if (dev < -1 || dev >= MAX_DEV || (dev >= 0 && dev >= num_devices())) return -1;
   int64_t s = 0;
-  for (int a = 0; a < 2; a++)
+  for (int a = 0; a < OSH_NUM_ABIS; a++)
     for (int i = 0; i < MAX_DEV; i++)
       if (dev == -1 || dev == i) s += atomic_load((_Atomic int64_t *)((char *)&g_dev[a][i] + off));
   return s;
@@ -1507,7 +1331,9 @@ OSH_EXPORT int osh_host_is_plugin_initialized(void) {
 
 OSH_EXPORT int osh_host_is_device_initialized(int abi, int dev) {
   ensure_init();
-  if (abi < 0 || abi > 1 || dev < 0 || dev >= MAX_DEV) return -1;
+  if (abi < 0 || abi >= OSH_NUM_ABIS || dev < 0 || dev >= MAX_DEV) return -1;
+  /* liboffload has no per-device init: the runtime's device init is the device's queue */
+  if (abi == ABI_OL) return osh_ol_live_queues(dev) > 0;
   return atomic_load(&g_dev[abi][dev].state) == ST_LIVE;
 }
 

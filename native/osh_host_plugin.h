@@ -5,8 +5,10 @@
  * The library is an OpenMP offload plugin for BOTH plugin ABIs:
  *   - LLVM libomptarget, LLVM 16 nextgen shape (__tgt_rtl_*), and
  *   - GCC 12 libgomp (GOMP_OFFLOAD_*),
- * whose "device memory" is host malloc memory.  The two ABIs keep separate device
- * tables; settings (number of devices, capacity, latency, fault injection) are shared.
+ * and exports the subset of LLVM liboffload's C API (ol*, OffloadAPI.h of LLVM 22) that
+ * offload_shim drives, whose "device memory" is host malloc memory.  The three views keep
+ * separate device tables; settings (number of devices, capacity, latency, fault injection)
+ * are shared.
  *
  * This header declares:
  *   1. the GOMP `target_data` format accepted by GOMP_OFFLOAD_load_image;
@@ -51,9 +53,10 @@ struct osh_gomp_target_data {
 
 /* ---- control / inspection API ------------------------------------------------------ */
 
-/* Number of devices exposed by both ABIs.  Only while the LLVM plugin is not initialised
- * and no GOMP device is initialised.  0 ok, -1 refused.  Default 4, or the environment
- * variable OFFLOAD_SHIM_HOST_NUM_DEVICES read at first use. */
+/* Number of devices exposed by every view.  Only while the LLVM plugin is not initialised,
+ * no GOMP device is initialised and liboffload (olInit) is not initialised.  0 ok, -1
+ * refused.  Default 4, or the environment variable OFFLOAD_SHIM_HOST_NUM_DEVICES read at
+ * first use. */
 int osh_host_set_num_devices(int n);
 /* Per-device capacity in bytes (both ABIs); bytes <= 0 = unlimited; dev -1 = all.
  * 0 ok, -1 bad device. */
@@ -83,8 +86,15 @@ int osh_host_violation_log(char *buf, int64_t len);
 const char *osh_host_last_error(void);
 /* 1 if the LLVM side is between init_plugin and deinit_plugin. */
 int osh_host_is_plugin_initialized(void);
-/* abi 0 = LLVM, 1 = GOMP.  1 initialised, 0 not, -1 bad abi/device. */
+/* abi 0 = LLVM, 1 = GOMP, 2 = liboffload.  1 initialised, 0 not, -1 bad abi/device.
+ * liboffload has no per-device init: for abi 2 "initialised" means the device has a live
+ * queue (offload_shim's liboffload family creates one per device at device init). */
 int osh_host_is_device_initialized(int abi, int dev);
+/* liboffload view: olInit reference count (0 = not initialised). */
+int osh_host_ol_refcount(void);
+/* liboffload view: live queues / programs of device dev (-1 = all); -1 bad device. */
+int64_t osh_host_ol_live_queues(int dev);
+int64_t osh_host_ol_live_programs(int dev);
 /* Clears call counters, violations (counts and log) and fail_nth settings; not state. */
 void osh_host_reset_counters(void);
 /* Name of the i-th entry point / violation kind, NULL past the end (enumeration). */

@@ -10,6 +10,7 @@ PY=${PYTHON:-python3}
 EXTRAS=${1:-test,cuda}
 DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake clang-16 clang-tools-16 libomp-16-dev gcc-12-offload-nvptx"
 LLVM14_DIR=${OFFLOAD_SHIM_LLVM14_ROOT:-.cache/llvm14}
+LIBOFFLOAD_DIR=${OFFLOAD_SHIM_LIBOFFLOAD_ROOT:-.cache/liboffload22}
 
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -44,6 +45,25 @@ if [ ! -e "$LLVM14_DIR/usr/lib/llvm-14/lib/libomptarget.rtl.x86_64.so" ] && comm
     say "could not download libomp-14-dev: LLVM 14 tests will be skipped"
   fi
   rm -rf "$tmp"
+fi
+
+# 2b. liboffload 22 (the ol* plugin family): liboffload-22 depends on libomp5-19, which
+#     conflicts with libomp5-16, so unpack it with libllvm22 (and the -dev header) --------
+if [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVMOffload.so.22.1" ] && command -v apt-get >/dev/null; then
+  tmp=$(mktemp -d)
+  if ( cd "$tmp" && apt-get download liboffload-22 libllvm22 liboffload-22-dev >/dev/null 2>&1 ); then
+    mkdir -p "$LIBOFFLOAD_DIR" && for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$LIBOFFLOAD_DIR"; done \
+      && say "liboffload 22 unpacked into $LIBOFFLOAD_DIR"
+  else
+    say "could not download liboffload-22/libllvm22: liboffload 22 tests will be skipped"
+  fi
+  rm -rf "$tmp"
+fi
+# libLLVMOffload.so.22.1 finds libLLVM.so.22.1 through RUNPATH $ORIGIN (llvm-22/lib);
+# the unpacked libllvm22 has it in the multiarch directory
+if [ -e "$LIBOFFLOAD_DIR/usr/lib/x86_64-linux-gnu/libLLVM.so.22.1" ] \
+    && [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVM.so.22.1" ]; then
+  ln -s ../../x86_64-linux-gnu/libLLVM.so.22.1 "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVM.so.22.1"
 fi
 
 # 3. virtual environment and the package --------------------------------------

@@ -32,6 +32,18 @@ def llvm14_x86_64() -> Path | None:
     return p if p.exists() else None
 
 
+def liboffload22_path() -> Path | None:
+    """libLLVMOffload.so.22.1: installed, or unpacked by scripts/setup.sh under
+    $OFFLOAD_SHIM_LIBOFFLOAD_ROOT (default .cache/liboffload22)."""
+    root = os.environ.get("OFFLOAD_SHIM_LIBOFFLOAD_ROOT") or str(
+        Path(__file__).resolve().parent.parent / ".cache" / "liboffload22")
+    for base in (Path("/"), Path(root)):
+        p = base / "usr/lib/llvm-22/lib/libLLVMOffload.so.22.1"
+        if p.exists():
+            return p
+    return None
+
+
 def need(path: Path | None, what: str):
     if path is None or not Path(path).exists():
         pytest.skip(f"{what} not installed ({path}); scripts/setup.sh installs it")
@@ -92,6 +104,11 @@ def nextgen16():
 @pytest.fixture
 def classic16():
     return need(CLASSIC16, "LLVM 16 x86_64 classic plugin (libomp5-16)")
+
+
+@pytest.fixture
+def liboffload22():
+    return need(liboffload22_path(), "liboffload 22 (unpacked liboffload-22 + libllvm22)")
 
 
 @pytest.fixture

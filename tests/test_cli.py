@@ -34,7 +34,7 @@ def test_info_json_lists_every_plugin():
     for rec in recs:
         assert {"path", "abi", "generation", "num_devices"} <= set(rec)
     bundled = [r for r in recs if r["source"] == "bundled"]
-    assert {r["abi"] for r in bundled} == {"llvm", "gomp"}
+    assert {r["abi"] for r in bundled} == {"llvm", "gomp", "liboffload"}
     assert all(r["num_devices"] == 4 for r in bundled)
     by_name = {os.path.basename(r["path"]).split(".so")[0]: r for r in recs}
     if NVPTX12.exists() and GCN12.exists():
@@ -60,7 +60,7 @@ def test_demo_bundled_only():
     # shadow the installed package in the demo's child processes
     r = _cli("demo", "--no-system", cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("VERIFIED") == 2          # both ABI views of the bundled plugin
+    assert r.stdout.count("VERIFIED") == 3          # the three views of the bundled plugin
     assert _row(r.stdout, "osh_hostplugin (gomp, gomp-v1)") == "verified"
     assert _row(r.stdout, "osh_hostplugin (llvm, llvm16-nextgen)") == "verified"
 

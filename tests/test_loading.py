@@ -43,7 +43,7 @@ def test_every_installed_plugin_loads_or_says_why():
         except osh.PluginDlopenError as exc:
             assert exc.dlerror            # e.g. a missing vendor library, spelled out
             continue
-        assert p.abi in ("llvm", "gomp")
+        assert p.abi in ("llvm", "gomp", "liboffload")
 
 
 def test_missing_file(tmp_path):

@@ -19,7 +19,8 @@ def _views(request):
     return request.param
 
 
-PLUGIN_VIEWS = ["bundled-llvm", "bundled-gomp", "nextgen16", "classic16", "llvm14"]
+PLUGIN_VIEWS = ["bundled-llvm", "bundled-gomp", "bundled-liboffload", "nextgen16", "classic16",
+                "llvm14"]
 
 
 @pytest.fixture(params=PLUGIN_VIEWS)
@@ -29,6 +30,8 @@ def plugin(request, bundled_path):
         return load_plugin(bundled_path)
     if kind == "bundled-gomp":
         return load_plugin(bundled_path, abi="gomp")
+    if kind == "bundled-liboffload":
+        return load_plugin(bundled_path, abi="liboffload")
     return load_plugin(request.getfixturevalue(kind))
 
 

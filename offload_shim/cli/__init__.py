@@ -56,6 +56,7 @@ def _plugin_views(path):
     views = [first]
     if first.bundled:
         views.append(load_plugin(path, abi="gomp"))
+        views.append(load_plugin(path, abi="liboffload"))
     return views
 
 
@@ -85,6 +86,9 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
                 with Runtime([p]) as rt:
                     devs = rt.devices
                     rec["num_devices"] = len(devs)
+                    if hasattr(p, "devices_info"):    # liboffload: platforms and devices
+                        rec["ol_platforms"] = p.platforms_info()
+                        rec["ol_devices"] = p.devices_info()
                     rec["devices"] = []
                     for d in devs:
                         drec = {"index": d.index}
@@ -141,9 +145,20 @@ def cmd_info(args) -> int:
         print(line)
         if r.get("error"):
             print(f"    error: {r['error']}")
-        for d in r.get("devices", []):
+        for d in r.get("devices", []) if "ol_devices" not in r else []:
             info = d.get("info")
             print(f"    device {d['index']}" + (f": {info}" if info else ""))
+        for pl in r.get("ol_platforms", []):
+            print(f"    platform {pl.get('name')!r}: backend={pl['backend']} "
+                  f"vendor={pl.get('vendor')!r} version={pl.get('version')!r} "
+                  f"devices={pl['devices']}")
+        for d in r.get("ol_devices", []):
+            where = f"device {d['index']}" if d["index"] is not None else "host device"
+            extra = "".join(f" {k}={d[k]!r}" for k in ("vendor", "driver", "global_mem_size")
+                            if k in d)
+            print(f"    {where}: {d['name']!r} type={d['type']} platform={d.get('platform')!r} "
+                  f"backend={d['backend']}{extra}"
+                  + (" (memcpy endpoint only)" if d["index"] is None else ""))
     return 0
 
 

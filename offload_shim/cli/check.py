@@ -41,8 +41,8 @@ def register_cli(subparsers) -> None:
                                "or probe its behaviour under misuse")
     pc.add_argument("plugin", help="plugin .so (libomptarget.rtl.* or libgomp-plugin-*); "
                     "'bundled' for the bundled host plugin")
-    pc.add_argument("--abi", choices=("llvm", "gomp"), default=None,
-                    help="ABI view of a plugin that exports both (the bundled one)")
+    pc.add_argument("--abi", choices=("llvm", "gomp", "liboffload"), default=None,
+                    help="ABI view of a plugin that exports several (the bundled one)")
     pc.add_argument("--probe-misuse", action="store_true",
                     help="run the known misuse sequences, each in its own child process")
     pc.add_argument("--max-examples", type=int, default=200, help="sequences to generate")

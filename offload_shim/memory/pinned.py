@@ -19,7 +19,8 @@ after the fact, tracking what was pinned.  This module implements both, per
 Backends, chosen per device, best first (:func:`select_backend`):
 
 1. the plugin's own ``__tgt_rtl_data_lock``/``data_unlock`` (LLVM 16 nextgen,
-   the bundled plugin; the device must be initialised);
+   the bundled plugin; the device must be initialised), or liboffload's
+   ``olMemRegister``/``olMemUnregister``;
 2. a GOMP plugin's ``GOMP_OFFLOAD_page_locked_host_alloc``/``_free`` (GCC
    trunk; recognised by symbol) -- these *allocate* page-locked memory, so
    they serve :meth:`PinnedRegistry.alloc_host`; pinning an existing range
@@ -370,6 +371,7 @@ class PluginLockBackend(PinBackend):
     LLVM 16 x86_64 nextgen plugin returns the pointer and locks nothing)."""
 
     name = "plugin"
+    entry = "__tgt_rtl_data_lock"
 
     def __init__(self, device):
         self.device = device
@@ -384,7 +386,7 @@ class PluginLockBackend(PinBackend):
         except PluginCallError as exc:
             s, e = _page_span(addr, size)
             if self.counts_memlock and _limit_is_reason(e - s):
-                raise _limit_error(f"{self.device.label}: __tgt_rtl_data_lock", e - s) from exc
+                raise _limit_error(f"{self.device.label}: {self.entry}", e - s) from exc
             raise PinnedMemoryError(f"{self.device.label}: pinning {size} bytes at "
                                     f"{addr:#x} failed: {exc}", code=exc.code,
                                     function=exc.function, device=self.device.label) from exc
@@ -393,6 +395,15 @@ class PluginLockBackend(PinBackend):
         self.device.plugin.unlock(self.device.index, addr)
         if self.counts_memlock:
             _PROCESS.relock(addr, size)      # the plugin's munlock is not reference counted
+
+
+class OlMemRegisterBackend(PluginLockBackend):
+    """liboffload ``olMemRegister``/``olMemUnregister`` on one device
+    (:meth:`offload_shim.plugins.liboffload.LiboffloadPlugin.lock`; the
+    bundled plugin's ``ol*`` view mlocks, so it counts against the limit)."""
+
+    name = "olMemRegister"
+    entry = "olMemRegister"
 
 
 def _gomp_page_locked_hooks(plugin) -> bool:
@@ -513,12 +524,16 @@ def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
     """The best backend for ``device`` (None = the process: ``mlock``).
     ``purpose``: ``"register"`` (pin an existing range) or ``"allocate"``
     (page-locked host allocations; a GOMP plugin's own allocator wins).
-    Order: plugin data_lock, GOMP page-locked hooks (allocate only), CUDA
-    ``cuMemHostRegister`` for CUDA plugins with a driver, ``mlock``."""
+    Order: plugin data_lock (liboffload: olMemRegister), GOMP page-locked
+    hooks (allocate only), CUDA ``cuMemHostRegister`` for CUDA plugins with a
+    driver, ``mlock``."""
     if device is not None:
         plugin = device.plugin
         if plugin.abi == "llvm" and plugin.has("data_lock") and plugin.has("data_unlock"):
             return PluginLockBackend(device)
+        if plugin.abi == "liboffload" and plugin.has("olMemRegister") \
+                and plugin.has("olMemUnregister"):
+            return OlMemRegisterBackend(device)
         if purpose == "allocate" and _gomp_page_locked_hooks(plugin):
             return GompPageLockedBackend(device)
         if any(k in plugin.name for k in _CUDA_PLUGIN_NAMES) and cuda_driver_available():

@@ -2,9 +2,11 @@
 
 Order: explicit paths, then ``$OFFLOAD_SHIM_PLUGINS`` (an ``os.pathsep``
 separated list of files or directories), then the standard locations
-(``/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*``, the multiarch
-directory's ``libgomp-plugin-*.so.1``, and LLVM 14 plugins unpacked under
-``$OFFLOAD_SHIM_LLVM14_ROOT``), then the bundled host plugin.
+(``/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*``, liboffload
+``/usr/lib/llvm-*/lib/libLLVMOffload.so*``, the multiarch directory's
+``libgomp-plugin-*.so.1``, LLVM 14 plugins unpacked under
+``$OFFLOAD_SHIM_LLVM14_ROOT`` and liboffload unpacked under
+``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT``), then the bundled host plugin.
 Duplicates (the same real file through symlinks) are listed once.
 """
 
@@ -31,7 +33,7 @@ def _multiarch_dirs() -> list[str]:
 
 
 def _plugin_files_in(directory: str) -> list[str]:
-    pats = ["libomptarget.rtl.*.so*", "libgomp-plugin-*.so.1"]
+    pats = ["libomptarget.rtl.*.so*", "libgomp-plugin-*.so.1", "libLLVMOffload.so*"]
     out = []
     for pat in pats:
         out.extend(sorted(glob.glob(os.path.join(directory, pat))))
@@ -39,6 +41,8 @@ def _plugin_files_in(directory: str) -> list[str]:
 
 
 LLVM14_ROOT_VAR = "OFFLOAD_SHIM_LLVM14_ROOT"
+#: where scripts/setup.sh unpacks liboffload-22 + libllvm22 (they conflict with libomp5-16)
+LIBOFFLOAD_ROOT_VAR = "OFFLOAD_SHIM_LIBOFFLOAD_ROOT"
 
 
 def system_plugin_paths(env=None) -> list[str]:
@@ -52,6 +56,22 @@ def system_plugin_paths(env=None) -> list[str]:
         out.extend(sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))))
     for d in _multiarch_dirs():
         out.extend(sorted(glob.glob(os.path.join(d, "libgomp-plugin-*.so.1"))))
+    out.extend(liboffload_paths(env))
+    return out
+
+
+def liboffload_paths(env=None) -> list[str]:
+    """liboffload libraries (``libLLVMOffload.so.*``, the ``ol*`` family):
+    installed under ``/usr/lib/llvm-*/lib`` or unpacked under
+    ``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT``; versioned files only (the ``.so``
+    development symlink is the same library)."""
+    env = os.environ if env is None else env
+    roots = ["/"]
+    if env.get(LIBOFFLOAD_ROOT_VAR):
+        roots.append(env[LIBOFFLOAD_ROOT_VAR])
+    out = []
+    for root in roots:
+        out.extend(sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libLLVMOffload.so.*"))))
     return out
 
 

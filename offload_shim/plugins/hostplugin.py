@@ -19,6 +19,7 @@ import pathlib
 __all__ = [
     "ABI_LLVM",
     "ABI_GOMP",
+    "ABI_LIBOFFLOAD",
     "HostPluginControl",
     "bundled_native_dir",
     "bundled_plugin_path",
@@ -27,6 +28,7 @@ __all__ = [
 
 ABI_LLVM = 0
 ABI_GOMP = 1
+ABI_LIBOFFLOAD = 2
 
 PLUGIN_FILENAME = "libosh_hostplugin.so"
 SAMPLE_IMAGE_FILENAME = "libosh_sample_kernels.so"
@@ -73,6 +75,12 @@ _PROTOTYPES = {
     "osh_host_entry_point_name": (ctypes.c_char_p, [ctypes.c_int]),
     # const char *osh_host_violation_kind_name(int i);
     "osh_host_violation_kind_name": (ctypes.c_char_p, [ctypes.c_int]),
+    # int osh_host_ol_refcount(void);                     /* liboffload view (host_plugin_ol.c) */
+    "osh_host_ol_refcount": (ctypes.c_int, []),
+    # int64_t osh_host_ol_live_queues(int dev);
+    "osh_host_ol_live_queues": (ctypes.c_int64, [ctypes.c_int]),
+    # int64_t osh_host_ol_live_programs(int dev);
+    "osh_host_ol_live_programs": (ctypes.c_int64, [ctypes.c_int]),
 }
 
 
@@ -253,7 +261,9 @@ class HostPluginControl:
         return bool(self._fn["osh_host_is_plugin_initialized"]())
 
     def is_device_initialized(self, abi: int, dev: int) -> bool:
-        """``abi``: 0 (``ABI_LLVM``) or 1 (``ABI_GOMP``).  ``ValueError``: bad abi/device."""
+        """``abi``: 0 (``ABI_LLVM``), 1 (``ABI_GOMP``) or 2 (``ABI_LIBOFFLOAD``:
+        the device has a live queue, liboffload having no per-device init).
+        ``ValueError``: bad abi/device."""
         r = self._fn["osh_host_is_device_initialized"](int(abi), int(dev))
         if r < 0:
             raise ValueError(f"bad abi/device ({abi}, {dev})")
@@ -262,3 +272,16 @@ class HostPluginControl:
     def reset_counters(self) -> None:
         """Clear call counters, violations and fail_nth settings (not plugin state)."""
         self._fn["osh_host_reset_counters"]()
+
+    # -- liboffload view (native/host_plugin_ol.c) ------------------------------------
+    def ol_refcount(self) -> int:
+        """The ``olInit`` reference count of the ``ol*`` view (0: not initialised)."""
+        return int(self._fn["osh_host_ol_refcount"]())
+
+    def ol_live_queues(self, dev: int = -1) -> int:
+        """Live ``olCreateQueue`` queues of ``ol*`` device ``dev`` (-1: all)."""
+        return self._dev_stat("osh_host_ol_live_queues", dev)
+
+    def ol_live_programs(self, dev: int = -1) -> int:
+        """Live ``olCreateProgram`` programs of ``ol*`` device ``dev`` (-1: all)."""
+        return self._dev_stat("osh_host_ol_live_programs", dev)

@@ -123,8 +123,6 @@ def _resolve(path: str | os.PathLike) -> str:
 _HOST_RUNTIMES = (
     (re.compile(r"^libomptarget\.so(\.|$)"), "libomptarget, the host runtime",
      "libomptarget.rtl.*.so"),
-    (re.compile(r"^libLLVMOffload\.so(\.|$)"), "liboffload (libLLVMOffload), the LLVM "
-     "offload host runtime", "libomptarget.rtl.*.so"),
     (re.compile(r"^libgomp\.so(\.|$)"), "libgomp, the GCC OpenMP host runtime",
      "libgomp-plugin-*.so.1"),
     (re.compile(r"^lib(omp|iomp5)\.so(\.|$)"), "libomp, the LLVM OpenMP CPU runtime",
@@ -176,12 +174,13 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
                 probe: bool | None = None) -> "Plugin":
     """Load the plugin at ``path`` and return the process-wide Plugin for it.
 
-    ``abi``: ``"llvm"`` or ``"gomp"`` to pick a view of a library that
-    exports both (the bundled host plugin); default: LLVM if its required
-    symbols are present, else GOMP.
+    ``abi``: ``"llvm"``, ``"gomp"`` or ``"liboffload"`` to pick a view of a
+    library that exports several (the bundled host plugin); default: LLVM if
+    its required symbols are present, else GOMP, else liboffload (``ol*``,
+    ``libLLVMOffload.so``: :mod:`offload_shim.plugins.liboffload`).
 
-    Known host runtimes (``libomptarget.so*``, ``libLLVMOffload.so*``,
-    ``libgomp.so*``, ``libomp.so*``) are refused by name before any
+    Known host runtimes (``libomptarget.so*``, ``libgomp.so*``,
+    ``libomp.so*``) are refused by name before any
     ``dlopen`` (NotAPluginError).  ``probe``: a library's constructors run at
     ``dlopen`` and can crash the interpreter, so before the first in-process
     ``dlopen`` of a file the same load is tried in a child process
@@ -199,13 +198,13 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
     NotAPluginError, ABIMismatchError (a known family in an unsupported
     generation), ValueError for an empty path or an unknown ``abi``.
     """
-    if abi not in (None, "llvm", "gomp"):
-        raise ValueError(f"abi must be 'llvm', 'gomp' or None, not {abi!r}")
+    if abi not in (None, "llvm", "gomp", "liboffload"):
+        raise ValueError(f"abi must be 'llvm', 'gomp', 'liboffload' or None, not {abi!r}")
     real = _resolve(path)
     with _REGISTRY_LOCK:
-        for key in ([(real, abi)] if abi else [(real, "llvm"), (real, "gomp")]):
-            if key in _PLUGINS:
-                return _PLUGINS[key]
+        # abi None: the default view chosen before (not any view loaded explicitly)
+        if (real, abi) in _PLUGINS:
+            return _PLUGINS[(real, abi)]
     _refuse_host_runtime(os.fspath(path), real)
     if _needs_probe(real, probe):
         from .isolation import probe_plugin
@@ -219,6 +218,14 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
         candidates.append("llvm")
     if abi in (None, "gomp") and "version" in gomp_syms | set():
         candidates.append("gomp")
+    from ..abi import liboffload as _olabi      # the third family (plugins/liboffload.py)
+    ol_syms = _exported(lib, "", _olabi.all_names())
+    if abi in (None, "liboffload") and _olabi.classify(ol_syms) is not None:
+        candidates.append("liboffload")
+    if not candidates and abi == "liboffload":
+        missing = _olabi.missing(ol_syms)
+        raise NotAPluginError(f"{real} is not a liboffload (ol*): it lacks {', '.join(missing)}",
+                              path=real, missing=missing)
     if not candidates:
         # say what is missing for the closest ABI
         llvm_missing = [_tgt.PREFIX + n for n in _tgt.GENERATIONS["llvm16-classic"][1]
@@ -232,10 +239,17 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
             f"{real} is not an offload plugin: as a {family} plugin it lacks "
             f"{', '.join(missing)}", path=real, missing=missing)
     kind = candidates[0]
-    cls = LLVMPlugin if kind == "llvm" else GompPlugin
-    plugin = cls(real, lib, llvm_syms if kind == "llvm" else gomp_syms)
+    if kind == "liboffload":
+        from .liboffload import LiboffloadPlugin
+        plugin = LiboffloadPlugin(real, lib, ol_syms)
+    else:
+        cls = LLVMPlugin if kind == "llvm" else GompPlugin
+        plugin = cls(real, lib, llvm_syms if kind == "llvm" else gomp_syms)
     with _REGISTRY_LOCK:
-        return _PLUGINS.setdefault((real, kind), plugin)
+        got = _PLUGINS.setdefault((real, kind), plugin)
+        if abi is None:
+            _PLUGINS.setdefault((real, None), got)
+        return got
 
 
 def _plugin_name(path: str) -> str:

@@ -64,7 +64,13 @@ _ENTRY = {  # fault-injection entry names per ABI view of the bundled plugin
     "gomp": {"init": "GOMP_OFFLOAD_init_device", "deinit": "GOMP_OFFLOAD_fini_device",
              "load": "GOMP_OFFLOAD_load_image", "alloc": "GOMP_OFFLOAD_alloc",
              "init_plugin": None, "deinit_plugin": None},
+    # liboffload: device init/deinit is the device's queue (plugins/liboffload.py)
+    "liboffload": {"init": "olCreateQueue", "deinit": "olDestroyQueue",
+                   "load": "olCreateProgram", "alloc": "olMemAlloc",
+                   "init_plugin": "olInit", "deinit_plugin": "olShutDown"},
 }
+#: the bundled plugin's device table of each view (HostPluginControl.is_device_initialized)
+_ABI_INDEX = {"llvm": 0, "gomp": 1, "liboffload": 2}
 
 
 #: plugin calls the model predicts exactly (deltas of the bundled plugin's counters)
@@ -259,12 +265,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         """rt.devices (acquires the plugin) and the acceptance of the sample."""
         was = self.plugin.initialized
         devs = self.rt.devices
-        if not was and self.ctl is not None and self.entry["init_plugin"] \
-                and "init_plugin" in self.plugin.symbols:
+        if not was and self.ctl is not None and self._exports("init_plugin"):
             self.exp_calls["init_plugin"] += 1
         if self.accepts is None:
             self.accepts = bool(self.plugin.is_valid_binary(self._new_image()))
         return devs
+
+    def _exports(self, key: str) -> bool:
+        """The plugin exports the entry point the model counts as ``key``."""
+        full = self.entry[key]
+        return bool(full) and full.removeprefix(self.plugin.prefix) in self.plugin.symbols
 
     def _model(self, d) -> _Dev:
         m = self.dev.get(d)
@@ -341,8 +351,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         leaks = rt.close()
         _check(leaks == expected, f"close() reported leaks {leaks}, model {expected}")
         _check(rt.close() == {}, "second close() is not a no-op")
-        if was and self.ctl is not None and self.plugin.users == 0 and self.entry["deinit_plugin"] \
-                and "deinit_plugin" in self.plugin.symbols:
+        if was and self.ctl is not None and self.plugin.users == 0 \
+                and self._exports("deinit_plugin"):
             self.exp_calls["deinit_plugin"] += 1
         for d in self.dev:
             _check(d.state is DeviceState.CLOSED, f"{d!r} not CLOSED after close()")
@@ -791,7 +801,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                            f"{d!r}: plugin holds {live} blocks, pool {st_.live_blocks} live + "
                            f"{st_.cached_blocks} cached")
             if self.ctl is not None:
-                abi = 0 if self.view == "llvm" else 1
+                abi = _ABI_INDEX[self.view]
                 _check(self.ctl.is_device_initialized(abi, d.index) == ready,
                        f"{d!r}: plugin says initialised="
                        f"{self.ctl.is_device_initialized(abi, d.index)}")

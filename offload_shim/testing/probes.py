@@ -383,6 +383,17 @@ def gomp_run_unknown_entry(c):
     c.call("run", 0, c.host_buffer(), None, args)
 
 
+# -- liboffload probes (ol_probes.py) -------------------------------------------------
+
+def _register_ol_probes() -> None:
+    from .ol_probes import OL_PROBES
+    for name, what, fn, needs in OL_PROBES:
+        PROBES.append(Probe(name, "liboffload", what, fn, needs))
+
+
+_register_ol_probes()
+
+
 def probes_for(abi: str) -> list[Probe]:
     """The probes of one ABI family, in table order."""
     return [p for p in PROBES if p.abi == abi]
@@ -391,6 +402,9 @@ def probes_for(abi: str) -> list[Probe]:
 # -- the parent side ------------------------------------------------------------------
 
 def _classify(call: str, value) -> str:
+    if isinstance(value, dict):                 # a liboffload ol_result_t (ol_probes.py)
+        from .ol_probes import ol_outcome
+        return ol_outcome(value)
     name = call.split("(", 1)[0]
     if name in ("data_alloc", "alloc", "load_binary"):
         return "error (NULL)" if not value else "accepted (non-NULL)"
@@ -436,7 +450,9 @@ def run_probe(path: str, abi: str | None, name: str, *, timeout: float = 60.0) -
             calls.append((pending, rec["result"]))
             pending = None
         elif "violations" in rec:
-            extra = rec
+            extra.update(rec)
+        elif "na" in rec:                       # the probe found nothing to run on
+            extra["na"] = rec["na"]
     plugin = load_plugin(path, abi=abi)
     probe = next((p for p in PROBES if p.name == name and p.abi == family), None)
     missing = [n for n in (probe.needs if probe else ()) if not plugin.has(n)]
@@ -467,6 +483,10 @@ def run_probe(path: str, abi: str | None, name: str, *, timeout: float = 60.0) -
         res["outcome"] = "n/a"
     else:
         res["outcome"] = _classify(*calls[-1])
+        from .ol_probes import ol_detail
+        res["detail"] = ol_detail(calls[-1][1])
+    if extra.get("na") and rc == 0:
+        res["outcome"], res["detail"] = "n/a", extra["na"]
     if extra.get("violations"):
         res["detail"] = "violations: " + ", ".join(extra["violations"])
     return res
