@@ -38,6 +38,9 @@ def test_pool_and_direct_rows_have_every_figure(tiny):
         assert hot[name]["pairs"] > 0
     assert hot["pool:exact"]["hit_rate"] is not None
     assert hot["pool:exact"]["speedup_over"] == "direct:bundled"
+    for name in ("direct:ol", "device:exact/ol"):           # the liboffload (ol*) rows
+        assert ROW_KEYS <= set(hot[name]) and hot[name]["pairs"] > 0, name
+    assert hot["device:exact/ol"]["speedup_over"] == "direct:ol"
     for w in ("llvm-mm", "random", "replay"):
         assert ROW_KEYS <= set(tiny["results"][w]["pool:exact"]), w
 

@@ -177,6 +177,8 @@ def test_olinit_once_for_runtimes_sharing_the_plugin(ol, ctl):
     rt2 = osh.Runtime([ol])
     rt1.devices, rt2.devices
     assert ctl.ol_refcount() == 1
+    with pytest.raises(ValueError, match="liboffload"):
+        ctl.set_num_devices(2)                          # refused while olInit holds
     rt1.close()
     assert ctl.ol_refcount() == 1 and ol.initialized
     rt2.close()
@@ -302,6 +304,14 @@ def test_real_liboffload22_loads_and_enumerates(liboffload22, sample_path):
             if not rt.devices:                            # no GPU here: nothing accepts x86-64
                 with pytest.raises(osh.InvalidImageError):
                     rt.register_image(osh.OffloadImage.from_file(sample_path))
+                # the host device (olMemAlloc/olCreateQueue segfault on it) is no device
+                # number: refused in Python
+                for call in (lambda: p.alloc(0, 64), lambda: p.acquire_device(0),
+                             lambda: p.lock(0, 4096, 64)):
+                    with pytest.raises(ValueError, match="out of range"):
+                        call()
+        with pytest.raises(osh.LifecycleError):           # after olShutDown: nothing reaches it
+            p.alloc(0, 64)
 
 
 def test_real_liboffload22_misuse_differs_from_the_view(liboffload22):

@@ -183,7 +183,36 @@ def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
             skipped[name] = str(exc)
         except Exception as exc:  # noqa: BLE001 - a plugin that fails is a skipped row
             skipped[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        backends.extend(liboffload_backends())
+    except Exception as exc:  # noqa: BLE001 - a view that fails is a skipped row
+        skipped["liboffload"] = f"{type(exc).__name__}: {exc}"
     return backends, skipped
+
+
+def liboffload_backends() -> list:
+    """The liboffload (``ol*``) rows over the bundled plugin's ``ol*`` view:
+    ``direct:ol`` = ``LiboffloadPlugin.alloc/free`` (``olMemAlloc``/``olMemFree``
+    through the ``ol_result_t`` checker), ``device:exact/ol`` = ``Device.alloc/free``
+    with the pool over it (the user path of the third family)."""
+    from ..core.runtime import Runtime
+    from ..plugins.hostplugin import bundled_plugin_path
+    from ..plugins.plugin import load_plugin
+    ol = load_plugin(bundled_plugin_path(), abi="liboffload")
+    rt = Runtime([ol], pool={"policy": "exact", "threshold": 8192, "debug": ""})
+    try:
+        dv = rt.device(0)
+        dv.init()                                     # olCreateQueue
+    except BaseException:
+        rt.close()
+        raise
+    direct = Backend("direct:ol", "direct", "bundled plugin's ol* view, olMemAlloc/olMemFree "
+                     "(LiboffloadPlugin.alloc/free)", functools.partial(ol.alloc, 0),
+                     functools.partial(ol.free, 0))
+    dev = Backend("device:exact/ol", "pool", "Device.alloc/free (exact) over the ol* view",
+                  dv.alloc, dv.free, baseline="direct:ol", pools=[dv.pool], close=[rt.close],
+                  growth=False, trim=dv.pool.release_all)
+    return [direct, dev]
 
 
 def worker_backends(kind):

@@ -31,7 +31,8 @@ def pytest_addoption(parser):
     group.addoption("--offload-plugin", action="store", default=None, metavar="PATH",
                     help="offload plugin .so for the offload_* fixtures, or 'bundled' "
                          "(default: the bundled host plugin)")
-    group.addoption("--offload-abi", action="store", default=None, choices=("llvm", "gomp"),
+    group.addoption("--offload-abi", action="store", default=None,
+                    choices=("llvm", "gomp", "liboffload"),
                     help="ABI view of a plugin that exports both (the bundled one)")
 
 
