@@ -132,7 +132,10 @@ OffloadEntryP = POINTER(OffloadEntry)
 DeviceImageP = POINTER(DeviceImage)
 TargetTableP = POINTER(TargetTable)
 KernelArgsP = POINTER(KernelArgs)
-AsyncInfoP = c_void_p   # __tgt_async_info *: always NULL (synchronous) here
+AsyncInfoP = c_void_p   # __tgt_async_info *: NULL (synchronous), or ASYNC_INFO_BYTES zeros
+#: bytes of the zero-filled ``__tgt_async_info`` passed where NULL is not accepted: more
+#: than any version's layout ({Queue} in 14, + SmallVector in 16/18; abi-reference 1.x)
+ASYNC_INFO_BYTES = 256
 c_ptrdiff_t = ctypes.c_ssize_t
 
 # ---------------------------------------------------------------------------
@@ -187,6 +190,8 @@ _LLVM16.update({
     #     ptrdiff_t *TgtOffsets, KernelArgsTy *KernelArgs, __tgt_async_info *AsyncInfo);
     "launch_kernel": (c_int32, [c_int32, c_void_p, POINTER(c_void_p),
                                 POINTER(c_ptrdiff_t), KernelArgsP, AsyncInfoP]),
+    # int32_t __tgt_rtl_synchronize(int32_t ID, __tgt_async_info *AsyncInfo);
+    "synchronize": (c_int32, [c_int32, AsyncInfoP]),
     # int32_t __tgt_rtl_init_plugin(void);
     "init_plugin": (c_int32, []),
     # int32_t __tgt_rtl_deinit_plugin(void);

@@ -651,8 +651,19 @@ class LLVMPlugin(Plugin):
             ka.ArgPtrs = argv
             ka.NumTeams[0] = 1
             ka.ThreadLimit[0] = 1
-            rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), None)
-            fname = "__tgt_rtl_launch_kernel"
+            sync = self._fn.get("synchronize") if self.generation == "llvm16-classic" else None
+            if sync is None:
+                rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), None)
+                fname = "__tgt_rtl_launch_kernel"
+            else:
+                # LLVM 16 classic CUDA/AMDGPU take the stream from the async info and
+                # crash on NULL; libomptarget passes one and synchronizes on it
+                ai = (ctypes.c_char * _tgt.ASYNC_INFO_BYTES)()
+                rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), ai)
+                fname = "__tgt_rtl_launch_kernel"
+                if rc == _tgt.OFFLOAD_SUCCESS:
+                    rc = sync(dev, ai)
+                    fname = "__tgt_rtl_synchronize"
         if rc != _tgt.OFFLOAD_SUCCESS:
             raise PluginCallError(f"{self._label(dev)}: {fname} failed ({rc}){self._detail()}",
                                   code=rc, function=fname, device=self._label(dev))
