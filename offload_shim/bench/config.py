@@ -3,13 +3,17 @@ workload names, the iteration counts of each profile and the speed targets."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-LLVM16_DIR = Path("/usr/lib/llvm-16/lib")
+#: Debian's plugin folders; $OSH_LLVM16_LIB / $OSH_GOMP_PLUGIN_DIR point elsewhere
+#: (scripts/gpu-check.sh: the plugins unpacked from the GPU bundle)
+LLVM16_DIR = Path(os.environ.get("OSH_LLVM16_LIB") or "/usr/lib/llvm-16/lib")
+GOMP_PLUGIN_DIR = Path(os.environ.get("OSH_GOMP_PLUGIN_DIR") or "/usr/lib/x86_64-linux-gnu")
 NEXTGEN16 = LLVM16_DIR / "libomptarget.rtl.x86_64.nextgen.so.16"
 CLASSIC16 = LLVM16_DIR / "libomptarget.rtl.x86_64.so.16"
 CUDA16 = LLVM16_DIR / "libomptarget.rtl.cuda.nextgen.so.16"
-NVPTX12 = Path("/usr/lib/x86_64-linux-gnu/libgomp-plugin-nvptx.so.1")
+NVPTX12 = GOMP_PLUGIN_DIR / "libgomp-plugin-nvptx.so.1"
 
 #: Emulated GPU-driver latencies (ns): ~5 us cudaMalloc, ~14 us device-synchronising
 #: cudaFree (docs/prior-art.md section 2, "published costs").

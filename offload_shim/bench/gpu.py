@@ -152,6 +152,33 @@ def gpu_backends() -> tuple[list, dict]:
                                 baseline="cuda:cuMemAlloc", close=[mp.free_all_blocks]))
     except Exception as exc:  # noqa: BLE001 - ImportError or a CuPy/driver mismatch
         skipped["cupy:MemoryPool"] = f"CuPy unavailable: {type(exc).__name__}: {exc}"
+    if _stand_in(cu, dev):
+        _label_stand_in(backends, skipped)
     return backends, skipped
+
+
+#: what the test suite's CUDA driver stand-in (tests/cuda_standin) calls its device
+STAND_IN_DEVICE = "offload_shim CUDA driver stand-in (no GPU)"
+STAND_IN_SUFFIX = " [STAND-IN, not a GPU]"
+
+
+def _stand_in(cu, dev) -> bool:
+    """True when the driver is the CUDA driver stand-in, whose rows time host
+    memory and must never read as GPU results."""
+    err, name = cu.cuDeviceGetName(128, dev)
+    return err == cu.CUresult.CUDA_SUCCESS and STAND_IN_DEVICE.encode() in bytes(name)
+
+
+def _label_stand_in(backends, skipped) -> None:
+    """Every row name (and baseline) gets :data:`STAND_IN_SUFFIX`, its group
+    ``stand-in``."""
+    for b in backends:
+        b.name += STAND_IN_SUFFIX
+        if b.baseline:
+            b.baseline += STAND_IN_SUFFIX
+        if b.group == "gpu":
+            b.group = "stand-in"
+    for key in list(skipped):
+        skipped[key + STAND_IN_SUFFIX] = skipped.pop(key)
 
 

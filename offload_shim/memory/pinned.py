@@ -52,6 +52,7 @@ Importing this module does no work; libc and cuda-python are loaded on first use
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno as _errno
 import functools
 import logging
@@ -347,6 +348,10 @@ class PinBackend:
     def host_free(self, addr: int) -> None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release what the backend holds (the registry calls it when the
+        device's pins end); idempotent."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -473,9 +478,23 @@ def cuda_driver_available() -> bool:
 
 class CudaHostRegisterBackend(PinBackend):
     """cuda-python ``cuMemHostRegister(ptr, size, CU_MEMHOSTREGISTER_PORTABLE)``
-    / ``cuMemHostUnregister`` under the primary context of CUDA device
-    ``ordinal`` (registered memory is not counted in ``RLIMIT_MEMLOCK``).
-    Raises PinnedMemoryError without a driver."""
+    / ``cuMemHostUnregister`` for CUDA device ``ordinal`` (registered memory
+    is not counted in ``RLIMIT_MEMLOCK``).
+
+    Page granular, like the mlock backend: the driver registers whole pages
+    and refuses a range that touches a page already registered (712,
+    ``CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED``), so two buffers that share a
+    page could not both be pinned.  The driver registrations are page runs
+    with a user count: a lock registers only the pages no run covers yet and
+    counts a use on every run it touches; an unlock unregisters the runs
+    whose last use it was.
+
+    Each driver call runs with the device's primary context pushed on the
+    calling thread's context stack and popped again afterwards, so the
+    thread's own current context (a GCC nvptx plugin's context, say) is the
+    same before and after.  The primary context is retained from
+    construction until :meth:`close`.  Raises PinnedMemoryError without a
+    driver or device, and for a driver error (``code`` = the CUresult)."""
 
     name = "cuda"
 
@@ -486,6 +505,9 @@ class CudaHostRegisterBackend(PinBackend):
                                     "(cuda-python not installed or cuInit failed)",
                                     function="cuInit")
         self._drv = drv
+        self._mu = threading.Lock()
+        self._runs: dict[int, list[int]] = {}          # page run start -> [end, users]
+        self._uses: dict[tuple[int, int], list[list[int]]] = {}   # (addr, size) -> run starts
         err, dev = drv.cuDeviceGet(ordinal)
         self._check(err, "cuDeviceGet")
         err, ctx = drv.cuDevicePrimaryCtxRetain(dev)
@@ -494,50 +516,121 @@ class CudaHostRegisterBackend(PinBackend):
 
     def _check(self, err, fn: str) -> None:
         if err != self._drv.CUresult.CUDA_SUCCESS:
-            raise PinnedMemoryError(f"{fn} failed: {err}", code=int(err), function=fn)
+            name = getattr(err, "name", str(err))
+            raise PinnedMemoryError(f"{fn} failed: {name} ({int(err)})", code=int(err),
+                                    function=fn)
 
-    def _current(self):
-        err, = self._drv.cuCtxSetCurrent(self._ctx)
-        self._check(err, "cuCtxSetCurrent")
+    @contextlib.contextmanager
+    def _primary(self):
+        """The primary context current for the block, the previous one after."""
+        if self._ctx is None:
+            raise LifecycleError("cuMemHostRegister backend used after close")
+        err, = self._drv.cuCtxPushCurrent(self._ctx)
+        self._check(err, "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            err, _ = self._drv.cuCtxPopCurrent()
+            if err != self._drv.CUresult.CUDA_SUCCESS:
+                log.warning("cuCtxPopCurrent failed: %s", err)
 
     def lock(self, addr: int, size: int) -> None:
-        self._current()
-        err, = self._drv.cuMemHostRegister(
-            addr, size, self._drv.CU_MEMHOSTREGISTER_PORTABLE)
-        self._check(err, "cuMemHostRegister")
+        start, end = _page_span(addr, size)
+        flags = self._drv.CU_MEMHOSTREGISTER_PORTABLE
+        with self._mu:
+            touched = [(s, r[0]) for s, r in self._runs.items() if s < end and r[0] > start]
+            gaps = _uncovered(start, end, touched)
+            made: list[tuple[int, int]] = []
+            with self._primary():
+                try:
+                    for s, e in gaps:
+                        err, = self._drv.cuMemHostRegister(s, e - s, flags)
+                        self._check(err, "cuMemHostRegister")
+                        made.append((s, e))
+                except PinnedMemoryError:
+                    for s, _ in made:
+                        self._drv.cuMemHostUnregister(s)
+                    raise
+            for s, e in made:
+                self._runs[s] = [e, 0]
+            used = [s for s, _ in touched] + [s for s, _ in made]
+            for s in used:
+                self._runs[s][1] += 1
+            self._uses.setdefault((addr, size), []).append(used)
 
     def unlock(self, addr: int, size: int) -> None:
-        self._current()
-        err, = self._drv.cuMemHostUnregister(addr)
-        self._check(err, "cuMemHostUnregister")
+        with self._mu:
+            stack = self._uses.get((addr, size))
+            if not stack:
+                return
+            used = stack.pop()
+            if not stack:
+                del self._uses[(addr, size)]
+            last = []
+            for s in used:
+                run = self._runs[s]
+                run[1] -= 1
+                if run[1] == 0:
+                    del self._runs[s]
+                    last.append(s)
+            if last:
+                with self._primary():
+                    for s in last:
+                        err, = self._drv.cuMemHostUnregister(s)
+                        self._check(err, "cuMemHostUnregister")
+
+    def registrations(self) -> list[tuple[int, int, int]]:
+        """The driver registrations: ``[(start, end, users)]``, page aligned."""
+        with self._mu:
+            return sorted((s, r[0], r[1]) for s, r in self._runs.items())
 
     def close(self) -> None:
-        if self._ctx is not None:
+        """Unregister what is still registered and release the primary
+        context (idempotent)."""
+        with self._mu:
+            if self._ctx is None:
+                return
+            if self._runs:
+                with self._primary():
+                    for s in list(self._runs):
+                        self._drv.cuMemHostUnregister(s)
+                self._runs.clear()
+                self._uses.clear()
             self._drv.cuDevicePrimaryCtxRelease(self._dev)
             self._ctx = None
 
 
+#: plugin name parts of the CUDA plugins (LLVM ``cuda``, ``cuda.nextgen``; GCC ``nvptx``)
 _CUDA_PLUGIN_NAMES = ("cuda", "nvptx")
+
+
+def is_cuda_plugin(plugin) -> bool:
+    """True for the LLVM CUDA plugins and the GCC nvptx plugin (by name; their
+    device numbers are the CUDA ordinals)."""
+    return getattr(plugin, "abi", "") in ("llvm", "gomp") and \
+        any(k in plugin.name for k in _CUDA_PLUGIN_NAMES)
 
 
 def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
     """The best backend for ``device`` (None = the process: ``mlock``).
     ``purpose``: ``"register"`` (pin an existing range) or ``"allocate"``
     (page-locked host allocations; a GOMP plugin's own allocator wins).
-    Order: plugin data_lock (liboffload: olMemRegister), GOMP page-locked
-    hooks (allocate only), CUDA ``cuMemHostRegister`` for CUDA plugins with a
-    driver, ``mlock``."""
+    Order: GOMP page-locked hooks (allocate only); CUDA
+    ``cuMemHostRegister`` for CUDA plugins with a driver (before their
+    ``data_lock``: LLVM's CUDA plugins return the pointer from it and pin
+    nothing, ``CUDADeviceTy::dataLockImpl``); the plugin's ``data_lock``
+    (liboffload: ``olMemRegister``); ``mlock``."""
     if device is not None:
         plugin = device.plugin
+        if purpose == "allocate" and _gomp_page_locked_hooks(plugin):
+            return GompPageLockedBackend(device)
+        if is_cuda_plugin(plugin) and cuda_driver_available():
+            return CudaHostRegisterBackend(device.index)
         if plugin.abi == "llvm" and plugin.has("data_lock") and plugin.has("data_unlock"):
             return PluginLockBackend(device)
         if plugin.abi == "liboffload" and plugin.has("olMemRegister") \
                 and plugin.has("olMemUnregister"):
             return OlMemRegisterBackend(device)
-        if purpose == "allocate" and _gomp_page_locked_hooks(plugin):
-            return GompPageLockedBackend(device)
-        if any(k in plugin.name for k in _CUDA_PLUGIN_NAMES) and cuda_driver_available():
-            return CudaHostRegisterBackend(device.index)
     return MlockBackend()
 
 
@@ -696,11 +789,17 @@ class PinnedRegistry:
     def backend_for(self, device=None) -> str:
         """Name of the backend that pins existing ranges for ``device``
         (initialises the device)."""
+        return self.pin_backend(device).name
+
+    def pin_backend(self, device=None) -> PinBackend:
+        """The backend that pins existing ranges for ``device`` (initialises
+        the device); it lives until the device's pins end (deinit, close).
+        LifecycleError after :meth:`close`."""
         if device is not None:
             device.init()
         with self._lock:
             self._check_open()
-            return self._domain(device).reg_backend.name
+            return self._domain(device).reg_backend
 
     # -- pin / unpin ---------------------------------------------------------------
     def pin(self, buf, size: int | None = None, *, device=None) -> PinnedRange:
@@ -957,6 +1056,11 @@ class PinnedRegistry:
             dom.starts.clear()
             dom.entries.clear()
             dom.maps.clear()
+            for be in {id(dom.reg_backend): dom.reg_backend, id(dom.backend): dom.backend}.values():
+                try:
+                    be.close()
+                except OffloadError as exc:
+                    log.warning("%s: %s", dom.label, exc)
 
     # -- pinned host allocations ------------------------------------------------------------
     def host_pool(self, device=None) -> "PinnedHostPool":
