@@ -21,16 +21,10 @@
  * back) or OSH_CB_FATAL (-2): the Python side has printed libomptarget's fatal message
  * (OMP_TARGET_OFFLOAD=mandatory) and the process aborts like libomptarget 16 does.
  *
- * GCC (libgomp) entry points: GOMP_offload_register_ver / GOMP_offload_unregister_ver
- * (GOMP_4.5) deliver a GCC library's host table and mkoffload target_data to Python;
- * GOMP_target_ext, GOMP_target_data_ext, GOMP_target_update_ext,
- * GOMP_target_enter_exit_data (GOMP_4.5) and GOMP_target_end_data (GOMP_4.0) ask Python
- * what to do with each construct.  The only answer implemented is libgomp's "no usable
- * device": the construct is handed to the real libgomp (dlvsym on the libgomp.so.1 the
- * library itself loaded) with device GOMP_DEVICE_HOST_FALLBACK (-2), so the host
- * fallback is libgomp's own (gomp_target_fallback: fresh thread state, thread_limit,
- * nowait/depend handling; target data regions kept on the ICV stack).  All other GOMP_*
- * names (parallel, barrier, ...) are not defined here and keep resolving to libgomp.
+ * GCC (libgomp) entry points (GOMP_offload_register_ver, GOMP_target_ext & co., and
+ * GCC's omp_* API routines at their OMP_4.x version nodes) live in interposer_gomp.c;
+ * the two files share the counters, the embedded CPython and the GIL helpers through
+ * interposer_internal.h.
  *
  * offload-shim run: when OFFLOAD_SHIM_EMBED=1 (set by the run command together with
  * LD_PRELOAD) the first entry point called without a callback table starts an embedded
@@ -45,11 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interposer_internal.h"
+
 #define OSH_EXPORT __attribute__((visibility("default")))
 #define OSH_CB_FATAL (-2)
-#define OSH_GOMP_FALLBACK 1
-#define OSH_GOMP_FATAL (-3)
-#define GOMP_DEVICE_HOST_FALLBACK (-2)
 #define OMP_TGT_SUCCESS 0
 #define OMP_TGT_FAIL (-1)
 
@@ -67,16 +60,6 @@ typedef int (*osh_cb_memcpy)(void *dst, const void *src, uint64_t len, uint64_t 
                              uint64_t src_off, int32_t dst_dev, int32_t src_dev);
 typedef int (*osh_cb_present)(const void *ptr, int32_t dev);      /* returns 0/1 */
 typedef int (*osh_cb_num_devices)(void);
-typedef int (*osh_cb_gomp)(int32_t unregister, uint32_t version, const void *host_table,
-                           int32_t target_type, const void *target_data);
-/* kind: 0 GOMP_target_ext, 1 GOMP_target_data_ext, 2 GOMP_target_end_data,
- * 3 GOMP_target_update_ext, 4 GOMP_target_enter_exit_data.  Returns 0 (done on a device),
- * OSH_GOMP_FALLBACK (1: libgomp host fallback), -1 (failed: fallback too) or
- * OSH_GOMP_FATAL (-3: Python printed libgomp's gomp_fatal message; exit(1)). */
-typedef int (*osh_cb_gomp_target)(int32_t kind, int32_t device, void *fn, uint64_t mapnum,
-                                  void **hostaddrs, uint64_t *sizes, void *kinds,
-                                  uint32_t flags);
-
 struct osh_interposer_callbacks {
   uint64_t size;                 /* sizeof(struct osh_interposer_callbacks) */
   osh_cb_desc register_lib;
@@ -89,8 +72,6 @@ struct osh_interposer_callbacks {
   osh_cb_memcpy target_memcpy;
   osh_cb_present target_is_present;
   osh_cb_num_devices num_devices;
-  osh_cb_gomp gomp_register;
-  osh_cb_gomp_target gomp_target;
 };
 
 static struct osh_interposer_callbacks cbs;
@@ -101,11 +82,9 @@ static void *registered[MAX_REG];
 static int num_registered;
 static int64_t requires_flags;
 static uint64_t calls[24];
-enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
-       C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
-       C_GOMP_FALLBACK, C_NCALLS };
 
 static void count(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
+void osh_ip_count(int which) { count(which); }
 
 static void fatal_if(int rc)
 {
@@ -132,6 +111,11 @@ static pthread_once_t embed_once = PTHREAD_ONCE_INIT;
 static int (*p_gil_ensure)(void);         /* PyGILState_Ensure (PyGILState_STATE = int) */
 static void (*p_gil_release)(int);
 static int (*p_run)(const char *);        /* PyRun_SimpleString */
+static int (*p_is_init)(void);            /* Py_IsInitialized */
+
+/* CPython is still usable: a Python program finalises its interpreter before the C
+ * exit handlers run, and nothing may enter it after that (seed 002) */
+static int python_alive(void) { return embed_active && p_is_init && p_is_init(); }
 
 static int gil_take(void) { return embed_active ? p_gil_ensure() : 0; }
 static void gil_drop(int st)
@@ -141,12 +125,15 @@ static void gil_drop(int st)
 }
 #define CB(call) ({ int st_ = gil_take(); int r_ = (call); gil_drop(st_); r_; })
 
+static int embed_stopped;                 /* embed_stop ran (CPython stays initialised) */
+
 static void embed_stop(void)
 {
-  if (!embed_active)
+  if (!python_alive())
     return;
   int st = p_gil_ensure();
   p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop()\n");
+  __atomic_store_n(&embed_stopped, 1, __ATOMIC_RELEASE);
   p_gil_release(st);
 }
 
@@ -164,6 +151,7 @@ static void embed_start(void)
     return;
   }
   int (*is_init)(void) = (int (*)(void))dlsym(h, "Py_IsInitialized");
+  p_is_init = is_init;
   void (*init_ex)(int) = (void (*)(int))dlsym(h, "Py_InitializeEx");
   void *(*save)(void) = (void *(*)(void))dlsym(h, "PyEval_SaveThread");
   p_gil_ensure = (int (*)(void))dlsym(h, "PyGILState_Ensure");
@@ -201,6 +189,23 @@ static void ensure_python(void)
 {
   if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE))
     pthread_once(&embed_once, embed_start);
+}
+
+/* interposer_internal.h */
+void osh_ip_ensure_python(void) { ensure_python(); }
+int osh_ip_gil_take(void) { return gil_take(); }
+void osh_ip_gil_drop(int st) { gil_drop(st); }
+int osh_ip_python_stopped(void) { return __atomic_load_n(&embed_stopped, __ATOMIC_ACQUIRE); }
+int osh_ip_python_gone(void) { return embed_active && !python_alive(); }
+
+int osh_ip_run_python(const char *code)
+{
+  if (!python_alive())
+    return -1;
+  int st = p_gil_ensure();
+  int rc = p_run(code);
+  p_gil_release(st);
+  return rc;
 }
 
 /* ---- control API (called from Python) -------------------------------------------- */
@@ -433,122 +438,4 @@ OSH_EXPORT int omp_target_is_present(const void *ptr, int dev)
   int rc = CB(f(ptr, dev));
   fatal_if(rc);
   return rc > 0;
-}
-
-/* ---- libgomp (GCC) entry points: GOMP_4.5 / GOMP_4.0 ---------------------------- */
-OSH_EXPORT void GOMP_offload_register_ver(unsigned version, const void *host_table,
-                                          int target_type, const void *target_data)
-{
-  count(C_GOMP_REG);
-  ensure_python();
-  osh_cb_gomp f = cbs.gomp_register;
-  if (f)
-    fatal_if(CB(f(0, version, host_table, target_type, target_data)));
-}
-
-OSH_EXPORT void GOMP_offload_unregister_ver(unsigned version, const void *host_table,
-                                            int target_type, const void *target_data)
-{
-  count(C_GOMP_UNREG);
-  ensure_python();
-  osh_cb_gomp f = cbs.gomp_register;
-  if (f)
-    fatal_if(CB(f(1, version, host_table, target_type, target_data)));
-}
-
-/* The real libgomp entry point NAME@VER: from the libgomp.so.1 already mapped (every GCC
- * offload library has it as DT_NEEDED, loaded RTLD_LOCAL, so RTLD_NEXT would not see
- * it).  The handle is kept: a cached pointer must stay valid. */
-static void *real_gomp(const char *name, const char *ver)
-{
-  void *h = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (!h)
-    h = dlopen("libgomp.so.1", RTLD_LAZY);
-  return h ? dlvsym(h, name, ver) : NULL;
-}
-
-#define REAL_GOMP(var, type, name, ver)                                                    \
-  static type var;                                                                         \
-  if (!__atomic_load_n(&var, __ATOMIC_ACQUIRE))                                            \
-    __atomic_store_n(&var, (type)real_gomp(name, ver), __ATOMIC_RELEASE);
-
-/* Ask Python; 1 = run libgomp's host fallback, 0 = Python ran it on a device. */
-static int gomp_decide(int kind, int device, void *fn, size_t mapnum, void **hostaddrs,
-                       size_t *sizes, void *kinds, unsigned flags)
-{
-  count(kind == 0 ? C_GOMP_TARGET : C_GOMP_DATA);
-  ensure_python();
-  osh_cb_gomp_target f = cbs.gomp_target;
-  int rc = f ? CB(f(kind, device, fn, mapnum, hostaddrs, (uint64_t *)sizes, kinds, flags))
-             : OSH_GOMP_FALLBACK;
-  if (rc == OSH_GOMP_FATAL) {             /* libgomp gomp_fatal: message, exit(1) */
-    fflush(stdout);
-    fflush(stderr);
-    exit(EXIT_FAILURE);
-  }
-  fatal_if(rc);
-  if (rc != 0)
-    count(C_GOMP_FALLBACK);
-  return rc != 0;
-}
-
-typedef void (*gomp_target_ext_fn)(int, void (*)(void *), size_t, void **, size_t *,
-                                   unsigned short *, unsigned, void **, void **);
-OSH_EXPORT void GOMP_target_ext(int device, void (*fn)(void *), size_t mapnum,
-                                void **hostaddrs, size_t *sizes, unsigned short *kinds,
-                                unsigned flags, void **depend, void **args)
-{
-  if (!gomp_decide(0, device, (void *)fn, mapnum, hostaddrs, sizes, kinds, flags))
-    return;
-  REAL_GOMP(real, gomp_target_ext_fn, "GOMP_target_ext", "GOMP_4.5")
-  if (real)
-    real(GOMP_DEVICE_HOST_FALLBACK, fn, mapnum, hostaddrs, sizes, kinds, flags, depend,
-         args);
-  else
-    fn(hostaddrs);                        /* no libgomp: the bare host version */
-}
-
-typedef void (*gomp_target_data_ext_fn)(int, size_t, void **, size_t *, unsigned short *);
-OSH_EXPORT void GOMP_target_data_ext(int device, size_t mapnum, void **hostaddrs,
-                                     size_t *sizes, unsigned short *kinds)
-{
-  if (!gomp_decide(1, device, NULL, mapnum, hostaddrs, sizes, kinds, 0))
-    return;
-  REAL_GOMP(real, gomp_target_data_ext_fn, "GOMP_target_data_ext", "GOMP_4.5")
-  if (real)                               /* keeps libgomp's target-data ICV stack */
-    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds);
-}
-
-typedef void (*gomp_end_data_fn)(void);
-OSH_EXPORT void GOMP_target_end_data(void)
-{
-  if (!gomp_decide(2, GOMP_DEVICE_HOST_FALLBACK, NULL, 0, NULL, NULL, NULL, 0))
-    return;
-  REAL_GOMP(real, gomp_end_data_fn, "GOMP_target_end_data", "GOMP_4.0")
-  if (real)
-    real();
-}
-
-typedef void (*gomp_update_ext_fn)(int, size_t, void **, size_t *, unsigned short *,
-                                   unsigned, void **);
-OSH_EXPORT void GOMP_target_update_ext(int device, size_t mapnum, void **hostaddrs,
-                                       size_t *sizes, unsigned short *kinds, unsigned flags,
-                                       void **depend)
-{
-  if (!gomp_decide(3, device, NULL, mapnum, hostaddrs, sizes, kinds, flags))
-    return;
-  REAL_GOMP(real, gomp_update_ext_fn, "GOMP_target_update_ext", "GOMP_4.5")
-  if (real)
-    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds, flags, depend);
-}
-
-OSH_EXPORT void GOMP_target_enter_exit_data(int device, size_t mapnum, void **hostaddrs,
-                                            size_t *sizes, unsigned short *kinds,
-                                            unsigned flags, void **depend)
-{
-  if (!gomp_decide(4, device, NULL, mapnum, hostaddrs, sizes, kinds, flags))
-    return;
-  REAL_GOMP(real, gomp_update_ext_fn, "GOMP_target_enter_exit_data", "GOMP_4.5")
-  if (real)
-    real(GOMP_DEVICE_HOST_FALLBACK, mapnum, hostaddrs, sizes, kinds, flags, depend);
 }

@@ -7,8 +7,8 @@ offload entry points to one table of callbacks, ``struct osh_interposer_callback
 :class:`Callbacks` is its ctypes twin (``size`` is checked by
 ``osh_interposer_set_callbacks``).  Return protocol of every callback (interposer.c):
 :data:`CB_OK` (0), :data:`CB_FAIL` (-1, host fallback where libomptarget falls back),
-:data:`CB_FATAL` (-2, Python printed the fatal message; the C side aborts);
-``gomp_target`` additionally :data:`GOMP_FALLBACK` (1) and :data:`GOMP_FATAL` (-3, exit 1).
+:data:`CB_FATAL` (-2, Python printed the fatal message; the C side aborts).  The libgomp
+side has its own table: :mod:`offload_shim.abi.gomp_interposer`.
 
 Everything is bound lazily on first use, never at import (docs/style.md).
 """
@@ -23,7 +23,6 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_i
 
 # -- return protocol (native/interposer.c) ----------------------------------------------
 CB_OK, CB_FAIL, CB_FATAL = 0, -1, -2
-GOMP_FALLBACK, GOMP_FATAL = 1, -3
 
 # -- callback prototypes (native/interposer.c typedefs) ---------------------------------
 # int (*)(void *desc)                                  register_lib / unregister_lib
@@ -49,21 +48,12 @@ MEMCPY_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_uint64, c_uint64, c_uint64, c
 PRESENT_CB = CFUNCTYPE(c_int, c_void_p, c_int32)
 # int (*)(void)
 NUMDEV_CB = CFUNCTYPE(c_int)
-# int (*)(int32_t unregister, uint32_t version, const void *host_table, int32_t type,
-#         const void *target_data)
-GOMP_CB = CFUNCTYPE(c_int, c_int32, c_uint32, c_void_p, c_int32, c_void_p)
-# int (*)(int32_t kind, int32_t device, void *fn, uint64_t mapnum, void **hostaddrs,
-#         uint64_t *sizes, void *kinds, uint32_t flags)
-GOMP_TARGET_CB = CFUNCTYPE(c_int, c_int32, c_int32, c_void_p, c_uint64, c_void_p, c_void_p,
-                           c_void_p, c_uint32)
-
 #: (field, prototype) of ``struct osh_interposer_callbacks`` after ``size``, in order
 CALLBACK_FIELDS = (
     ("register_lib", DESC_CB), ("unregister_lib", DESC_CB), ("register_requires", REQ_CB),
     ("target_kernel", KERNEL_CB), ("target_data", DATA_CB), ("target_alloc", ALLOC_CB),
     ("target_free", FREE_CB), ("target_memcpy", MEMCPY_CB),
-    ("target_is_present", PRESENT_CB), ("num_devices", NUMDEV_CB),
-    ("gomp_register", GOMP_CB), ("gomp_target", GOMP_TARGET_CB))
+    ("target_is_present", PRESENT_CB), ("num_devices", NUMDEV_CB))
 
 
 class Callbacks(Structure):
@@ -83,11 +73,11 @@ def make_callbacks(handlers: dict) -> Callbacks:
     return cb
 
 
-#: osh_interposer_calls() counter indices (native/interposer.c enum C_*)
+#: osh_interposer_calls() counter indices (native/interposer_internal.h enum C_*)
 CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_kernel",
                  "target_data", "target_alloc", "target_free", "target_memcpy",
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
-                 "fallback", "gomp_target", "gomp_data", "gomp_fallback")
+                 "fallback", "gomp_target", "gomp_data", "gomp_fallback", "gomp_device")
 
 
 def bind_interposer(path: str) -> ctypes.CDLL:
@@ -360,7 +350,7 @@ def cdll_from_handle(path: str, handle: int) -> ctypes.CDLL:
 
 __all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
-           "GOMP_FALLBACK", "GOMP_FATAL", "HostBuffer", "HostCell", "MapArgs",
+           "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
            "kernel_map_args", "kmpc_target_offload", "libdl", "libgomp", "libomp",
            "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",

@@ -72,7 +72,8 @@ def cmd_run_library(args) -> int:
     out: dict = {"library": args.library, "plugins": [p.name for p in rt.plugins],
                  "results": {}}
     ok = True
-    with rt, osh.interpose(rt, policy=args.policy) as ip:
+    with rt, osh.interpose(rt, policy=args.policy,
+                           gomp_host_device=args.gomp_host_device) as ip:
         try:
             lib = ip.load_library(args.library)
         except OSError as exc:                # missing, a directory, not a shared library
@@ -98,6 +99,7 @@ def cmd_run_library(args) -> int:
         out["registered_after_close"] = len(ip.libraries) + len(rt.images)
         out["mappings_after_close"] = sum(len(ip.mappings(i)) for i in range(len(ip.devices)))
         out["errors"] = list(ip.errors)
+        out["gomp"] = ip.gomp.report()
         ok = out["registered_after_close"] == 0 and not ip.errors
     out["calls"] = call_counts()
     if args.json:
@@ -130,7 +132,7 @@ def libpython_path() -> str:
 
 
 def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
-                    base: dict | None = None) -> dict:
+                    base: dict | None = None, gomp_host_device: bool = False) -> dict:
     """The environment ``offload-shim run`` gives the program: ``LD_PRELOAD`` = the
     interposer (before any preload already set), ``OFFLOAD_SHIM_EMBED=1``,
     ``OFFLOAD_SHIM_LIBPYTHON``, ``OFFLOAD_SHIM_PYTHONPATH`` (the directory this
@@ -151,7 +153,8 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)
     env["OFFLOAD_SHIM_RUN_OPTIONS"] = json.dumps(
         {"plugins": [str(Path(p).resolve()) for p in plugins], "bundled": bool(bundled),
-         "policy": policy, "report": str(Path(report).resolve()) if report else None})
+         "policy": policy, "report": str(Path(report).resolve()) if report else None,
+         "gomp_host_device": bool(gomp_host_device)})
     return env
 
 
@@ -166,7 +169,7 @@ def cmd_run(args) -> int:
         return 2
     try:
         env = run_environment(plugins=args.plugin, bundled=args.bundled, policy=args.policy,
-                              report=args.report)
+                              report=args.report, gomp_host_device=args.gomp_host_device)
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"offload-shim run: {exc}", file=sys.stderr)
         return 2
@@ -193,6 +196,10 @@ def register_cli(subparsers) -> None:
                    help="override OMP_TARGET_OFFLOAD")
     r.add_argument("--report", metavar="FILE", help="write a JSON report (interposed "
                    "calls, devices, errors) when the program exits")
+    r.add_argument("--gomp-host-device", action="store_true",
+                   help="GCC-built code (gcc -fopenmp -foffload=...) gets one device with "
+                   "separate host memory and libgomp 12's mapping (default: its own "
+                   "libgomp)")
     r.add_argument("program")
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
@@ -208,6 +215,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
     p.add_argument("--policy", choices=["disabled", "default", "mandatory"],
                    help="override OMP_TARGET_OFFLOAD")
+    p.add_argument("--gomp-host-device", action="store_true",
+                   help="GCC-built code gets one device with separate host memory and "
+                   "libgomp 12's mapping (default: its own libgomp)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run_library)
 

@@ -20,7 +20,9 @@ a :class:`~offload_shim.Runtime`.  The package follows libomptarget's own split:
 :mod:`.omptarget`   ``omptarget.cpp``: map types, ``targetDataBegin/End/Update``
 :mod:`.launch`      ``omptarget.cpp`` ``target()``: the kernel launch
 :mod:`.api`         ``api.cpp``: ``omp_target_alloc`` & co.
-:mod:`.gomp`        GCC libgomp ``target.c``: registration and constructs
+:mod:`.gomp`        GCC libgomp ``target.c``: registration, constructs, API
+                    routines (with ``gomp_mapping``: ``gomp_map_vars`` & co.,
+                    and ``gomp_device``: a device with separate host memory)
 :mod:`.library`     compiled libraries loaded through the interposer
 :mod:`.embed`       the Python side of ``offload-shim run`` inside the program
 ==================  ==========================================================

@@ -11,8 +11,14 @@ before the plugins' destructors.
 
 Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default every
 host plugin found, :meth:`Runtime.discover`), ``bundled`` (add the bundled host plugin),
-``policy`` (``OMP_TARGET_OFFLOAD`` override), ``report`` (path of a JSON report written
-by :func:`stop`: interposed call counts, devices, initialised devices, errors).
+``policy`` (``OMP_TARGET_OFFLOAD`` override), ``gomp_host_device`` (GCC-built code gets
+:mod:`offload_shim.interposer.gomp`'s host device), ``report`` (path of a JSON report
+written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
+and under ``gomp`` the GCC side: registrations and unregistrations, each construct with
+where it ran and why, and on the host device every mapping with address, size and map
+kind).  An executable built by GCC unregisters its image from its own destructor, which
+runs after the exit handlers and so after :func:`stop`; :func:`late_gomp_unregister`
+counts it and writes the report again.
 Nothing here runs at import time.
 """
 
@@ -85,7 +91,8 @@ def _start() -> None:
             rt = osh.Runtime(plugins, bundled=bundled)
         else:
             rt = osh.Runtime.discover(host_only=True, bundled=bundled)
-        cm = osh.interpose(rt, policy=opts.get("policy"))
+        cm = osh.interpose(rt, policy=opts.get("policy"),
+                           gomp_host_device=bool(opts.get("gomp_host_device")))
         try:
             ip = cm.__enter__()
         except BaseException:
@@ -116,10 +123,19 @@ def stop() -> None:
         report["errors"] = list(ip.errors)
         report["leaks"] = {k: list(v) for k, v in rt.close().items()}
         report["calls"] = call_counts()
+        report["gomp"] = ip.gomp.report()
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise
         report.setdefault("errors", []).append(f"stop: {type(exc).__name__}: {exc}")
         sys.stderr.write(f"offload_shim: error while stopping: {exc}\n")
-    path = opts.get("report")
+    global _stopped
+    _stopped = {"report": report, "path": opts.get("report"), "gomp": ip.gomp}
+    _write_report(report, opts.get("report"))
+
+
+_stopped: dict | None = None
+
+
+def _write_report(report: dict, path: str | None) -> None:
     if path:
         try:
             with open(path, "w") as f:
@@ -128,4 +144,23 @@ def stop() -> None:
             sys.stderr.write(f"offload_shim: cannot write the report {path}: {exc}\n")
 
 
-__all__ = ["options", "start", "stop"]
+def late_gomp_unregister(version: int, host_table: int, target_type: int,
+                         target_data: int) -> None:
+    """``GOMP_offload_unregister_ver`` after :func:`stop` (native/interposer_gomp.c calls
+    this from the executable's destructor): counted in the report, which is written
+    again.  Never raises."""
+    st = _stopped
+    if st is None:
+        return
+    try:
+        from . import call_counts
+        st["gomp"].on_late_unregister(host_table, target_data)
+        report = st["report"]
+        report["gomp"] = st["gomp"].report()
+        report["calls"] = call_counts()
+        _write_report(report, st["path"])
+    except BaseException as exc:  # noqa: BLE001 - at exit, inside a C destructor
+        sys.stderr.write(f"offload_shim: error after exit: {exc}\n")
+
+
+__all__ = ["late_gomp_unregister", "options", "start", "stop"]

@@ -1,30 +1,50 @@
-"""The GCC side: libgomp's offload registration and constructs.
+"""The GCC side: libgomp's offload registration, constructs and device API.
 
 Mirrors GCC 12 libgomp ``target.c``: ``GOMP_offload_register_ver`` /
 ``GOMP_offload_unregister_ver`` (the host table ``{func_begin, func_end, var_begin,
-var_end}`` and mkoffload's target data), ``resolve_device`` and
-``gomp_target_fallback`` for ``GOMP_target_ext``, ``GOMP_target_data_ext``,
-``GOMP_target_end_data``, ``GOMP_target_update_ext`` and ``GOMP_target_enter_exit_data``.
-Running GCC images on a device (mapping + ``GOMP_OFFLOAD_run``) is not implemented:
-every construct takes libgomp's own host fallback (the C side calls the real entry
-point with device ``GOMP_DEVICE_HOST_FALLBACK``).
+var_end}`` and mkoffload's target data), ``resolve_device``, ``gomp_target_fallback`` /
+``gomp_target_data_fallback`` and the ``target data`` stack of the task's ICVs
+(``icv->target_data``) for ``GOMP_target_ext``, ``GOMP_target_data_ext``,
+``GOMP_target_end_data``, ``GOMP_target_update_ext``, ``GOMP_target_enter_exit_data``,
+and the ``omp_target_*`` / ``omp_get_*_device*`` routines.  The C side is
+native/interposer_gomp.c (ctypes in :mod:`offload_shim.abi.gomp_interposer`).
+
+Two modes (:class:`GompSide`):
+
+* **libgomp** (default): the program's libgomp does everything as it would alone (the C
+  side calls the real entry points with the program's own arguments, so its messages,
+  ``OMP_TARGET_OFFLOAD`` rules and devices are libgomp's); Python records each
+  registration, unregistration and construct, and why each construct ran on the host
+  (``resolve_device`` of GCC 12 over libgomp's own device count).
+* **host device** (``offload-shim run --gomp-host-device``): one device,
+  :class:`~offload_shim.interposer.gomp_device.GompHostDevice`, with separate memory and
+  libgomp 12's mapping; GCC's API routines are answered here, so the program, libgomp's
+  entry points and Python see one device list: device 0 is the host device, the initial
+  device is 1 (0 devices under ``OMP_TARGET_OFFLOAD=disabled``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
+from ..abi import gomp_interposer as _gabi
 from ..abi import interposer as _abi
-from ..abi.interposer import CB_OK, GOMP_FALLBACK, GOMP_FATAL
 from ..core.images import HostEntry, OffloadImage
 from ..errors import InvalidImageError, OffloadError
+from .gomp_mapping import (GOMP_MAP_VARS_DATA, GOMP_TARGET_FLAG_EXIT_DATA, GompFatal,
+                           fmt_p)
 
 # libgomp (GCC 12 gomp-constants.h / target.c)
 GOMP_DEVICE_ICV = -1
 GOMP_DEVICE_HOST_FALLBACK = -2
 GOMP_CONSTRUCTS = ("target", "target_data", "target_end_data", "target_update",
                    "target_enter_exit_data")
+#: outcomes of a construct in :attr:`GompSide.regions`
+OUTCOMES = ("host-device", "host-fallback", "libgomp-device", "fatal")
+EINVAL = 22
+MAX_RECORDS = 10_000
 
 
 class GompImage(OffloadImage):
@@ -84,44 +104,141 @@ class GompImage(OffloadImage):
                    host_table=host_table, device_data=dd)
 
 
+def parse_target_offload(raw: str | None) -> str:
+    """libgomp's ``OMP_TARGET_OFFLOAD`` (GCC 12 env.c ``parse_target_offload``): blanks
+    around, case-insensitive ``default`` / ``mandatory`` / ``disabled``; anything else
+    keeps the default."""
+    if raw is None:
+        return "default"
+    v = raw.strip().lower()
+    return v if v in ("default", "mandatory", "disabled") else "default"
+
+
 class GompSide:
-    """libgomp's host side over a :class:`~offload_shim.Runtime`: registrations
-    (``gomp_registrations``: ``version``, ``host_table``, ``target_type``,
-    ``target_data``, ``funcs``, ``vars``, ``device_data``, ``image`` per library) and
-    the decision for each construct (counted in ``gomp_constructs``,
-    ``gomp_fallbacks``).  ``policy``: an ``OMP_TARGET_OFFLOAD`` override or None;
-    messages of failures are appended to ``errors``, images no plugin takes to
-    ``unsupported`` (both lists shared with the interposer).  Thread safety: ``lock``."""
+    """libgomp's host side over a :class:`~offload_shim.Runtime`.
+
+    ``host_device``: serve GCC code with a
+    :class:`~offload_shim.interposer.gomp_device.GompHostDevice` (else libgomp mode, see
+    the module docstring).  ``policy``: an ``OMP_TARGET_OFFLOAD`` override for the host
+    device (libgomp mode follows libgomp, which reads the environment).  Messages of
+    failures go to ``errors``, images no plugin takes to ``unsupported`` (both lists
+    shared with the interposer).  Records: ``gomp_registrations`` (``version``,
+    ``host_table``, ``target_type``, ``target_data``, ``funcs``, ``vars``,
+    ``var_init``, ``device_data``, ``image`` per image registered and not unregistered),
+    ``registrations`` / ``unregistrations`` (counts of calls), ``gomp_constructs``
+    (per construct name), ``outcomes`` (per :data:`OUTCOMES`), ``regions`` (one dict per
+    construct: ``construct``, ``device``, ``outcome``, ``reason``, ``fn``; at most
+    :data:`MAX_RECORDS`), ``api_calls`` (per routine, host-device mode).  Thread safety:
+    ``lock``."""
 
     def __init__(self, runtime, lock, *, errors: list, unsupported: list,
-                 policy: str | None = None):
+                 policy: str | None = None, host_device: bool = False):
         self.runtime = runtime
         self._lock = lock
         self._policy_override = policy
         self.errors = errors
         self.unsupported = unsupported
+        self.host_device_enabled = bool(host_device)
+        self.host_device = None
         self.gomp_registrations: list[dict] = []
+        self.registrations = 0
+        self.unregistrations = 0
+        self.late_unregistrations = 0
         self.gomp_constructs: dict[str, int] = {k: 0 for k in GOMP_CONSTRUCTS}
-        self.gomp_fallbacks = 0
+        self.outcomes: dict[str, int] = {k: 0 for k in OUTCOMES}
+        self.regions: list[dict] = []
+        self.dropped_regions = 0
+        self.api_calls: dict[str, int] = {}
+        self._data_stacks: dict[int, list] = {}
+        self._libgomp_devices: int | None = None
+        self._table = None
+        self._lib = None
+        if self.host_device_enabled:
+            from .gomp_device import GompHostDevice
+            self.host_device = GompHostDevice()
 
+    @property
+    def gomp_fallbacks(self) -> int:
+        """Constructs that ran on the host (libgomp's fallback)."""
+        return self.outcomes["host-fallback"]
+
+    # -- the C table ---------------------------------------------------------------------
+    def install(self, lib) -> None:
+        """Install the callback table in the interposer ``lib`` and replay the
+        registrations it recorded before.  Raises OffloadError on a size mismatch."""
+        from .bridge import guard
+        handlers = {
+            "reg": guard(self.on_register, self._plain_error),
+            "decide": guard(self.on_decide, self._plain_error, fail=_gabi.PASSTHROUGH),
+            "map": guard(self.on_map, self._fatal_error, fail=_gabi.FATAL),
+            "unmap": guard(self.on_unmap, self._fatal_error, fail=_gabi.FATAL),
+            "api": guard(self.on_api, self._fatal_error, fail=_gabi.FATAL),
+        }
+        table = _gabi.make_callbacks(handlers, host_device=self.host_device_enabled)
+        if _gabi.set_callbacks(lib, table) != 0:
+            raise OffloadError("osh_gomp_set_callbacks rejected the table (struct size "
+                               "mismatch: rebuild the native library)")
+        self._table, self._lib = table, lib
+        for version, host_table, ttype, tdata in _gabi.registered(lib):
+            with self._lock:
+                known = any(r["host_table"] == host_table and r["target_data"] == tdata
+                            for r in self.gomp_registrations)
+            if not known:
+                self.on_register(0, version, host_table, ttype, tdata)
+
+    def uninstall(self) -> None:
+        """Remove the table (the C side then calls libgomp directly) and close the host
+        device (its mappings and the images' variables are freed).  Idempotent."""
+        if self._lib is not None:
+            _gabi.set_callbacks(self._lib, None)
+            self._lib = None
+        if self.host_device is not None and not self.host_device.closed:
+            with self._lock:
+                self.host_device.close()
+
+    def _plain_error(self, msg: str) -> None:
+        self.errors.append(msg)
+
+    def _fatal_error(self, msg: str) -> int:
+        self.errors.append(msg)
+        return self._fatal(f"offload_shim: {msg}")
+
+    @staticmethod
+    def _fatal(message: str) -> int:
+        """libgomp ``gomp_fatal`` (GCC 12 error.c ``gomp_verror``): ``"\\nlibgomp: "``,
+        the message, ``"\\n"`` on stderr; the C side exits with status 1."""
+        sys.stdout.flush()
+        sys.stderr.write(f"\nlibgomp: {message}\n")
+        sys.stderr.flush()
+        return _gabi.FATAL
+
+    # -- registration ------------------------------------------------------------------
     def on_register(self, unregister: int, version: int, host_table: int,
                     target_type: int, target_data: int) -> int:
         """``GOMP_offload_register_ver`` / ``_unregister_ver`` (libgomp target.c, seed
         000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
         host function addresses, ``(address, size)`` variable pairs, top size bit =
-        ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX
-        objects, function and variable names, abi-reference 2.6), record both in
-        :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime:
-        pending for the plugins of that target type (e.g. the GCC 12 nvptx plugin; with
-        0 devices nothing is ever loaded), :attr:`unsupported` when no plugin takes it.
-        Unregistration (the library's destructor, ``dlclose``) unregisters it again."""
+        ``declare target link``) and the variables' bytes (what the device image is
+        initialised with), decode mkoffload's ``target_data`` (nvptx: PTX objects,
+        function and variable names, abi-reference 2.6), record both in
+        :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime
+        (pending for the plugins of that target type; :attr:`unsupported` when none
+        takes it); an initialised host device loads it at once
+        (``gomp_load_image_to_device``).  Unregistration (the destructor: ``dlclose``,
+        exit) unloads and unregisters it again."""
         with self._lock:
             if unregister:
+                self.unregistrations += 1
                 keep = []
                 for r in self.gomp_registrations:
                     if r["target_data"] != target_data or r["host_table"] != host_table:
                         keep.append(r)
                         continue
+                    if self.host_device is not None and not self.host_device.closed:
+                        try:
+                            self.host_device.unload_image(r)
+                        except GompFatal as exc:
+                            self.errors.append(f"unload {fmt_p(host_table)}: {exc.message}")
                     img = r.get("image")
                     if img is not None and img in self.runtime.images:
                         try:
@@ -129,93 +246,466 @@ class GompSide:
                         except OffloadError as exc:
                             self.errors.append(f"unregister {img.name}: {exc}")
                 self.gomp_registrations = keep
-                return CB_OK
+                return _gabi.OK
+            self.registrations += 1
             fb, fe, vb, ve = _abi.read_pointers(host_table, 4)
             funcs = _abi.read_pointers(fb, (fe - fb) // 8) if fe > fb else []
             raw = _abi.read_pointers(vb, (ve - vb) // 8) if ve > vb else []
             vars_ = list(zip(raw[0::2], raw[1::2]))
+            var_init = [None if size >> 63 else _abi.read_bytes(addr, size)
+                        for addr, size in vars_]
             rec = {"version": int(version), "host_table": host_table,
                    "target_type": int(target_type), "target_data": target_data,
-                   "funcs": funcs, "vars": vars_, "device_data": None, "image": None}
+                   "funcs": funcs, "vars": vars_, "var_init": var_init,
+                   "device_data": None, "image": None, "name": f"gomp@{target_data:#x}"}
             self.gomp_registrations.append(rec)
+            if self.host_device is not None and self.host_device.initialized:
+                try:
+                    self.host_device.load_image(rec)
+                except GompFatal as exc:
+                    return self._fatal(exc.message)
             try:
                 img = GompImage.from_registration(int(version), host_table, int(target_type),
                                                   target_data, funcs, vars_)
             except (InvalidImageError, ValueError) as exc:
                 self.unsupported.append((target_data, f"GOMP image: {exc}"))
-                return CB_OK
+                return _gabi.OK
             rec["device_data"] = img.device_data
             try:
                 self.runtime.register_image(img)
             except InvalidImageError as exc:
                 self.unsupported.append((target_data, f"{img.name}: {exc}"))
-                return CB_OK
+                return _gabi.OK
             rec["image"] = img
-            return CB_OK
+            return _gabi.OK
+
+    def on_late_unregister(self, host_table: int, target_data: int) -> None:
+        """An unregistration after the interposer was closed (the executable's
+        destructor runs after the exit handlers): counted and its record dropped; the
+        devices are closed already, so nothing is left to unload."""
+        with self._lock:
+            self.unregistrations += 1
+            self.late_unregistrations += 1
+            self.gomp_registrations = [r for r in self.gomp_registrations
+                                       if (r["host_table"], r["target_data"])
+                                       != (host_table, target_data)]
+
+    # -- devices and policy --------------------------------------------------------------
+    def policy(self) -> str:
+        """``disabled`` / ``default`` / ``mandatory`` as libgomp reads
+        ``OMP_TARGET_OFFLOAD``; in host-device mode the override, when given, wins."""
+        if self.host_device_enabled and self._policy_override is not None:
+            return self._policy_override.lower()
+        return parse_target_offload(os.environ.get("OMP_TARGET_OFFLOAD"))
+
+    def libgomp_num_devices(self) -> int:
+        """libgomp's own ``omp_get_num_devices()`` (asked once; 0 without libgomp)."""
+        if self._libgomp_devices is None:
+            try:
+                self._libgomp_devices = _gabi.real_libgomp().num_devices()
+            except (OSError, AttributeError):
+                self._libgomp_devices = 0
+        return self._libgomp_devices
+
+    def num_devices(self) -> int:
+        """The program's ``omp_get_num_devices()``: the host device (1; 0 under
+        ``OMP_TARGET_OFFLOAD=disabled``, where libgomp 12 loads no plugin) or libgomp's
+        own count."""
+        if self.host_device is not None:
+            return 0 if self.policy() == "disabled" else 1
+        return self.libgomp_num_devices()
 
     def devices(self) -> list:
-        """libgomp's device list (GCC 12 ``gomp_target_init``): the devices of the
-        runtime's OpenMP-capable GOMP plugins, OpenMP device numbers 0..n-1
-        (0 under ``OMP_TARGET_OFFLOAD=disabled``)."""
-        if self.policy() == "disabled":
-            return []
-        return [d for d in self.runtime.devices
-                if getattr(d.plugin, "abi", None) == "gomp"
-                and getattr(d.plugin, "caps", 0) & 0x4]
-
-    def policy(self) -> str:
-        """``disabled`` / ``default`` / ``mandatory``: the override, else
-        ``OMP_TARGET_OFFLOAD`` (libgomp ``parse_target_offload``)."""
-        if self._policy_override is not None:
-            return self._policy_override.lower()
-        env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
-        return env if env in ("disabled", "mandatory") else "default"
-
-    def on_target(self, kind, device, fn, mapnum, hostaddrs, sizes, kinds, flags) -> int:
-        """A GCC construct (``GOMP_target_ext``, ``_data_ext``, ``_end_data``,
-        ``_update_ext``, ``_enter_exit_data``): decide like libgomp 12
-        (``resolve_device``, ``gomp_target_fallback``).  The device number (``-1`` =
-        the ``default-device-var`` ICV) outside ``0..n-1`` -> host fallback, except
-        under ``OMP_TARGET_OFFLOAD=mandatory`` for a number that is neither the
-        fallback (-2) nor the initial device (n): fatal "OMP_TARGET_OFFLOAD is set to
-        MANDATORY, but device not found".  A usable device -> still the host
-        fallback (running GCC images on a device is not implemented), fatal under
-        mandatory for ``target`` ("... but device cannot be used for offloading").
-        Returns 1 (libgomp host fallback, run by the interposer through libgomp with
-        device -2) or -3 (fatal: message printed, the process exits with status 1)."""
-        with self._lock:
-            name = GOMP_CONSTRUCTS[kind] if 0 <= kind < len(GOMP_CONSTRUCTS) else str(kind)
-            self.gomp_constructs[name] = self.gomp_constructs.get(name, 0) + 1
-            n = len(self.devices())
-            mandatory = self.policy() == "mandatory"
-            dev = int(device)
-            if dev == GOMP_DEVICE_ICV:
-                dev = self.default_device()
-            if not 0 <= dev < n:
-                if mandatory and dev not in (GOMP_DEVICE_HOST_FALLBACK, n) and kind != 2:
-                    return self._fatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but "
-                                       "device not found")
-            elif kind == 0 and mandatory:
-                return self._fatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but device "
-                                   "cannot be used for offloading")
-            self.gomp_fallbacks += 1
-            return GOMP_FALLBACK
+        """The OpenMP devices 0..n-1 GCC code sees: ``[host device]`` in host-device
+        mode, else one label per libgomp device (``"libgomp:<i>"``)."""
+        n = self.num_devices()
+        if self.host_device is not None:
+            return [self.host_device][:n]
+        return [f"libgomp:{i}" for i in range(n)]
 
     def default_device(self) -> int:
-        """libgomp's ``omp_get_default_device()`` (the ICV), else ``OMP_DEFAULT_DEVICE``."""
+        """The calling task's ``default-device-var`` (libgomp's
+        ``omp_get_default_device()``), else ``OMP_DEFAULT_DEVICE``."""
         try:
-            return _abi.omp_default_device(_abi.libgomp())
+            return _gabi.real_libgomp().default_device()
         except (OSError, AttributeError):
             return int(os.environ.get("OMP_DEFAULT_DEVICE", "0") or 0)
 
-    def _fatal(self, message: str) -> int:
-        """libgomp ``gomp_fatal``: "libgomp: MESSAGE" on stderr, then exit(1) (C side)."""
-        self.errors.append(message)
-        sys.stdout.flush()
-        sys.stderr.write(f"libgomp: {message}\n")
-        sys.stderr.flush()
-        return GOMP_FATAL
+    # -- constructs ------------------------------------------------------------------------
+    def _record(self, kind: int, device: int, fn: int, outcome: str, reason: str) -> None:
+        self.outcomes[outcome] += 1
+        if len(self.regions) < MAX_RECORDS:
+            self.regions.append({"construct": GOMP_CONSTRUCTS[kind], "device": int(device),
+                                 "fn": fmt_p(fn) if fn else None, "outcome": outcome,
+                                 "reason": reason})
+        else:
+            self.dropped_regions += 1
+
+    def _stack(self) -> list:
+        """The calling thread's ``target data`` stack (libgomp keeps it in the task's
+        ICVs; tied tasks never change threads)."""
+        return self._data_stacks.setdefault(threading.get_ident(), [])
+
+    def _fallback_reason(self, kind: int, device: int, dev: int, n: int, policy: str) -> str:
+        asked = "default-device-var " if device == GOMP_DEVICE_ICV else ""
+        if dev == GOMP_DEVICE_HOST_FALLBACK:
+            return "host fallback requested (if(false) or device(-2))"
+        if policy == "disabled":
+            return "OMP_TARGET_OFFLOAD=disabled: no device (libgomp loads no plugin)"
+        if n == 0:
+            return (f"{asked}device {dev}: no offload device (omp_get_num_devices() is 0: "
+                    "no plugin found a device)")
+        if dev == n:
+            return f"{asked}device {dev} is the initial device (the host)"
+        return f"{asked}device {dev} is not one of the {n} devices"
+
+    def on_decide(self, kind, device, fn, mapnum, hostaddrs, sizes, kinds, flags, depend,
+                  args) -> int:
+        """A GCC construct (kind: ``GOMP_target_ext``, ``_data_ext``, ``_end_data``,
+        ``_update_ext``, ``_enter_exit_data``), decided like GCC 12 ``resolve_device``:
+        device ``-1`` is the ``default-device-var`` ICV; a number outside ``0..n-1``
+        falls back to the host, except under ``OMP_TARGET_OFFLOAD=mandatory`` for a
+        number that is neither ``GOMP_DEVICE_HOST_FALLBACK`` nor ``n`` (the initial
+        device): "OMP_TARGET_OFFLOAD is set to MANDATORY, but device not found".  In
+        host-device mode a region whose function is in no registered image falls back
+        (``gomp_get_target_fn_addr``; under mandatory "... but device cannot be used for
+        offloading", ``gomp_target_fallback``).  Returns an interposer_gomp.c code."""
+        kind, device, fn = int(kind), int(device), int(fn or 0)
+        with self._lock:
+            self.gomp_constructs[GOMP_CONSTRUCTS[kind]] += 1
+            if self.host_device is None:
+                return self._decide_libgomp(kind, device, fn)
+            return self._decide_host_device(kind, device, fn)
+
+    def _decide_libgomp(self, kind: int, device: int, fn: int) -> int:
+        if kind == _gabi.K_END_DATA:
+            self._record(kind, device, fn, "host-fallback",
+                         "end of a target data region (libgomp pops its own)")
+            return _gabi.PASSTHROUGH
+        policy = self.policy()
+        n = self.libgomp_num_devices()
+        dev = self.default_device() if device == GOMP_DEVICE_ICV else device
+        if 0 <= dev < n:
+            self._record(kind, device, fn, "libgomp-device", f"libgomp device {dev}")
+            return _gabi.PASSTHROUGH_DEVICE
+        if policy == "mandatory" and dev not in (GOMP_DEVICE_HOST_FALLBACK, n):
+            msg = "OMP_TARGET_OFFLOAD is set to MANDATORY, but device not found"
+            self.errors.append(msg)
+            self._record(kind, device, fn, "fatal", f"device {dev}: {msg} (libgomp exits)")
+            return _gabi.PASSTHROUGH
+        self._record(kind, device, fn, "host-fallback",
+                     self._fallback_reason(kind, device, dev, n, policy))
+        return _gabi.PASSTHROUGH
+
+    def _decide_host_device(self, kind: int, device: int, fn: int) -> int:
+        stack = self._stack()
+        if kind == _gabi.K_END_DATA:
+            if stack and stack[-1][0] == "device":
+                self._record(kind, device, fn, "host-device", "end of a device data region")
+                return _gabi.DEVICE
+            if stack:
+                stack.pop()
+            self._record(kind, device, fn, "host-fallback",
+                         "end of a host data region (libgomp pops its own)")
+            return _gabi.FALLBACK
+        policy = self.policy()
+        n = self.num_devices()
+        dev = self.default_device() if device == GOMP_DEVICE_ICV else device
+        if not 0 <= dev < n:
+            if policy == "mandatory" and dev not in (GOMP_DEVICE_HOST_FALLBACK, n):
+                msg = "OMP_TARGET_OFFLOAD is set to MANDATORY, but device not found"
+                self.errors.append(msg)
+                self._record(kind, device, fn, "fatal", f"device {dev}: {msg}")
+                return self._fatal(msg)
+            if kind == _gabi.K_DATA:
+                stack.append(("fallback", None))
+            self._record(kind, device, fn, "host-fallback",
+                         self._fallback_reason(kind, device, dev, n, policy))
+            return _gabi.FALLBACK
+        try:
+            self._ensure_init()
+        except GompFatal as exc:
+            return self._fatal(exc.message)
+        if kind == _gabi.K_TARGET and not self.host_device.mapper.function_mapped(fn):
+            reason = (f"region function {fmt_p(fn)} is in no registered image "
+                      "(gomp_get_target_fn_addr)")
+            if policy == "mandatory":
+                msg = ("OMP_TARGET_OFFLOAD is set to MANDATORY, but device cannot be used "
+                       "for offloading")
+                self.errors.append(msg)
+                self._record(kind, device, fn, "fatal", f"{reason}: {msg}")
+                return self._fatal(msg)
+            self._record(kind, device, fn, "host-fallback", reason)
+            return _gabi.FALLBACK
+        self._record(kind, device, fn, "host-device", f"device {dev}: {self.host_device.label}")
+        return _gabi.DEVICE
+
+    def _ensure_init(self) -> None:
+        self.host_device.ensure_init(self.gomp_registrations)
+
+    # -- the host device's side of a construct ------------------------------------------
+    def on_map(self, kind, mapnum, hostaddrs_p, sizes_p, kinds_p, flags, out) -> int:
+        """Do a construct on the host device (GCC 12 ``GOMP_target_ext``'s
+        ``gomp_map_vars(..., GOMP_MAP_VARS_TARGET)``, ``GOMP_target_data_ext``,
+        ``GOMP_target_end_data``, ``gomp_update``, ``GOMP_target_enter_exit_data``).  For a
+        region ``out[0]`` receives the handle for :meth:`on_unmap` and ``out[1]`` the
+        device address of the argument block.  Host addresses libgomp rewrites
+        (``use_device_ptr``) are written back.  Returns OK or FATAL (message printed)."""
+        kind, mapnum, flags = int(kind), int(mapnum), int(flags)
+        hostaddrs = _gabi.read_u64s(hostaddrs_p, mapnum)
+        sizes = _gabi.read_u64s(sizes_p, mapnum)
+        kinds = _gabi.read_u16s(kinds_p, mapnum)
+        orig = list(hostaddrs)
+        with self._lock:
+            hd = self.host_device
+            if hd is None or hd.closed:
+                return self._fatal("offload_shim: the GCC host device is closed")
+            mapper = hd.mapper
+            mapper.construct = GOMP_CONSTRUCTS[kind]
+            try:
+                if kind == _gabi.K_TARGET:
+                    handle, block = hd.map_region(hostaddrs, sizes, kinds)
+                    out[0], out[1] = handle, block
+                elif kind == _gabi.K_DATA:
+                    tgt = mapper.map_vars(hostaddrs, sizes, kinds, GOMP_MAP_VARS_DATA)
+                    self._stack().append(("device", tgt))
+                elif kind == _gabi.K_END_DATA:
+                    stack = self._stack()
+                    if stack and stack[-1][0] == "device":
+                        _tag, tgt = stack.pop()
+                        mapper.unmap_vars(tgt, True)
+                elif kind == _gabi.K_UPDATE:
+                    mapper.update(hostaddrs, sizes, kinds)
+                elif flags & GOMP_TARGET_FLAG_EXIT_DATA:
+                    mapper.exit_data(hostaddrs, sizes, kinds)
+                else:
+                    mapper.enter_data(hostaddrs, sizes, kinds)
+            except GompFatal as exc:
+                self.errors.append(exc.message)
+                return self._fatal(exc.message)
+        for i, (a, b) in enumerate(zip(orig, hostaddrs)):
+            if a != b and hostaddrs_p:
+                _gabi.write_u64(hostaddrs_p + 8 * i, b)
+        return _gabi.OK
+
+    def on_unmap(self, handle) -> int:
+        """After a region: ``gomp_unmap_vars`` with copy-back."""
+        with self._lock:
+            try:
+                self.host_device.unmap_region(int(handle))
+            except GompFatal as exc:
+                self.errors.append(exc.message)
+                return self._fatal(exc.message)
+        return _gabi.OK
+
+    # -- GCC's API routines (host-device mode) ------------------------------------------
+    def _resolve(self, dev: int):
+        """``resolve_device`` for an API routine: the host device, or None (libgomp's
+        NULL).  Raises GompFatal under mandatory for a missing device."""
+        n = self.num_devices()
+        if dev == GOMP_DEVICE_ICV:
+            dev = self.default_device()
+        if not 0 <= dev < n:
+            if self.policy() == "mandatory" and dev not in (GOMP_DEVICE_HOST_FALLBACK, n):
+                raise GompFatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but device not found")
+            return None
+        self._ensure_init()
+        return self.host_device
+
+    def on_api(self, op, args_p, nargs, result) -> int:
+        """One of GCC's device routines (GCC 12 target.c / icv-device.c semantics over
+        this device list); the value goes to ``result[0]``."""
+        op, nargs = int(op), int(nargs)
+        a = _gabi.read_u64s(args_p or 0, nargs) if nargs else []
+        name = _gabi.API_OPS[op] if 0 <= op < len(_gabi.API_OPS) else str(op)
+        with self._lock:
+            self.api_calls[name] = self.api_calls.get(name, 0) + 1
+            try:
+                value = self._api(op, a)
+            except GompFatal as exc:
+                self.errors.append(exc.message)
+                return self._fatal(exc.message)
+        result[0] = value & 0xFFFFFFFFFFFFFFFF
+        return _gabi.OK
+
+    def _api(self, op: int, a: list[int]) -> int:
+        s32 = lambda v: ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # noqa: E731
+        n = self.num_devices()
+        if op in (0, 1, 2):                         # num_devices, initial_device, device_num
+            return n
+        if op == 3:                                 # omp_target_alloc(size, dev)
+            size, dev = a[0], s32(a[1])
+            if dev == n:
+                return _gabi.host_malloc(size)
+            if dev < 0:
+                return 0
+            hd = self._resolve(dev)
+            if hd is None:
+                return 0
+            ptr = hd.mapper.mem.alloc(size) if size else 0
+            hd._trace({"construct": "omp_target_alloc", "op": "alloc", "kind": None,
+                       "host": None, "size": size, "device": fmt_p(ptr)})
+            return ptr
+        if op == 4:                                 # omp_target_free(ptr, dev)
+            ptr, dev = a[0], s32(a[1])
+            if not ptr:
+                return 0
+            if dev == n:
+                _gabi.host_free(ptr)
+                return 0
+            if dev < 0:
+                return 0
+            hd = self._resolve(dev)
+            if hd is None:
+                return 0
+            if not hd.mapper.mem.free(ptr):
+                raise GompFatal(f"error in freeing device memory block at {fmt_p(ptr)}")
+            hd._trace({"construct": "omp_target_free", "op": "free", "kind": None,
+                       "host": None, "size": None, "device": fmt_p(ptr)})
+            return 0
+        if op == 5:                                 # omp_target_is_present(ptr, dev)
+            ptr, dev = a[0], s32(a[1])
+            if not ptr or dev == n:
+                return 1
+            if dev < 0:
+                return 0
+            hd = self._resolve(dev)
+            if hd is None:
+                return 0
+            return 1 if hd.mapper.mem_map.map_0len_lookup(ptr, ptr) is not None else 0
+        if op == 6:                                 # omp_target_memcpy
+            dst, src, length, doff, soff, ddev, sdev = a[:5] + [s32(a[5]), s32(a[6])]
+            devs = []
+            for d in (ddev, sdev):
+                if d == n:
+                    devs.append(None)
+                    continue
+                if d < 0:
+                    return EINVAL
+                hd = self._resolve(d)
+                if hd is None:
+                    return EINVAL
+                devs.append(hd)
+            return self._copy(dst + doff, src + soff, length, devs[0], devs[1])
+        if op == 7:                                 # omp_target_memcpy_rect
+            return self._memcpy_rect(a)
+        if op == 8:                                 # omp_target_associate_ptr
+            host, devp, size, doff, dev = a[0], a[1], a[2], a[3], s32(a[4])
+            if dev == n or dev < 0:
+                return EINVAL
+            hd = self._resolve(dev)
+            if hd is None:
+                return EINVAL
+            return hd.mapper.associate(host, (devp + doff) & 0xFFFFFFFFFFFFFFFF, size)
+        if op == 9:                                 # omp_target_disassociate_ptr
+            ptr, dev = a[0], s32(a[1])
+            if dev == n or dev < 0:
+                return EINVAL
+            hd = self._resolve(dev)
+            if hd is None:
+                return EINVAL
+            return hd.mapper.disassociate(ptr)
+        if op == 10:                                # omp_pause_resource(kind, dev)
+            kind, dev = s32(a[0]), s32(a[1])
+            if dev == n:
+                try:
+                    real = _gabi.real_libgomp()
+                    return real.pause_resource(kind, real.num_devices()) & 0xFFFFFFFF
+                except (OSError, AttributeError):
+                    return 0
+            if dev < 0 or dev >= n:
+                return 0xFFFFFFFF                   # -1
+            return 0
+        raise GompFatal(f"offload_shim: unknown API operation {op}")
+
+    @staticmethod
+    def _copy(dst: int, src: int, length: int, ddev, sdev) -> int:
+        if ddev is None and sdev is None:
+            _gabi.host_memmove(dst, src, length)
+            return 0
+        if sdev is None:
+            return 0 if ddev.mapper.mem.host2dev(dst, src, length) else EINVAL
+        if ddev is None:
+            return 0 if sdev.mapper.mem.dev2host(dst, src, length) else EINVAL
+        if sdev is ddev:
+            return 0 if sdev.mapper.mem.dev2dev(dst, src, length) else EINVAL
+        return EINVAL
+
+    def _memcpy_rect(self, a: list[int]) -> int:
+        """GCC 12 ``omp_target_memcpy_rect`` / ``omp_target_memcpy_rect_worker``."""
+        s32 = lambda v: ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # noqa: E731
+        dst, src, esize, ndims = a[0], a[1], a[2], s32(a[3])
+        ddev, sdev = s32(a[9]), s32(a[10])
+        if not dst and not src:
+            return 0x7FFFFFFF                        # INT_MAX: any number of dimensions
+        n = self.num_devices()
+        devs = []
+        for d in (ddev, sdev):
+            if d == n:
+                devs.append(None)
+                continue
+            if d < 0:
+                return EINVAL
+            hd = self._resolve(d)
+            if hd is None:
+                return EINVAL
+            devs.append(hd)
+        if devs[0] is not None and devs[1] is not None and devs[0] is not devs[1]:
+            return EINVAL
+        if ndims <= 0:
+            return EINVAL
+        arrays = [_gabi.read_u64s(p, ndims) for p in a[4:9]]
+        volume, doffs, soffs, ddims, sdims = arrays
+        limit = 1 << 64
+
+        def worker(dst, src, nd, vol, do, so, dd, sd) -> int:
+            if nd == 1:
+                length, doff, soff = esize * vol[0], esize * do[0], esize * so[0]
+                if max(length, doff, soff) >= limit:
+                    return EINVAL
+                return self._copy(dst + doff, src + soff, length, devs[0], devs[1])
+            dslice = sslice = esize
+            for i in range(1, nd):
+                dslice *= dd[i]
+                sslice *= sd[i]
+            doff, soff = dslice * do[0], sslice * so[0]
+            if max(dslice, sslice, doff, soff) >= limit:
+                return EINVAL
+            for _j in range(vol[0]):
+                ret = worker(dst + doff, src + soff, nd - 1, vol[1:], do[1:], so[1:], dd[1:],
+                             sd[1:])
+                if ret:
+                    return ret
+                doff += dslice
+                soff += sslice
+            return 0
+        return worker(dst, src, ndims, volume, doffs, soffs, ddims, sdims)
+
+    # -- report ---------------------------------------------------------------------------
+    def report(self) -> dict:
+        """What the ``--report`` file says of GCC code (JSON-ready)."""
+        with self._lock:
+            hd = self.host_device
+            out = {
+                "mode": "host-device" if self.host_device_enabled else "libgomp",
+                "policy": self.policy(),
+                "devices": self.num_devices(),
+                "initial_device": self.num_devices(),
+                "registrations": self.registrations,
+                "unregistrations": self.unregistrations,
+                "late_unregistrations": self.late_unregistrations,
+                "registered": len(self.gomp_registrations),
+                "constructs": dict(self.gomp_constructs),
+                "outcomes": dict(self.outcomes),
+                "regions": list(self.regions),
+                "dropped_regions": self.dropped_regions,
+            }
+            if hd is not None:
+                out.update(device=hd.label, api_calls=dict(self.api_calls),
+                           mappings=list(hd.events), dropped_mappings=hd.dropped_events,
+                           live_mappings=hd.live_mappings() if not hd.closed else [])
+            return out
 
 
 __all__ = ["GOMP_CONSTRUCTS", "GOMP_DEVICE_HOST_FALLBACK", "GOMP_DEVICE_ICV", "GompImage",
-           "GompSide"]
+           "GompSide", "OUTCOMES", "parse_target_offload"]

@@ -25,7 +25,7 @@ import threading
 from typing import Iterator
 
 from ..abi import interposer as _abi
-from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK, GOMP_FALLBACK
+from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
 from ..core.images import OffloadImage
 from ..errors import LifecycleError, OffloadError
 from . import api, launch, omptarget
@@ -55,14 +55,15 @@ class Interposer:
     host function addresses and ``(address, size)`` variable pairs read from the table;
     ``errors``: messages of constructs that failed."""
 
-    def __init__(self, runtime, *, policy: str | None = None):
+    def __init__(self, runtime, *, policy: str | None = None, gomp_host_device: bool = False):
         self.runtime = runtime
         self._lock = threading.RLock()
         self._policy_override = policy
         self.errors: list[str] = []
         self.rtls = Registrations(runtime)
         self.gomp = GompSide(runtime, self._lock, errors=self.errors,
-                             unsupported=self.rtls.unsupported, policy=policy)
+                             unsupported=self.rtls.unsupported, policy=policy,
+                             host_device=gomp_host_device)
         self._mappers: dict[int, DeviceMapper] = {}     # device number -> mapper
         self._loaded: list[LoadedLibrary] = []
         self._closed = False
@@ -98,7 +99,7 @@ class Interposer:
         return self.gomp.gomp_fallbacks
 
     def gomp_devices(self) -> list:
-        """libgomp's device list (:meth:`GompSide.devices`)."""
+        """The device list of GCC code (:meth:`GompSide.devices`)."""
         return self.gomp.devices()
 
     def mappings(self, device: int = 0) -> list[MapEntry]:
@@ -122,9 +123,8 @@ class Interposer:
             "target_memcpy": guard(self._on_memcpy, plain),
             "target_is_present": guard(self._on_is_present, plain, fail=0),
             "num_devices": guard(self.num_devices, plain, fail=0),
-            "gomp_register": guard(self.gomp.on_register, plain),
-            "gomp_target": guard(self.gomp.on_target, plain, fail=GOMP_FALLBACK),
         })
+        self.gomp.install(self._bridge.lib)
         # libraries registered before the callbacks existed (e.g. preloaded)
         for desc in self._bridge.registered():
             if desc not in self.libraries:
@@ -150,6 +150,7 @@ class Interposer:
             for dm in self._mappers.values():
                 dm.release_all()
             self._bridge.uninstall()
+            self.gomp.uninstall()
             self._closed = True
         with _active_lock:
             if _active is self:
@@ -364,7 +365,8 @@ class Interposer:
 
 
 @contextlib.contextmanager
-def interpose(runtime, *, policy: str | None = None) -> Iterator[Interposer]:
+def interpose(runtime, *, policy: str | None = None,
+              gomp_host_device: bool = False) -> Iterator[Interposer]:
     """Route compiled OpenMP code to ``runtime`` for the duration of the block::
 
         with osh.Runtime([plugin]) as rt, osh.interpose(rt) as ip:
@@ -373,7 +375,10 @@ def interpose(runtime, *, policy: str | None = None) -> Iterator[Interposer]:
             lib.close()                                   # destructors unregister
 
     ``policy`` overrides ``OMP_TARGET_OFFLOAD`` (``"disabled"``, ``"default"``,
-    ``"mandatory"``).  Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
+    ``"mandatory"``).  ``gomp_host_device``: GCC-built code gets a device with separate
+    host memory and libgomp's mapping, and its API routines answer from this device list
+    (:mod:`offload_shim.interposer.gomp`); otherwise GCC code runs on its own libgomp.
+    Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
     not built, LifecycleError when another libomptarget wins symbol resolution or
     another interposer is active).  On exit: libraries loaded through it are closed,
     images unregistered, mapping memory freed, callbacks removed."""
@@ -381,7 +386,7 @@ def interpose(runtime, *, policy: str | None = None) -> Iterator[Interposer]:
     with _active_lock:
         if _active is not None:
             raise LifecycleError("another offload_shim interposer is active in this process")
-        ip = Interposer(runtime, policy=policy)
+        ip = Interposer(runtime, policy=policy, gomp_host_device=gomp_host_device)
         _active = ip
     try:
         ip._install()

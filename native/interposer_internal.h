@@ -1,0 +1,35 @@
+/* Internal interface of libosh_interposer.so between interposer.c (libomptarget's entry
+ * points, the callback table, the embedded CPython of offload-shim run) and
+ * interposer_gomp.c (libgomp's entry points and GCC's omp_* API routines).  Not exported
+ * (the version script keeps only the listed names global). */
+#ifndef OSH_INTERPOSER_INTERNAL_H
+#define OSH_INTERPOSER_INTERNAL_H
+
+#include <stdint.h>
+
+/* osh_interposer_calls() counter indices; offload_shim/abi/interposer.py CALL_COUNTERS
+ * names them in this order. */
+enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
+       C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
+       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_NCALLS };
+
+void osh_ip_count(int which);
+/* start the embedded CPython of offload-shim run once, if asked for and not running */
+void osh_ip_ensure_python(void);
+/* take / release the GIL when this library started CPython (no-op otherwise: ctypes
+ * callbacks take it themselves) */
+int osh_ip_gil_take(void);
+void osh_ip_gil_drop(int state);
+/* offload_shim.interposer.embed.stop() has run (at exit); CPython is still initialised */
+int osh_ip_python_stopped(void);
+/* this library started (or joined) CPython and it has been finalised since: callbacks
+ * into it must not run */
+int osh_ip_python_gone(void);
+/* PyRun_SimpleString(code) with the GIL, in the CPython this library started; -1 when it
+ * started none */
+int osh_ip_run_python(const char *code);
+
+#define OSH_IP_CB(call)                                                                    \
+  ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })
+
+#endif
