@@ -345,3 +345,66 @@ def test_demo_runs_the_view(bundled_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "(liboffload, liboffload22)" in proc.stdout and "VERIFIED" in proc.stdout
+
+
+_STUB_21 = r"""
+/* the liboffload 21 shape (olGetKernel, no olGetSymbol/olGetSymbolInfo): one host device */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+typedef struct { int32_t Code; const char *Details; } err_t;
+static err_t unsupported = {13, "stub"};
+static int host_device, host_platform;
+typedef bool (*cb_t)(void *, void *);
+const err_t *olInit(void) { return NULL; }
+const err_t *olShutDown(void) { return NULL; }
+const err_t *olIterateDevices(cb_t cb, void *ud) { cb(&host_device, ud); return NULL; }
+static const err_t *put(const void *v, size_t n, size_t size, void *out, size_t *ret) {
+  if (ret) { *ret = n; return NULL; }
+  memcpy(out, v, n < size ? n : size);
+  return NULL;
+}
+static const err_t *dev_info(void *d, uint32_t p, size_t size, void *out, size_t *ret) {
+  uint32_t type = 4; void *plat = &host_platform;
+  (void)d;
+  if (p == 0) return put(&type, 4, size, out, ret);
+  if (p == 1) return put(&plat, 8, size, out, ret);
+  if (p == 2) return put("stub host", 10, size, out, ret);
+  return &unsupported;
+}
+const err_t *olGetDeviceInfo(void *d, uint32_t p, size_t s, void *v) { return dev_info(d, p, s, v, NULL); }
+const err_t *olGetDeviceInfoSize(void *d, uint32_t p, size_t *r) { return dev_info(d, p, 0, NULL, r); }
+static const err_t *plat_info(uint32_t p, size_t size, void *out, size_t *ret) {
+  uint32_t backend = 4;
+  if (p == 3) return put(&backend, 4, size, out, ret);
+  if (p == 0) return put("stub", 5, size, out, ret);
+  return &unsupported;
+}
+const err_t *olGetPlatformInfo(void *pl, uint32_t p, size_t s, void *v) { (void)pl; return plat_info(p, s, v, NULL); }
+const err_t *olGetPlatformInfoSize(void *pl, uint32_t p, size_t *r) { (void)pl; return plat_info(p, 0, NULL, r); }
+#define UNSUPPORTED(name) const err_t *name(void) { return &unsupported; }
+UNSUPPORTED(olMemAlloc) UNSUPPORTED(olMemFree) UNSUPPORTED(olMemcpy) UNSUPPORTED(olCreateQueue)
+UNSUPPORTED(olDestroyQueue) UNSUPPORTED(olSyncQueue) UNSUPPORTED(olCreateProgram)
+UNSUPPORTED(olDestroyProgram) UNSUPPORTED(olLaunchKernel) UNSUPPORTED(olGetKernel)
+"""
+
+
+def test_the_21_shape_binds_and_enumerates(tmp_path):
+    """A library with olGetKernel instead of olGetSymbol classifies as liboffload21, binds
+    the 21 prototypes (ol_kernel_handle_t) and runs a runtime cycle (no 21 build exists
+    here: a stub with one host device)."""
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    src = tmp_path / "stub21.c"
+    src.write_text(_STUB_21)
+    lib = tmp_path / "libLLVMOffload.so.21.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    p = load_plugin(lib)
+    assert isinstance(p, LiboffloadPlugin) and p.generation == "liboffload21"
+    assert p.entry_point("olLaunchKernel").argtypes[2] is L.ol_kernel_handle_t
+    with osh.Runtime([p]) as rt:
+        assert rt.devices == []
+        assert [(d["type"], d["name"], d["backend"]) for d in p.devices_info()] == [
+            ("HOST", "stub host", "HOST")]

@@ -37,15 +37,17 @@ Generations (:func:`classify`, from the exported names only):
                       platform-count API): recognised, not supported
 ====================  ===================================================
 
-Differences 21 vs 22 known from upstream history (PR numbers of
-llvm/llvm-project): ``olMemFree`` takes only the address in both (the
-``olMemFree(Device, Address)`` of PR #122106's first draft was gone by May
-2025, when PR #140889 describes the allocation map that replaced it; trunk
-after 22 re-added a device argument); ``ol_errc_t`` values were renumbered
-when the error codes were shared with the plugins (the earlier list had
-``UNKNOWN = 15``), so only 22's names are given; ``ol_device_info_t`` gained
-``PRODUCT_NAME = 3`` (shifting ``VENDOR``), so on 21 only ``TYPE`` (0),
-``PLATFORM`` (1) and ``NAME`` (2), equal in every version seen, are read.
+Differences 21 vs 22 known from upstream history (llvm/llvm-project PRs and
+stored versions of ``offload/liboffload``): ``olMemFree`` takes only the
+address in both (the ``olMemFree(Device, Address)`` of PR #122106's first
+draft was gone by May 2025, when PR #140889 describes the allocation map that
+replaced it; a later trunk ``Memory.td``, commit 071ae75, has an optional
+device argument again); ``ol_errc_t`` values were renumbered when the error
+codes were shared with the plugins (the generated ``OffloadAPI.h`` of commit
+0ca7527 has ``INVALID_VALUE = 1`` ... ``UNKNOWN = 15``), so only 22's names
+are given; ``ol_device_info_t`` gained ``PRODUCT_NAME = 3`` (shifting
+``VENDOR``), so on 21 only ``TYPE`` (0), ``PLATFORM`` (1) and ``NAME`` (2),
+equal in every version seen, are read.
 
 Nothing is loaded here; :mod:`offload_shim.plugins.liboffload` binds the
 table into one plugin object per library.
