@@ -1,7 +1,8 @@
 """GCC-built programs through offload_shim: the three-way comparison.
 
-Every ``tests/gcc_programs/*.c`` is built by ``gcc-12 -fopenmp -foffload=nvptx-none`` (so
-it registers a real GCC offload image) and run three ways:
+Every ``tests/gcc_programs/*.c`` (``*.cpp``) is built by ``gcc-12`` (``g++-12``)
+``-fopenmp -foffload=nvptx-none`` (so it registers a real GCC offload image) and run
+three ways:
 
 * natively: libgomp 12, which finds no device on this machine and takes its host
   fallback;
@@ -48,8 +49,12 @@ def _header(src: Path) -> dict:
             "host_device_lines": [ln.strip() for ln in lines]}
 
 
+def _sources() -> list[Path]:
+    return sorted([*PROGRAMS.glob("*.c"), *PROGRAMS.glob("*.cpp")])
+
+
 def _programs(expect: str) -> list[str]:
-    return sorted(p.stem for p in PROGRAMS.glob("*.c") if _header(p)["expect"] == expect)
+    return sorted(p.stem for p in _sources() if _header(p)["expect"] == expect)
 
 
 def _gcc_env() -> dict:
@@ -63,9 +68,9 @@ def _gcc_env() -> dict:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, str]:
     """Every program and the library, built once (two compilers at a time)."""
-    gcc = shutil.which("gcc-12")
-    if gcc is None:
-        pytest.skip("gcc-12 not installed")
+    gcc, gxx = shutil.which("gcc-12"), shutil.which("g++-12")
+    if gcc is None or gxx is None:
+        pytest.skip("gcc-12 / g++-12 not installed")
     if not MKOFFLOAD.exists():
         pytest.skip("GCC 12 nvptx offloading missing: apt-get install gcc-12-offload-nvptx")
     from offload_shim.cli.run import libpython_path
@@ -76,11 +81,11 @@ def built(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("gcc_programs")
     env = _gcc_env()
     jobs = []
-    for src in sorted(PROGRAMS.glob("*.c")):
+    for src in _sources():
         lib = _header(src)["expect"] == "library"
         dst = out / (f"lib{src.stem}.so" if lib else src.stem)
         extra = ["-shared", "-fPIC"] if lib else ["-no-pie"]
-        jobs.append((src, dst, [gcc, "-fopenmp", "-foffload=nvptx-none",
+        jobs.append((src, dst, [gxx if src.suffix == ".cpp" else gcc, "-fopenmp", "-foffload=nvptx-none",
                                 "-foffload-options=nvptx-none=-misa=sm_80", "-O1", *extra,
                                 str(src), "-o", str(dst)]))
 
@@ -318,3 +323,36 @@ def test_run_library(built, host_device):
         assert g["live_mappings"] == []
     else:
         assert g["outcomes"]["host-fallback"] == 5
+
+
+_LIB_IN_PROCESS = """
+import json, os, sys
+import offload_shim as osh
+rt = osh.Runtime([], bundled=True, abi="gomp")     # the bundled plugin's GOMP view: 4 devices
+with rt, osh.interpose(rt, gomp_host_device=sys.argv[2] == "1") as ip:
+    lib = ip.load_library(sys.argv[1])
+    out = {"devices": lib.call("lib_devices"), "saxpy": lib.call("lib_saxpy"),
+           "gomp_devices": len(ip.gomp_devices()), "report": ip.gomp.report()["devices"],
+           "runtime_gomp_devices": len(rt.devices)}
+    ip.unload_library(lib)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("policy", [None, "mandatory"])
+@pytest.mark.parametrize("host_device", [False, True], ids=["libgomp", "host-device"])
+def test_device_list_with_the_bundled_gomp_view_loaded(built, host_device, policy):
+    """A Python runtime that holds the bundled plugin's GOMP view (4 devices) does not
+    change the GCC device list: libgomp's own (0 here) without the option, one device with
+    it -- the library, the interposer and the report agree, and under mandatory the
+    region runs (libgomp 12: device 0 is the initial device when there is none)."""
+    env = {"OMP_TARGET_OFFLOAD": policy} if policy else None
+    proc = _run([sys.executable, "-P", "-c", _LIB_IN_PROCESS, built["lib_regions"],
+                 "1" if host_device else "0"], env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    n = 1 if host_device else 0
+    assert out["runtime_gomp_devices"] == 4
+    assert out["devices"] == 100 * n + n
+    assert out["gomp_devices"] == out["report"] == n
+    assert out["saxpy"] == 65536

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_int, c_int32, c_int64, c_size_t,
-                    c_uint16, c_uint32, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_int, c_int32, c_int64, c_uint16,
+                    c_uint32, c_uint64, c_void_p)
 
 OK, FALLBACK, DEVICE, PASSTHROUGH, PASSTHROUGH_DEVICE, FATAL = 0, 1, 2, 3, 4, -3
 
@@ -71,10 +71,17 @@ def make_callbacks(handlers: dict, *, host_device: bool) -> GompCallbacks:
     return cb
 
 
+_bound: set[int] = set()
+
+
 def bind(lib) -> None:
-    """Set the prototypes of the libgomp-side control API on the interposer ``lib``:
-    ``int osh_gomp_set_callbacks(const struct osh_gomp_callbacks *)`` (NULL uninstalls,
-    -1 on a size mismatch), ``int osh_gomp_registered(uint64_t *out, int max)``."""
+    """Set the prototypes of the libgomp-side control API on the interposer ``lib`` (once
+    per library): ``int osh_gomp_set_callbacks(const struct osh_gomp_callbacks *)`` (NULL
+    uninstalls, -1 on a size mismatch), ``int osh_gomp_registered(uint64_t *out, int
+    max)``."""
+    if id(lib) in _bound:
+        return
+    _bound.add(id(lib))
     lib.osh_gomp_set_callbacks.argtypes = [POINTER(GompCallbacks)]
     lib.osh_gomp_set_callbacks.restype = c_int
     lib.osh_gomp_registered.argtypes = [POINTER(c_uint64), c_int]
@@ -171,29 +178,17 @@ class ScratchBuffer:
 
 
 # -- the real libgomp ----------------------------------------------------------------------
-_libc = None
-
-
-def _libc_fns():
-    global _libc
-    if _libc is None:
-        lib = ctypes.CDLL(None)
-        lib.malloc.restype = c_void_p
-        lib.malloc.argtypes = [c_size_t]
-        lib.free.restype = None
-        lib.free.argtypes = [c_void_p]
-        _libc = lib
-    return _libc
-
-
 def host_malloc(size: int) -> int:
     """libc ``malloc(size)`` (what libgomp returns for the initial device); 0 on failure."""
-    return int(_libc_fns().malloc(size) or 0)
+    from .interposer import malloc
+    return malloc(size)
 
 
 def host_free(ptr: int) -> None:
     """libc ``free(ptr)``."""
-    _libc_fns().free(ptr or None)
+    from .interposer import free
+    if ptr:
+        free(ptr)
 
 
 class RealLibgomp:

@@ -543,7 +543,7 @@ class GompSide:
             if hd is None:
                 return 0
             ptr = hd.mapper.mem.alloc(size) if size else 0
-            hd._trace({"construct": "omp_target_alloc", "op": "alloc", "kind": None,
+            hd.trace({"construct": "omp_target_alloc", "op": "alloc", "kind": None,
                        "host": None, "size": size, "device": fmt_p(ptr)})
             return ptr
         if op == 4:                                 # omp_target_free(ptr, dev)
@@ -560,7 +560,7 @@ class GompSide:
                 return 0
             if not hd.mapper.mem.free(ptr):
                 raise GompFatal(f"error in freeing device memory block at {fmt_p(ptr)}")
-            hd._trace({"construct": "omp_target_free", "op": "free", "kind": None,
+            hd.trace({"construct": "omp_target_free", "op": "free", "kind": None,
                        "host": None, "size": None, "device": fmt_p(ptr)})
             return 0
         if op == 5:                                 # omp_target_is_present(ptr, dev)

@@ -99,7 +99,7 @@ class GompHostDevice:
         self.label = f"gomp-host:{self.device.label}"
         self.events: list[dict] = []
         self.dropped_events = 0
-        self.mapper = GompMapper(_DeviceMemory(self.device), trace=self._trace)
+        self.mapper = GompMapper(_DeviceMemory(self.device), trace=self.trace)
         self.initialized = False
         self._images: dict[tuple[int, int], dict] = {}
         self._regions: dict[int, object] = {}
@@ -107,7 +107,9 @@ class GompHostDevice:
         self._lock = threading.RLock()
         self.closed = False
 
-    def _trace(self, ev: dict) -> None:
+    def trace(self, ev: dict) -> None:
+        """Record one mapping event (a dict, see
+        :class:`~offload_shim.interposer.gomp_mapping.GompMapper`); ``seq`` is added."""
         if len(self.events) < MAX_EVENTS:
             ev["seq"] = len(self.events) + self.dropped_events
             self.events.append(ev)

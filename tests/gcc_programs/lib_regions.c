@@ -2,6 +2,7 @@
  * (tests/gcc_programs/lib_host.py), or by offload-shim run-library.  Every function
  * returns a number that does not depend on where the regions run.
  * osh-expect: library */
+#include <omp.h>
 #include <stdint.h>
 
 #pragma omp declare target
@@ -49,4 +50,11 @@ int64_t lib_teams(void)
   for (int i = 0; i < 1000; i++)
     s += i;
   return s;
+}
+
+/* the device list as this library sees it: omp_get_num_devices(), then the initial
+ * device, as 100 * n + initial */
+int64_t lib_devices(void)
+{
+  return 100 * (int64_t)omp_get_num_devices() + omp_get_initial_device();
 }
