@@ -109,6 +109,12 @@ def cmd_run_library(args) -> int:
               f"images: {out['images']}; unsupported: {out['unsupported']}")
         print(f"interposed calls: {out['calls']}")
         print(f"after dlclose: {out['registered_after_close']} images registered")
+        g = out["gomp"]
+        if g["registrations"] or sum(g["constructs"].values()):
+            done = ", ".join(f"{k} {v}" for k, v in g["outcomes"].items() if v)
+            print(f"GCC code ({g['mode']} mode, {g['devices']} devices): "
+                  f"{sum(g['constructs'].values())} constructs ({done or 'none'}), "
+                  f"{len(g.get('mappings', []))} mapping events")
         for e in out["errors"]:
             print(f"error: {e}")
     return 0 if ok else 1

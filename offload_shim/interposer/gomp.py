@@ -124,7 +124,7 @@ class GompSide:
     failures go to ``errors``, images no plugin takes to ``unsupported`` (both lists
     shared with the interposer).  Records: ``gomp_registrations`` (``version``,
     ``host_table``, ``target_type``, ``target_data``, ``funcs``, ``vars``,
-    ``var_init``, ``device_data``, ``image`` per image registered and not unregistered),
+    ``device_data``, ``image`` per image registered and not unregistered),
     ``registrations`` / ``unregistrations`` (counts of calls), ``gomp_constructs``
     (per construct name), ``outcomes`` (per :data:`OUTCOMES`), ``regions`` (one dict per
     construct: ``construct``, ``device``, ``outcome``, ``reason``, ``fn``; at most
@@ -218,8 +218,7 @@ class GompSide:
         """``GOMP_offload_register_ver`` / ``_unregister_ver`` (libgomp target.c, seed
         000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
         host function addresses, ``(address, size)`` variable pairs, top size bit =
-        ``declare target link``) and the variables' bytes (what the device image is
-        initialised with), decode mkoffload's ``target_data`` (nvptx: PTX objects,
+        ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX objects,
         function and variable names, abi-reference 2.6), record both in
         :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime
         (pending for the plugins of that target type; :attr:`unsupported` when none
@@ -252,11 +251,9 @@ class GompSide:
             funcs = _abi.read_pointers(fb, (fe - fb) // 8) if fe > fb else []
             raw = _abi.read_pointers(vb, (ve - vb) // 8) if ve > vb else []
             vars_ = list(zip(raw[0::2], raw[1::2]))
-            var_init = [None if size >> 63 else _abi.read_bytes(addr, size)
-                        for addr, size in vars_]
             rec = {"version": int(version), "host_table": host_table,
                    "target_type": int(target_type), "target_data": target_data,
-                   "funcs": funcs, "vars": vars_, "var_init": var_init,
+                   "funcs": funcs, "vars": vars_,
                    "device_data": None, "image": None, "name": f"gomp@{target_data:#x}"}
             self.gomp_registrations.append(rec)
             if self.host_device is not None and self.host_device.initialized:

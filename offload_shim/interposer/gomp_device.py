@@ -14,8 +14,10 @@ device's memory pool (:class:`~offload_shim.core.device.Device`), the mapping is
 fresh OpenMP context and the ``thread_limit``).
 
 Because the region's code is the host code, two things stay the host's (docs/interpose.md,
-"Limits"): ``declare target`` variables that the region code names directly are the host
-variables (the device copies are what ``target update`` and the map clauses move), and
+"Limits"): ``declare target`` variables, which region code names directly, are the host
+variables -- so the device's copy of each *is* the host variable (device address = host
+address, mapped for good while the image is registered; ``target update`` and map clauses
+on them move nothing, and mistakes in moving them are not shown) -- and
 ``omp_is_initial_device()`` inside a region answers 1.
 """
 
@@ -33,10 +35,16 @@ MAX_EVENTS = 100_000
 
 class _DeviceMemory:
     """:class:`~offload_shim.interposer.gomp_mapping.DeviceMemory` over a
-    :class:`~offload_shim.core.device.Device` (pool allocations, plugin copies)."""
+    :class:`~offload_shim.core.device.Device` (pool allocations, plugin copies), plus the
+    host ranges the device shares (``declare target`` variables: device address = host
+    address), where a copy is a host ``memmove``."""
 
     def __init__(self, device):
         self.device = device
+        self.shared: dict[int, int] = {}          # start -> end of shared host ranges
+
+    def _in_shared(self, addr: int, size: int) -> bool:
+        return any(s <= addr and addr + size <= e for s, e in self.shared.items())
 
     def alloc(self, size: int) -> int:
         try:
@@ -52,6 +60,9 @@ class _DeviceMemory:
             return False
 
     def host2dev(self, dev: int, host: int, size: int) -> bool:
+        if self._in_shared(dev, size):
+            _abi.host_memmove(dev, host, size)
+            return True
         try:
             self.device.submit_raw(dev, host, size)
             return True
@@ -59,6 +70,9 @@ class _DeviceMemory:
             return False
 
     def dev2host(self, host: int, dev: int, size: int) -> bool:
+        if self._in_shared(dev, size):
+            _abi.host_memmove(host, dev, size)
+            return True
         try:
             self.device.retrieve_raw(host, dev, size)
             return True
@@ -67,6 +81,9 @@ class _DeviceMemory:
 
     def dev2dev(self, dst: int, src: int, size: int) -> bool:
         if size <= 0:
+            return True
+        if self._in_shared(dst, size) and self._in_shared(src, size):
+            _abi.host_memmove(dst, src, size)
             return True
         buf = _abi.ScratchBuffer(size)
         return self.dev2host(buf.address, src, size) and self.host2dev(dst, buf.address, size)
@@ -120,8 +137,7 @@ class GompHostDevice:
     def ensure_init(self, registrations) -> None:
         """Initialise the device once and load every registered image
         (``gomp_init_device``); ``registrations``: records with ``funcs``, ``vars``,
-        ``var_init`` (the variables' bytes at registration), ``host_table``,
-        ``target_data``."""
+        ``host_table``, ``target_data``, ``name``."""
         if self.initialized:
             return
         self.device.init()
@@ -130,50 +146,33 @@ class GompHostDevice:
             self.load_image(rec)
 
     def load_image(self, rec: dict) -> None:
-        """Map the image's functions and ``declare target`` variables for good: the
-        variables get device copies initialised with their bytes at registration (what
-        the device image holds: their static initialisers)."""
+        """``gomp_load_image_to_device``: the image's functions (device address = the host
+        function, which is what runs) and its ``declare target`` variables (``to`` and
+        ``link`` alike: device address = host address, see the module docstring) are
+        mapped with an infinite count until the image unregisters."""
         key = (rec["host_table"], rec["target_data"])
         if not self.initialized or key in self._images:
             return
-        link_bit = 1 << 63
-        vars_ = list(rec["vars"])
-        sizes = [(8 if sz & link_bit else sz) for _a, sz in vars_]
-        offs, total = [], 0
-        for sz in sizes:
-            total = (total + 63) & ~63
-            offs.append(total)
-            total += max(sz, 1)
-        block = 0
-        if vars_:
-            block = self.mapper.mem.alloc(max(total, 1))
-            if not block:
-                raise GompFatal("device memory allocation fail")
-        devs = [block + o for o in offs]
-        init = rec.get("var_init") or [None] * len(vars_)
-        for (addr, sz), dev, data in zip(vars_, devs, init):
-            if sz & link_bit:
-                cell = _abi.ScratchBuffer(8)
-                self.mapper.mem.host2dev(dev, cell.address, 8)
-            elif data is not None and len(data):
-                buf = _abi.ScratchBuffer.of(bytes(data))
-                self.mapper.mem.host2dev(dev, buf.address, len(data))
+        size_mask = (1 << 63) - 1
+        vars_ = [(addr, size & size_mask) for addr, size in rec["vars"]]
+        mem = self.mapper.mem
+        for addr, size in vars_:
+            if size:
+                mem.shared[addr] = max(mem.shared.get(addr, 0), addr + size)
         self.mapper.construct = "load_image"
-        tgt = self.mapper.load_image(list(rec["funcs"]), vars_, devs,
+        tgt = self.mapper.load_image(list(rec["funcs"]), vars_, [a for a, _s in vars_],
                                      label=rec.get("name", ""))
-        self._images[key] = {"tgt": tgt, "block": block, "funcs": list(rec["funcs"]),
-                             "vars": vars_}
+        self._images[key] = {"tgt": tgt, "funcs": list(rec["funcs"]), "vars": vars_}
 
     def unload_image(self, rec: dict) -> None:
-        """``gomp_unload_image_from_device``: the image's mappings leave the table and
-        the device copies of its variables are freed."""
+        """``gomp_unload_image_from_device``: the image's mappings leave the table."""
         img = self._images.pop((rec["host_table"], rec["target_data"]), None)
         if img is None:
             return
         self.mapper.construct = "unload_image"
         self.mapper.unload_image(img["funcs"], img["vars"])
-        if img["block"]:
-            self.mapper.mem.free(img["block"])
+        for addr, _size in img["vars"]:
+            self.mapper.mem.shared.pop(addr, None)
 
     def loaded_images(self) -> int:
         return len(self._images)
@@ -210,12 +209,9 @@ class GompHostDevice:
         if self.closed:
             return {"blocks_freed": 0, "images_unloaded": 0}
         self.closed = True
-        images = 0
-        for key in list(self._images):
-            img = self._images.pop(key)
-            images += 1
-            if img["block"]:
-                self.mapper.mem.free(img["block"])
+        images = len(self._images)
+        self._images.clear()
+        self.mapper.mem.shared.clear()
         self._regions.clear()
         blocks = self.mapper.release_all() if self.initialized else 0
         if self._own_runtime:

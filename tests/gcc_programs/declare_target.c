@@ -1,6 +1,6 @@
-/* GCC conformance program: declare target functions called from regions and a declare
- * target variable moved with target update (the region code itself does not name it:
- * on offload_shim's host device the code that names it sees the host variable).
+/* GCC conformance program: declare target functions called from regions, a declare
+ * target counter the regions change and the host fetches with target update from, a
+ * declare target table moved with target update both ways and mapped by a region.
  * osh-expect: same */
 #include <stdio.h>
 
@@ -10,6 +10,12 @@ static double poly(double x)
   return 3 * x * x + 2 * x + 1;
 }
 int table[8] = {1, 1, 2, 3, 5, 8, 13, 21};
+int counter = 6;
+static void count(void)
+{
+#pragma omp atomic update
+  counter++;
+}
 #pragma omp end declare target
 
 int main(void)
@@ -33,5 +39,16 @@ int main(void)
 #pragma omp target update to(table[7:1])
 #pragma omp target update from(table)
   printf("table[7]=%d\n", table[7]);
+
+#pragma omp target
+#pragma omp parallel for num_threads(4)
+  for (int i = 0; i < 40; i++)
+    count();
+#pragma omp target update from(counter)
+  int sum = 0;
+#pragma omp target map(tofrom: table, sum)
+  for (int i = 0; i < 8; i++)
+    sum += table[i];
+  printf("counter=%d sum=%d\n", counter, sum);
   return 0;
 }
