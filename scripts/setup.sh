@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 EXTRAS=${1:-test,cuda}
-DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake clang-16 clang-tools-16 libomp-16-dev gcc-12-offload-nvptx"
+DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake clang-16 clang-tools-16 libomp-16-dev gcc-12-offload-nvptx g++-12"
 LLVM14_DIR=${OFFLOAD_SHIM_LLVM14_ROOT:-.cache/llvm14}
 LIBOFFLOAD_DIR=${OFFLOAD_SHIM_LIBOFFLOAD_ROOT:-.cache/liboffload22}
 

@@ -69,8 +69,8 @@ def _gcc_env() -> dict:
 def built(tmp_path_factory) -> dict[str, str]:
     """Every program and the library, built once (two compilers at a time)."""
     gcc, gxx = shutil.which("gcc-12"), shutil.which("g++-12")
-    if gcc is None or gxx is None:
-        pytest.skip("gcc-12 / g++-12 not installed")
+    if gcc is None:
+        pytest.skip("gcc-12 not installed")
     if not MKOFFLOAD.exists():
         pytest.skip("GCC 12 nvptx offloading missing: apt-get install gcc-12-offload-nvptx")
     from offload_shim.cli.run import libpython_path
@@ -82,6 +82,8 @@ def built(tmp_path_factory) -> dict[str, str]:
     env = _gcc_env()
     jobs = []
     for src in _sources():
+        if src.suffix == ".cpp" and gxx is None:
+            continue                          # its tests skip (see _exe)
         lib = _header(src)["expect"] == "library"
         dst = out / (f"lib{src.stem}.so" if lib else src.stem)
         extra = ["-shared", "-fPIC"] if lib else ["-no-pie"]
@@ -101,6 +103,13 @@ def built(tmp_path_factory) -> dict[str, str]:
                 pytest.fail(f"cannot build {stem}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
             result[stem] = str(dst)
     return result
+
+
+def _exe(built: dict, name: str) -> str:
+    """The built program ``name``; skips when its compiler is missing (g++-12)."""
+    if name not in built:
+        pytest.skip(f"{name}: g++-12 not installed")
+    return built[name]
 
 
 def _run(argv, env_extra=None) -> subprocess.CompletedProcess:
@@ -153,7 +162,7 @@ def _check_report(path: Path, *, host_device: bool, registrations: int | None = 
 def test_three_way(built, tmp_path, name):
     """native == run == run --gomp-host-device, and on the host device every region ran
     on the device with its mappings in the report."""
-    exe = built[name]
+    exe = _exe(built, name)
     native = _run([exe])
     run = _shim([exe], tmp_path / "run.json", host_device=False)
     hd = _shim([exe], tmp_path / "hd.json", host_device=True)
