@@ -2,6 +2,7 @@
 VENV ?= .venv
 export OFFLOAD_SHIM_LLVM14_ROOT ?= $(CURDIR)/.cache/llvm14
 export OFFLOAD_SHIM_LIBOFFLOAD_ROOT ?= $(CURDIR)/.cache/liboffload22
+export OFFLOAD_SHIM_LLVM19_ROOT ?= $(CURDIR)/.cache/llvm19
 
 .PHONY: demo test setup bench clean
 

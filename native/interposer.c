@@ -129,7 +129,8 @@ static int embed_stopped;                 /* embed_stop ran (CPython stays initi
 
 static void embed_stop(void)
 {
-  if (!python_alive())
+  static int once;                        /* re-armed handlers: stop runs once */
+  if (!python_alive() || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
     return;
   int st = p_gil_ensure();
   p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop()\n");
@@ -183,6 +184,17 @@ static void embed_start(void)
   if (rc != 0)
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
             "above); running without it (no device)\n");
+}
+
+/* Exit handlers run newest first.  A plugin initialised after embed_start (the first
+ * registration's is_valid_binary, a device's first init) registers its own deinit
+ * with atexit then (LLVM 16 nextgen: init_plugin), which would run before embed_stop
+ * and leave the runtime freeing memory through a torn-down plugin.  Python calls this
+ * after such a step, so embed_stop stays the newest handler; it runs once. */
+OSH_EXPORT void osh_interposer_rearm_exit(void)
+{
+  if (embed_active)
+    atexit(embed_stop);
 }
 
 static void ensure_python(void)
@@ -426,6 +438,26 @@ OSH_EXPORT int omp_target_memcpy(void *dst, const void *src, size_t len, size_t 
   int rc = CB(f(dst, src, len, dst_off, src_off, dst_dev, src_dev));
   fatal_if(rc);
   return rc == 0 ? 0 : OMP_TGT_FAIL;
+}
+
+/* OpenMP 6.0 omp_target_memset (libomptarget 19.1 and 22.1 export it; clang 19/22's omp.h
+ * declares it).  As libomptarget's own (llvm-project PR #68706, api.cpp): memset on the
+ * initial device, else a host buffer filled with the byte and copied to the device
+ * with omp_target_memcpy, so it goes through the Python runtime's devices. */
+OSH_EXPORT void *omp_target_memset(void *ptr, int value, size_t n, int dev)
+{
+  if (!ptr || !n)
+    return ptr;
+  int host = omp_get_initial_device();
+  if (dev == host)
+    return memset(ptr, value, n);
+  void *shadow = malloc(n);
+  if (!shadow)
+    return ptr;
+  memset(shadow, value, n);
+  (void)omp_target_memcpy(ptr, shadow, n, 0, 0, dev, host);
+  free(shadow);
+  return ptr;
 }
 
 OSH_EXPORT int omp_target_is_present(const void *ptr, int dev)

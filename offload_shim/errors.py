@@ -95,6 +95,12 @@ class TableMismatchError(InvalidImageError):
         self.got = got
 
 
+class UnknownLayoutError(InvalidImageError):
+    """A record a compiled program hands the runtime (offload entry table,
+    ``KernelArgsTy``) in a layout no supported clang release (16-22) emits
+    (abi/clang.py)."""
+
+
 class ImageNotRegisteredError(OffloadError, KeyError):
     """Unregister of an image that is not registered."""
 

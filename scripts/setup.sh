@@ -11,6 +11,9 @@ EXTRAS=${1:-test,cuda}
 DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake clang-16 clang-tools-16 libomp-16-dev gcc-12-offload-nvptx g++-12"
 LLVM14_DIR=${OFFLOAD_SHIM_LLVM14_ROOT:-.cache/llvm14}
 LIBOFFLOAD_DIR=${OFFLOAD_SHIM_LIBOFFLOAD_ROOT:-.cache/liboffload22}
+# clang 19 / 22 (programs built by current compilers; their runtimes are unpacked below)
+CLANG_PKGS="clang-19 clang-tools-19 clang-22 clang-tools-22 llvm-22"
+LLVM19_DIR=${OFFLOAD_SHIM_LLVM19_ROOT:-.cache/llvm19}
 
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -35,6 +38,20 @@ else
   say "Debian packages present"
 fi
 
+# 1b. clang 19 and 22 (clang-tools-N: clang-linker-wrapper; llvm-22: llvm-offload-binary,
+#     which clang-22 packages device code with); no recommends: keeps llvm-22-dev out --
+missing=""
+for p in $CLANG_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ] && [ "${SUDO:-x}" != none ] && { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then
+  S=""; [ "$(id -u)" = 0 ] || S="sudo -n"
+  say "installing$missing (clang 19/22 tests)"
+  ( $S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $S apt-get install -y -qq \
+      --no-install-recommends $missing ) >/tmp/offload_shim_apt_clang.log 2>&1 \
+    || say "apt-get failed (see /tmp/offload_shim_apt_clang.log): clang 19/22 tests will be skipped"
+fi
+
 # 2. LLVM 14 plugins: libomp-14-dev conflicts with libomp5-16, so unpack it --
 if [ ! -e "$LLVM14_DIR/usr/lib/llvm-14/lib/libomptarget.rtl.x86_64.so" ] && command -v apt-get >/dev/null; then
   tmp=$(mktemp -d)
@@ -47,11 +64,14 @@ if [ ! -e "$LLVM14_DIR/usr/lib/llvm-14/lib/libomptarget.rtl.x86_64.so" ] && comm
   rm -rf "$tmp"
 fi
 
-# 2b. liboffload 22 (the ol* plugin family): liboffload-22 depends on libomp5-19, which
-#     conflicts with libomp5-16, so unpack it with libllvm22 (and the -dev header) --------
-if [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVMOffload.so.22.1" ] && command -v apt-get >/dev/null; then
+# 2b. LLVM 22 runtimes: liboffload 22 (the ol* plugin family) and libomptarget 22.1 (the
+#     reference runtime of clang-22 programs).  liboffload-22 and libomp-22-dev depend on
+#     libomp5-19, which conflicts with libomp5-16, so unpack them (one tree) with libllvm22
+#     (and the -dev header); libomp5-19 gives the tree its libomp.so.5 -------------------
+if { [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVMOffload.so.22.1" ] \
+     || [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libomptarget.so.22.1" ]; } && command -v apt-get >/dev/null; then
   tmp=$(mktemp -d)
-  if ( cd "$tmp" && apt-get download liboffload-22 libllvm22 liboffload-22-dev >/dev/null 2>&1 ); then
+  if ( cd "$tmp" && apt-get download liboffload-22 libllvm22 liboffload-22-dev libomp-22-dev libomp5-19 >/dev/null 2>&1 ); then
     mkdir -p "$LIBOFFLOAD_DIR" && for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$LIBOFFLOAD_DIR"; done \
       && say "liboffload 22 unpacked into $LIBOFFLOAD_DIR"
   else
@@ -64,6 +84,25 @@ fi
 if [ -e "$LIBOFFLOAD_DIR/usr/lib/x86_64-linux-gnu/libLLVM.so.22.1" ] \
     && [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVM.so.22.1" ]; then
   ln -s ../../x86_64-linux-gnu/libLLVM.so.22.1 "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libLLVM.so.22.1"
+fi
+
+# libomp-22-dev ships libomptarget.so.22.1 without the link-time name
+if [ -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libomptarget.so.22.1" ] \
+    && [ ! -e "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libomptarget.so" ]; then
+  ln -s libomptarget.so.22.1 "$LIBOFFLOAD_DIR/usr/lib/llvm-22/lib/libomptarget.so"
+fi
+
+# 2c. LLVM 19 runtime (libomptarget.so.19.1 with its plugins linked in, omp.h, the device
+#     runtime): the reference runtime of clang-19 programs; conflicts with libomp5-16 ---
+if [ ! -e "$LLVM19_DIR/usr/lib/llvm-19/lib/libomptarget.so.19.1" ] && command -v apt-get >/dev/null; then
+  tmp=$(mktemp -d)
+  if ( cd "$tmp" && apt-get download libomp5-19 libomp-19-dev >/dev/null 2>&1 ); then
+    mkdir -p "$LLVM19_DIR" && for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$LLVM19_DIR"; done \
+      && say "LLVM 19 runtime unpacked into $LLVM19_DIR"
+  else
+    say "could not download libomp5-19/libomp-19-dev: clang-19 tests will be skipped"
+  fi
+  rm -rf "$tmp"
 fi
 
 # 3. virtual environment and the package --------------------------------------

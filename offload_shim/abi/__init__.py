@@ -3,6 +3,6 @@
 Only this package and :mod:`offload_shim.plugins.plugin` know about ctypes
 (docs/architecture.md)."""
 
-from . import gomp, liboffload, tgt_rtl
+from . import clang, gomp, liboffload, tgt_rtl
 
-__all__ = ["gomp", "liboffload", "tgt_rtl"]
+__all__ = ["clang", "gomp", "liboffload", "tgt_rtl"]

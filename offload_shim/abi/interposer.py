@@ -89,6 +89,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
       not unregistered, in order; returns the total)
     * ``uint64_t osh_interposer_calls(int which)``
     * ``int64_t osh_interposer_requires(void)``
+    * ``void osh_interposer_rearm_exit(void)`` (``offload-shim run``: register the
+      exit handler again so it runs before handlers registered since)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -99,6 +101,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_calls.argtypes = [c_int]
     lib.osh_interposer_calls.restype = c_uint64
     lib.osh_interposer_requires.restype = c_int64
+    lib.osh_interposer_rearm_exit.restype = None
+    lib.osh_interposer_rearm_exit.argtypes = []
     return lib
 
 
@@ -170,6 +174,23 @@ def malloc(size: int) -> int:
 def free(ptr: int) -> None:
     """libc ``free(ptr)``."""
     _libc_fns().free(ptr)
+
+
+def loaded_libomptarget() -> tuple[int, str] | None:
+    """(LLVM major, path) of the ``libomptarget.so.<N>`` mapped into this process (the
+    runtime a compiled program or library links; ``/proc/self/maps``), the newest when
+    several are; None when there is none."""
+    import re
+    best = None
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
+                if m and (best is None or int(m.group(2)) > best[0]):
+                    best = (int(m.group(2)), m.group(1))
+    except OSError:
+        return None
+    return best
 
 
 def libomp() -> ctypes.CDLL | None:
@@ -303,6 +324,13 @@ def _maybe_list(ptr, n) -> list[int] | None:
     return [int(ptr[i] or 0) for i in range(n)]
 
 
+def kernel_args_version(kargs: int) -> int:
+    """``KernelArgsTy.Version`` (the first ``uint32_t``) of the record at ``kargs``:
+    read alone, before anything else, so a layout this runtime does not know is never
+    decoded (abi/clang.py ``KERNEL_ARGS``)."""
+    return int(c_uint32.from_address(kargs).value)
+
+
 def kernel_map_args(kargs: int) -> tuple[MapArgs, "object"]:
     """(:class:`MapArgs`, the ``KernelArgsTy`` struct) of ``__tgt_target_kernel``'s
     ``__tgt_kernel_arguments *`` (LLVM 16 ``KernelArgsTy``, abi/tgt_rtl.py)."""
@@ -352,7 +380,8 @@ __all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CB_FAIL", "CB_FATAL", "CB_OK", "
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
-           "kernel_map_args", "kmpc_target_offload", "libdl", "libgomp", "libomp",
+           "kernel_args_version", "kernel_map_args", "kmpc_target_offload", "libdl",
+           "libgomp", "libomp", "loaded_libomptarget",
            "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",
            "read_pointer", "read_pointers", "registered_descriptors", "set_callbacks",
            "symbol_address", "unpack", "write_pointer"]

@@ -60,6 +60,33 @@ def _plugin_views(path):
     return views
 
 
+def host_runtime_info(env=None) -> list[dict]:
+    """One "not usable" row per LLVM host runtime found (``libomptarget.so.<N>``,
+    :func:`offload_shim.plugins.discovery.host_runtime_paths`): ``generation``
+    (``llvm19``), ``host_runtime`` and the reason it is not a plugin.  LLVM 19+ link
+    their plugins in (llvm-project PR #87009; Debian 19.1.7 / 22.1.8 ship no
+    ``libomptarget.rtl.*.so``), so they cannot be loaded on their own; the programs
+    built for them run on the plugins listed above under ``offload-shim run``."""
+    import re
+    from ..plugins import discovery
+    out = []
+    for path in discovery.host_runtime_paths(env):
+        m = re.search(r"libomptarget\.so\.(\d+)(?:\.(\d+))?", os.path.basename(path))
+        major = int(m.group(1)) if m else 0
+        version = ".".join(g for g in m.groups() if g) if m else "?"
+        if major >= 19:
+            why = (f"LLVM {version} host runtime: its plugins are linked in and cannot be "
+                   f"loaded on their own; clang-{major} programs run on the plugins above "
+                   f"with `offload-shim run`")
+        else:
+            why = (f"LLVM {version} host runtime (what offload-shim re-creates); its "
+                   f"plugins are the libomptarget.rtl.*.so files above")
+        out.append({"path": path, "source": "host-runtime", "abi": None,
+                    "generation": f"llvm{major}", "num_devices": None,
+                    "host_runtime": f"libomptarget {version}", "error": why})
+    return out
+
+
 def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[dict]:
     """One dict per plugin view found: path, abi, generation, num_devices,
     (GOMP) gomp_version/caps/target_name, and per device what the plugin
@@ -101,6 +128,8 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
                 rec.setdefault("num_devices", None)
                 rec["error"] = f"{type(exc).__name__}: {exc}"
             out.append(rec)
+    if system:
+        out.extend(host_runtime_info())
     return out
 
 

@@ -89,6 +89,7 @@ def cmd_run_library(args) -> int:
         out["images"] = [i.name for imgs in ip.libraries.values() for i in imgs]
         out["unsupported"] = [msg for _, msg in ip.unsupported]
         out["devices"] = len(ip.devices)
+        out["compilers"] = sorted(set(ip.generations.values()))
         for name in args.call:
             out["results"][name] = int(lib.call(name))
             if not args.json:
@@ -100,6 +101,7 @@ def cmd_run_library(args) -> int:
         out["mappings_after_close"] = sum(len(ip.mappings(i)) for i in range(len(ip.devices)))
         out["errors"] = list(ip.errors)
         out["gomp"] = ip.gomp.report()
+        out["compilers"] = sorted(set(ip.generations.values()))    # refined by launches
         ok = out["registered_after_close"] == 0 and not ip.errors
     out["calls"] = call_counts()
     if args.json:
@@ -107,6 +109,7 @@ def cmd_run_library(args) -> int:
     else:
         print(f"plugins: {', '.join(out['plugins']) or 'none'}; devices: {out['devices']}; "
               f"images: {out['images']}; unsupported: {out['unsupported']}")
+        print(f"built by: {', '.join(out['compilers']) or 'no registered image'}")
         print(f"interposed calls: {out['calls']}")
         print(f"after dlclose: {out['registered_after_close']} images registered")
         g = out["gomp"]

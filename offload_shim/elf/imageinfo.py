@@ -10,8 +10,10 @@
   objects, and the linker wrapper points ``__tgt_device_image.ImageStart`` at one that
   wraps the linked device image (libomptarget 16 unwraps it in ``registerLib``).
 * :func:`describe` -- what an object / library / executable carries: ``.llvm.offloading``
-  binaries, clang's host entry table (section ``omp_offloading_entries``, 32-byte
-  ``__tgt_offload_entry`` records with their names), GCC's ``.gnu.offload_funcs`` /
+  binaries, clang's host entry table in every generation's layout (section
+  ``omp_offloading_entries`` or ``llvm_offload_entries``; 32-byte
+  ``__tgt_offload_entry`` of clang 16-19 or 56-byte ``EntryTy`` of clang 20-22, with
+  their names, ``requires`` flags and the clang generation, abi/clang.py), GCC's ``.gnu.offload_funcs`` /
   ``.gnu.offload_vars`` tables (host addresses; names through the symbol table) and the
   GCC device-image sections ``.gnu.offload_lto_*`` / ``.offload_*``, and in a linked
   GCC library mkoffload's nvptx ``target_data`` (:func:`parse_nvptx_target_data`: PTX
@@ -32,8 +34,10 @@ from pathlib import Path
 from ..errors import InvalidImageError
 
 OFFLOAD_BINARY_MAGIC = b"\x10\xff\x10\xad"
-IMAGE_KINDS = {0: "none", 1: "object", 2: "bitcode", 3: "cubin", 4: "fatbinary", 5: "ptx"}
-OFFLOAD_KINDS = {0: "none", 1: "openmp", 2: "cuda", 4: "hip"}
+#: ``ImageKind`` / ``OffloadKind`` of llvm/Object/OffloadBinary.h (22.1.8 adds spirv, sycl)
+IMAGE_KINDS = {0: "none", 1: "object", 2: "bitcode", 3: "cubin", 4: "fatbinary", 5: "ptx",
+               6: "spirv"}
+OFFLOAD_KINDS = {0: "none", 1: "openmp", 2: "cuda", 4: "hip", 8: "sycl"}
 _HDR = struct.Struct("<4sIQQQ")
 _ENT = struct.Struct("<HHIQQQQ")
 
@@ -172,7 +176,10 @@ _PARSE_ERRORS = (struct.error, OverflowError, ValueError, IndexError, KeyError, 
 def describe(path: str | Path) -> dict:
     """What ``path`` (ELF object, shared library or executable) carries for
     offloading: ``{"path", "machine", "llvm_offloading": [OffloadBinaryEntry...],
-    "omp_offloading_entries": [{"name", "size", "flags", "addr"}...],
+    "omp_offloading_entries": [{"name", "size", "flags", "addr"}...] (clang's host
+    entries of any generation), "entry_section", "entry_layout", "entry_error" (a table
+    no known layout fits), "requires", "device_entry_prefix", "compiler" (e.g. "clang
+    21-22"),
     "gnu_offload_funcs": [{"addr", "name"}], "gnu_offload_vars": [{"addr", "size", "link",
     "name"}], "gnu_offload_sections": [names], "gomp_target_data": dict or None}``
     (addresses are link-time values, dynamic relocations applied).
@@ -250,27 +257,10 @@ def _describe(path, data: bytes) -> dict:
     sec = sections.get(".llvm.offloading")
     if sec is not None:
         out["llvm_offloading"] = parse_offload_binaries(sec.data())
-    sec = sections.get("omp_offloading_entries")
-    if sec is not None:
-        raw = sec.data()
-        # relocatable objects: the name pointers are relocations (symbol + addend)
-        rel_names: dict[int, str] = {}
-        rsec = sections.get(".relaomp_offloading_entries")
-        if isinstance(rsec, RelocationSection) and elf["e_type"] == "ET_REL":
-            symtab = elf.get_section(rsec["sh_link"])
-            for r in rsec.iter_relocations():
-                sym = symtab.get_symbol(r["r_info_sym"])
-                if r["r_offset"] % 32 == 8 and sym["st_shndx"] not in ("SHN_UNDEF", "SHN_ABS"):
-                    target = elf.get_section(sym["st_shndx"])
-                    o = target["sh_offset"] + sym["st_value"] + r["r_addend"]
-                    rel_names[r["r_offset"] - 8] = _cstr(data, o)
-        for i in range(len(raw) // 32):
-            addr, name_p, size, flags, _r = struct.unpack_from("<QQQii", raw, 32 * i)
-            name = cstring_at(name_p) if elf["e_type"] != "ET_REL" else rel_names.get(32 * i)
-            out["omp_offloading_entries"].append(
-                {"name": name or symbols.get(addr), "size": size, "flags": flags,
-                 "addr": addr})
     relocs = _dyn_relocations(elf, sections)
+    out.update(_host_entries(elf, data, sections, symbols, cstring_at, relocs))
+    out["device_entry_prefix"] = _device_entry_prefix(out["llvm_offloading"])
+    out["compiler"] = _compiler_text(out)
     sec = sections.get(".gnu.offload_funcs")
     if sec is not None:
         raw = _relocated(sec.data(), sec["sh_addr"], relocs)
@@ -289,6 +279,116 @@ def _describe(path, data: bytes) -> dict:
                                          if n.startswith((".gnu.offload_lto_", ".offload_")))
     out["gomp_target_data"] = _gomp_target_data(elf, sections, read_vaddr, relocs)
     return out
+
+
+#: sections clang puts the host entry table in (abi/clang.py GENERATIONS)
+ENTRY_SECTIONS = ("omp_offloading_entries", "llvm_offload_entries")
+
+
+def _host_entries(elf, data, sections, symbols, cstring_at, relocs) -> dict:
+    """The host entry table of a clang-built file, in any generation's layout
+    (abi/clang.py: 32-byte ``__tgt_offload_entry`` of LLVM 16-19, 56-byte ``EntryTy``
+    of 20-22, in ``omp_offloading_entries`` or, from 21, ``llvm_offload_entries``):
+    ``omp_offloading_entries`` (OpenMP entries: name, size, flags, addr), ``requires``
+    (flags of requires entries or None), ``entry_section``, ``entry_layout`` (name) and
+    ``entry_error`` (a table no known layout fits: one line)."""
+    from elftools.elf.relocation import RelocationSection
+    from ..abi import clang as abi_clang
+    from ..errors import UnknownLayoutError
+    res: dict = {"omp_offloading_entries": [], "requires": None, "entry_section": None,
+                 "entry_layout": None, "entry_error": None}
+    for name in ENTRY_SECTIONS:
+        sec = sections.get(name)
+        if sec is None or not sec["sh_size"]:
+            continue
+        res["entry_section"] = name
+        raw = sec.data()
+        if elf["e_type"] != "ET_REL":
+            raw = _relocated(raw, sec["sh_addr"], relocs)
+        try:
+            layout = abi_clang.detect_entry_layout(raw, f"section {name}") if elf[
+                "e_type"] != "ET_REL" else _rel_layout(raw)
+        except UnknownLayoutError as exc:
+            res["entry_error"] = str(exc)
+            return res
+        res["entry_layout"] = layout.name
+        # relocatable objects: the name pointers are relocations (symbol + addend)
+        rel_names: dict[int, str] = {}
+        rsec = sections.get(".rela" + name)
+        name_off = 8 if layout.size == 32 else 24
+        if isinstance(rsec, RelocationSection) and elf["e_type"] == "ET_REL":
+            symtab = elf.get_section(rsec["sh_link"])
+            for r in rsec.iter_relocations():
+                sym = symtab.get_symbol(r["r_info_sym"])
+                if (r["r_offset"] % layout.size == name_off
+                        and sym["st_shndx"] not in ("SHN_UNDEF", "SHN_ABS")):
+                    target = elf.get_section(sym["st_shndx"])
+                    o = target["sh_offset"] + sym["st_value"] + r["r_addend"]
+                    rel_names[r["r_offset"] - name_off] = _cstr(data, o)
+        for i in range(len(raw) // layout.size):
+            f = layout.decode(raw[i * layout.size:(i + 1) * layout.size])
+            if f.kind != abi_clang.OFK_OPENMP:
+                continue
+            if f.is_requires:
+                res["requires"] = (res["requires"] or 0) | f.data
+                continue
+            ename = (cstring_at(f.name_ptr) if elf["e_type"] != "ET_REL"
+                     else rel_names.get(i * layout.size))
+            res["omp_offloading_entries"].append(
+                {"name": ename or symbols.get(f.addr), "size": f.size, "flags": f.flags,
+                 "addr": f.addr})
+        return res
+    return res
+
+
+def _rel_layout(raw: bytes):
+    """The layout of an object file's (unrelocated) entry table: by record size and
+    the v1 header (``Reserved`` 0, ``Version`` 1), since pointers are not filled in."""
+    from ..abi import clang as abi_clang
+    from ..errors import UnknownLayoutError
+    v1 = abi_clang.ENTRY_TY_V1
+    if len(raw) % v1.size == 0 and all(
+            raw[k:k + 8] == bytes(8) and raw[k + 8:k + 10] == b"\x01\x00"
+            for k in range(0, len(raw), v1.size)):
+        return v1
+    if len(raw) % 32 == 0:
+        return abi_clang.TGT_OFFLOAD_ENTRY
+    raise UnknownLayoutError(f"entry table of {len(raw)} bytes is no known layout")
+
+
+def _device_entry_prefix(binaries) -> str | None:
+    """``.omp_offloading.entry.`` (clang 16-17) or ``.offloading.entry.`` (18+): the
+    prefix of the entry symbols in the first ELF device image, None when unknown."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+    for b in binaries:
+        if b.image[:4] != ELF_MAGIC:
+            continue
+        try:
+            img = ELFFile(io.BytesIO(b.image))
+            for sec in img.iter_sections():
+                if isinstance(sec, SymbolTableSection):
+                    for sym in sec.iter_symbols():
+                        for prefix in (".omp_offloading.entry.", ".offloading.entry."):
+                            if sym.name.startswith(prefix):
+                                return prefix
+        except Exception:  # noqa: BLE001 - a device image we cannot read says nothing
+            continue
+    return None
+
+
+def _compiler_text(info: dict) -> str | None:
+    """Which clang generation the entry table and device image point to
+    (abi/clang.py ``GENERATIONS``), None for files without a clang entry table."""
+    from ..abi import clang as abi_clang
+    if not info.get("entry_section") or not info.get("entry_layout"):
+        return None
+    layout = next(l for l in abi_clang.ENTRY_LAYOUTS if l.name == info["entry_layout"])
+    gens = abi_clang.generations_of(
+        layout, section=info["entry_section"],
+        device_entry_prefix=info.get("device_entry_prefix"),
+        requires_entry=True if info.get("requires") is not None else None)
+    return abi_clang.describe_generations(gens) if gens else None
 
 
 def _dyn_relocations(elf, sections) -> dict[int, int]:
@@ -359,8 +459,15 @@ def format_description(info: dict) -> str:
     for i, b in enumerate(info["llvm_offloading"]):
         lines.append(f"  .llvm.offloading[{i}]: {b.offload_kind} {b.image_kind} "
                      f"triple={b.triple} arch={b.arch or '-'} {len(b.image)} bytes")
-    if info["omp_offloading_entries"]:
-        lines.append(f"  omp_offloading_entries: {len(info['omp_offloading_entries'])}")
+    if info.get("entry_error"):
+        lines.append(f"  {info['entry_section']}: {info['entry_error']}")
+    if info["omp_offloading_entries"] or info.get("entry_layout"):
+        extra = f" (built by {info['compiler']})" if info.get("compiler") else ""
+        lines.append(f"  {info.get('entry_section') or 'omp_offloading_entries'}: "
+                     f"{len(info['omp_offloading_entries'])} x {info.get('entry_layout')}"
+                     f"{extra}")
+        if info.get("requires") is not None:
+            lines.append(f"    requires flags {info['requires']:#x}")
         for e in info["omp_offloading_entries"]:
             kind = "kernel" if e["size"] == 0 else f"global {e['size']} bytes"
             lines.append(f"    {e['name']}  ({kind}, flags={e['flags']:#x})")
@@ -388,6 +495,6 @@ def format_description(info: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["GOMP_TARGET_TYPES", "OffloadBinaryEntry", "describe", "format_description",
+__all__ = ["ENTRY_SECTIONS", "GOMP_TARGET_TYPES", "OffloadBinaryEntry", "describe", "format_description",
            "is_offload_binary", "parse_nvptx_target_data", "parse_offload_binaries",
            "unwrap_image"]

@@ -39,8 +39,8 @@ from .interface import (OFFLOAD_DEVICE_DEFAULT, TGT_DEFAULT, TGT_DISABLED, TGT_M
                         Interposer, interpose)
 from .library import LoadedLibrary
 from .mapping import DeviceMapper, MapEntry, MappingTable
-from .omptarget import (MAP_ALWAYS, MAP_CLOSE, MAP_DELETE, MAP_FROM, MAP_IMPLICIT,
-                        MAP_LITERAL, MAP_MEMBER_OF, MAP_NON_CONTIG, MAP_OMPX_HOLD,
+from .omptarget import (MAP_ALWAYS, MAP_ATTACH, MAP_CLOSE, MAP_DELETE, MAP_FROM,
+                        MAP_IMPLICIT, MAP_LITERAL, MAP_MEMBER_OF, MAP_NON_CONTIG, MAP_OMPX_HOLD,
                         MAP_PRESENT, MAP_PRIVATE, MAP_PTR_AND_OBJ, MAP_RETURN_PARAM,
                         MAP_TARGET_PARAM, MAP_TO)
 
@@ -48,6 +48,6 @@ __all__ = ["CALL_COUNTERS", "DeviceMapper", "GOMP_CONSTRUCTS", "GompImage",
            "INTERPOSER_FILENAME", "Interposer", "LoadedLibrary", "MapEntry", "MappingTable",
            "OFFLOAD_DEVICE_DEFAULT", "TGT_DEFAULT", "TGT_DISABLED", "TGT_MANDATORY",
            "call_counts", "interpose", "interposer_path", "load_interposer",
-           "MAP_ALWAYS", "MAP_CLOSE", "MAP_DELETE", "MAP_FROM", "MAP_IMPLICIT", "MAP_LITERAL",
-           "MAP_MEMBER_OF", "MAP_NON_CONTIG", "MAP_OMPX_HOLD", "MAP_PRESENT", "MAP_PRIVATE",
+           "MAP_ALWAYS", "MAP_ATTACH", "MAP_CLOSE", "MAP_DELETE", "MAP_FROM",
+           "MAP_IMPLICIT", "MAP_LITERAL", "MAP_MEMBER_OF", "MAP_NON_CONTIG", "MAP_OMPX_HOLD", "MAP_PRESENT", "MAP_PRIVATE",
            "MAP_PTR_AND_OBJ", "MAP_RETURN_PARAM", "MAP_TARGET_PARAM", "MAP_TO"]

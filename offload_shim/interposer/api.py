@@ -59,7 +59,9 @@ def target_memcpy(ip, dst, src, length, dst_off, src_off, dst_dev, src_dev) -> i
 
 
 def target_is_present(ip, ptr: int, dev_id: int) -> int:
-    """``omp_target_is_present(ptr, dev_id)``: 1 or 0."""
+    """``omp_target_is_present(ptr, dev_id)``: 1 or 0 (fatal for an invalid device
+    number under libomptarget 19+, :meth:`Interposer.check_device_number`)."""
+    ip.check_device_number(dev_id)
     n = ip.num_devices()
     if dev_id == n:
         return 1

@@ -88,6 +88,13 @@ class Bridge:
         registered before the table existed), in order."""
         return _abi.registered_descriptors(self.lib) if self.lib is not None else []
 
+    def rearm_exit(self) -> None:
+        """Inside ``offload-shim run``: make the runtime's exit handler the newest
+        again (a plugin initialised since registered its own deinit with ``atexit``,
+        which must run after the runtime freed its memory).  No-op otherwise."""
+        if self.lib is not None:
+            self.lib.osh_interposer_rearm_exit()
+
     def uninstall(self) -> None:
         if self.lib is not None:
             _abi.set_callbacks(self.lib, None)

@@ -118,6 +118,7 @@ def stop() -> None:
                   "initialised": [d.label for d in ip.devices if d.initialized],
                   "libraries": len(ip.libraries),
                   "unsupported": [m for _, m in ip.unsupported],
+                  "compilers": sorted(set(ip.generations.values())),
                   "gomp_registrations": len(ip.gomp_registrations)}
         st["cm"].__exit__(None, None, None)      # Interposer.close()
         report["errors"] = list(ip.errors)

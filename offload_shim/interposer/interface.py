@@ -24,10 +24,11 @@ import sys
 import threading
 from typing import Iterator
 
+from ..abi import clang as _clang
 from ..abi import interposer as _abi
 from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
 from ..core.images import OffloadImage
-from ..errors import LifecycleError, OffloadError
+from ..errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, launch, omptarget
 from .bridge import Bridge, guard
 from .gomp import GompSide
@@ -68,6 +69,7 @@ class Interposer:
         self._loaded: list[LoadedLibrary] = []
         self._closed = False
         self._bridge = Bridge()
+        self._host_runtime: int | None = None
 
     # -- views ------------------------------------------------------------------------
     @property
@@ -85,6 +87,13 @@ class Interposer:
     @property
     def requires_flags(self) -> int:
         return self.rtls.requires_flags
+
+    @property
+    def generations(self) -> dict[int, str]:
+        """``__tgt_bin_desc`` address -> the clang generation that built it, as seen
+        from its entry table and first kernel launch (``"clang 20-22
+        (llvm::offloading::EntryTy v1, KernelArgs v3)"``)."""
+        return dict(self.rtls.generations)
 
     @property
     def gomp_registrations(self) -> list[dict]:
@@ -247,22 +256,54 @@ class Interposer:
         if not 0 <= dev_id < n:
             return self._outcome_fail(f"Device {dev_id} is not ready", loc)
         dev = self.devices[dev_id]
+        fresh = not dev.initialized
         try:
             dev.init()
         except OffloadError as exc:
             return self._outcome_fail(f"Device {dev_id} is not ready: {exc}", loc)
+        if fresh:
+            self._bridge.rearm_exit()
         dm = self.mapper(dev_id)
         dm.map_globals(self.rtls.images())
         return dm
 
     # -- devices ------------------------------------------------------------------------
+    @property
+    def host_runtime(self) -> int:
+        """LLVM major of the libomptarget the compiled code links (16 when none is
+        loaded): the API routines answer as that release does where releases differ
+        (``abi.interposer.loaded_libomptarget``, read once a library registered)."""
+        if self._host_runtime is None:
+            found = _abi.loaded_libomptarget()
+            if found is None or not self.libraries:
+                return found[0] if found else 16
+            self._host_runtime = found[0]
+        return self._host_runtime
+
     def num_devices(self) -> int:
         """``omp_get_num_devices()``: 0 under OMP_TARGET_OFFLOAD=disabled (libomptarget
-        16 ``RTLsTy::loadRTLs`` loads no plugin then), else the devices of the plugins
-        that accepted a registered image."""
-        if self._raw_policy() == TGT_DISABLED:
+        16 ``RTLsTy::loadRTLs`` loads no plugin then; 22.1 also reports 0), else the
+        devices of the plugins that accepted a registered image.  libomptarget 19.1
+        reports its devices under ``disabled`` too (checked on Debian 19.1.7), so code
+        linked against it gets them."""
+        if self._raw_policy() == TGT_DISABLED and self.host_runtime != 19:
             return 0
         return len(self.devices)
+
+    def check_device_number(self, dev_id: int) -> None:
+        """API routines of libomptarget 19+ stop the program on a device number that
+        is neither a device nor the initial device (``PluginManager::getDevice`` ->
+        ``FATAL_MESSAGE(DeviceNum, ...)``, then abort; the text as Debian 19.1.7 and
+        22.1.8 print it, -1 included); libomptarget 16 returns an error instead
+        (nothing done here)."""
+        n = self.num_devices()
+        if self.host_runtime >= 19 and not 0 <= dev_id <= n:
+            what = ("Device number" if self.host_runtime == 19
+                    else '"invalid value" device number')
+            sys.stderr.write(f"omptarget fatal error {dev_id}: {what} '{dev_id}' out of "
+                             f"range, only {n} devices available\n")
+            sys.stderr.flush()
+            os.abort()
 
     def mapper(self, num: int) -> DeviceMapper:
         """The :class:`DeviceMapper` of OpenMP device ``num`` (created on first use)."""
@@ -277,13 +318,16 @@ class Interposer:
     def device_or_host(self, dev_id: int):
         """The initialised Device of OpenMP device ``dev_id``, or None for the
         initial (host) device.  Raises MapError for another number."""
+        self.check_device_number(dev_id)
         n = self.num_devices()
         if dev_id == n:
             return None
         if not 0 <= dev_id < n:
             raise MapError(f"invalid device number {dev_id} ({n} devices)")
         dev = self.devices[dev_id]
-        dev.init()
+        if not dev.initialized:
+            dev.init()
+            self._bridge.rearm_exit()
         return dev
 
     # -- registration (rtl.cpp) --------------------------------------------------------
@@ -294,7 +338,10 @@ class Interposer:
     def _on_register(self, desc: int) -> int:
         """``__tgt_register_lib``."""
         with self._lock:
-            self.rtls.register_lib(desc)
+            try:
+                self.rtls.register_lib(desc)
+            finally:
+                self._bridge.rearm_exit()
             return CB_OK
 
     def _on_unregister(self, desc: int) -> int:
@@ -332,7 +379,15 @@ class Interposer:
             chk = self._check_device(dev_id, loc)
             if isinstance(chk, int):
                 return chk
+            # the record's version first: an unknown one (clang > 22) is refused before
+            # any other field is read; the construct fails (fatal under mandatory)
+            try:
+                kv = _clang.kernel_args_version(_abi.kernel_args_version(kargs))
+            except UnknownLayoutError as exc:
+                return self._outcome_fail(f"UnknownLayoutError: {exc}", loc)
+            self.rtls.saw_kernel_args(host_ptr or 0, kv.version)
             m, _ka = _abi.kernel_map_args(kargs)
+            implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
             try:
                 entry = chk.device.translate(host_ptr or 0)
             except KeyError:
@@ -340,7 +395,7 @@ class Interposer:
                                           f"matching target pointer on device "
                                           f"{chk.number}", loc)
             try:
-                launch.target(chk, entry, m)
+                launch.target(chk, entry, m, implicit)
             except (MapError, OffloadError) as exc:
                 return self._outcome_fail(f"{type(exc).__name__}: {exc}", loc)
             return CB_OK

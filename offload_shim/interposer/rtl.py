@@ -17,100 +17,102 @@ device list when it first accepts an image) and ``omptarget.cpp``
       __tgt_offload_entry *EntriesBegin, *EntriesEnd;
     };
 
-The offload entry record is not stable across compilers: :data:`ENTRY_LAYOUTS` lists
-the layouts known here and :func:`entry_layout` picks one per entry table, so a new
-layout is one more :class:`EntryLayout`.
+The offload entry record is not stable across compilers: the layouts of LLVM 16-19
+(``__tgt_offload_entry``, 32 bytes) and 20-22 (``llvm::offloading::EntryTy`` v1, 56
+bytes) are described in :mod:`offload_shim.abi.clang`; :func:`entry_layout` picks one
+per entry table from the records themselves and refuses a table that fits none
+(UnknownLayoutError, one line: the program then runs as with no device, or stops as
+``OMP_TARGET_OFFLOAD=mandatory`` says).  Entries that are not for OpenMP (``Kind``) are
+skipped and ``requires`` entries (LLVM 19+, flag ``OMP_REGISTER_REQUIRES``) become
+requirement flags, as libomptarget 19/22 ``PluginManager::registerLib`` does.
 """
 
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
+from ..abi import clang as _clang
 from ..abi import interposer as _abi
+from ..abi.clang import (ENTRY_LAYOUTS, ENTRY_TY_V1, TGT_OFFLOAD_ENTRY, EntryLayout)
 from ..core.images import HostEntry, OffloadImage
 from ..elf.imageinfo import unwrap_image
-from ..errors import InvalidImageError, OffloadError
+from ..errors import InvalidImageError, OffloadError, UnknownLayoutError
 
-_BIN_DESC = struct.Struct("<i4xQQQ")
-_DEVICE_IMAGE = struct.Struct("<QQQQ")
+_BIN_DESC = _clang.BIN_DESC
+_DEVICE_IMAGE = _clang.DEVICE_IMAGE
 
 
 @dataclass(frozen=True)
 class EntryRecord:
     """One decoded offload entry: host ``addr``, ``name``, ``size`` (bytes; 0 =
-    function/kernel), ``flags`` (``OMP_DECLARE_TARGET_*``)."""
+    function/kernel), ``flags`` (``OMP_DECLARE_TARGET_*``), ``data`` (extra data of
+    the LLVM 19+ records)."""
     addr: int
     name: str
     size: int
     flags: int
-
-
-@dataclass(frozen=True)
-class EntryLayout:
-    """An offload-entry record layout: ``size`` bytes per record, ``decode(raw
-    bytes) -> (addr, name pointer, size, flags)``, ``matches(first record bytes) ->
-    bool`` (whether a table that starts with this record uses the layout)."""
-    name: str
-    size: int
-    decode: Callable[[bytes], tuple[int, int, int, int]]
-    matches: Callable[[bytes], bool]
-
-
-def _decode_v0(raw: bytes) -> tuple[int, int, int, int]:
-    addr, name, size, flags, _reserved = struct.unpack("<QQQii", raw)
-    return addr, name, size, flags
-
-
-#: ``__tgt_offload_entry`` of LLVM <= 19 (``{void *addr; char *name; size_t size;
-#: int32_t flags; int32_t reserved;}``, 32 bytes): clang 16 emits it.
-TGT_OFFLOAD_ENTRY = EntryLayout("__tgt_offload_entry", 32, _decode_v0, lambda raw: True)
-
-#: the layouts tried in order by :func:`entry_layout`
-ENTRY_LAYOUTS: tuple[EntryLayout, ...] = (TGT_OFFLOAD_ENTRY,)
+    data: int = 0
 
 
 def entry_layout(begin: int, end: int) -> EntryLayout:
-    """The layout of the entry table ``[begin, end)`` (the first of
-    :data:`ENTRY_LAYOUTS` whose ``matches`` accepts the first record and whose size
-    divides the table).  Raises InvalidImageError when none does."""
-    span = end - begin
-    for layout in ENTRY_LAYOUTS:
-        if span % layout.size:
+    """The layout of the entry table ``[begin, end)`` in this process's memory
+    (:func:`offload_shim.abi.clang.detect_entry_layout`).  Raises UnknownLayoutError."""
+    return _clang.detect_entry_layout(_abi.read_bytes(begin, end - begin),
+                                      f"offload entry table [{begin:#x}, {end:#x})")
+
+
+@dataclass
+class EntryTable:
+    """A decoded entry table: its ``layout``, the OpenMP ``entries``, the
+    ``requires`` flags of its requires entries (0 when none) and ``requires_entry``
+    (whether it had one: LLVM 19+)."""
+    layout: EntryLayout
+    entries: list[EntryRecord] = field(default_factory=list)
+    requires: int = 0
+    requires_entry: bool = False
+
+
+def read_entry_table(begin: int, end: int) -> EntryTable:
+    """The offload entries of ``[begin, end)`` in the process's memory, decoded with
+    the table's layout.  Raises UnknownLayoutError."""
+    if not begin or end <= begin:
+        return EntryTable(TGT_OFFLOAD_ENTRY)
+    layout = entry_layout(begin, end)
+    table = EntryTable(layout)
+    raw = _abi.read_bytes(begin, end - begin)
+    for k in range(len(raw) // layout.size):
+        f = layout.decode(raw[k * layout.size:(k + 1) * layout.size])
+        if f.kind != _clang.OFK_OPENMP:
             continue
-        if span == 0 or layout.matches(_abi.read_bytes(begin, layout.size)):
-            return layout
-    raise InvalidImageError(f"offload entry table [{begin:#x}, {end:#x}) matches no known "
-                            f"entry layout ({[l.name for l in ENTRY_LAYOUTS]})")
+        if f.is_requires:
+            table.requires |= f.data
+            table.requires_entry = True
+            continue
+        table.entries.append(EntryRecord(f.addr, _abi.read_cstring(f.name_ptr).decode(
+            errors="replace") if f.name_ptr else "", f.size, f.flags, f.data))
+    return table
 
 
 def read_entries(begin: int, end: int) -> list[EntryRecord]:
-    """The offload entries of ``[begin, end)`` in the process's memory."""
-    if not begin or end <= begin:
-        return []
-    layout = entry_layout(begin, end)
-    out = []
-    for k in range((end - begin) // layout.size):
-        addr, name, size, flags = layout.decode(_abi.read_bytes(begin + k * layout.size,
-                                                                layout.size))
-        out.append(EntryRecord(addr, _abi.read_cstring(name).decode(errors="replace")
-                               if name else "", size, flags))
-    return out
+    """The OpenMP offload entries of ``[begin, end)`` (requires entries left out)."""
+    return read_entry_table(begin, end).entries
 
 
 @dataclass(frozen=True)
 class DecodedImage:
     """One ``__tgt_device_image``: its bytes (unwrapped from an OffloadBinary, as
     libomptarget 16 ``getExecutableImage`` does), ``strings`` of the OffloadBinary
-    (``triple``, ``arch``; {} for a bare image) and its entries."""
+    (``triple``, ``arch``; {} for a bare image), its OpenMP entries and the decoded
+    ``table`` (layout, requires flags)."""
     data: bytes
     strings: dict
     entries: list[EntryRecord]
+    table: EntryTable | None = None
 
 
 def decode_bin_desc(desc: int) -> list[DecodedImage]:
-    """The device images of the ``__tgt_bin_desc`` at ``desc``."""
+    """The device images of the ``__tgt_bin_desc`` at ``desc``.  Raises
+    UnknownLayoutError when an entry table fits no known layout."""
     n, images, _hb, _he = _BIN_DESC.unpack(_abi.read_bytes(desc, _BIN_DESC.size))
     out = []
     for i in range(max(n, 0)):
@@ -118,8 +120,24 @@ def decode_bin_desc(desc: int) -> list[DecodedImage]:
             _abi.read_bytes(images + i * _DEVICE_IMAGE.size, _DEVICE_IMAGE.size))
         data = _abi.read_bytes(start, end - start) if end > start else b""
         data, strings = unwrap_image(data)
-        out.append(DecodedImage(data, strings, read_entries(eb, ee)))
+        table = read_entry_table(eb, ee)
+        out.append(DecodedImage(data, strings, table.entries, table))
     return out
+
+
+def generation_text(images: list[DecodedImage], kernel_args: int | None = None) -> str:
+    """Which clang generation built the images (``"clang 20-22
+    (llvm::offloading::EntryTy v1)"``), from their entry layout, a requires entry and,
+    once a kernel ran, the ``KernelArgsTy`` version (:data:`abi.clang.GENERATIONS`)."""
+    tables = [d.table for d in images if d.table is not None]
+    layout = tables[0].layout if tables else None
+    req = any(t.requires_entry for t in tables) or None
+    gens = _clang.generations_of(layout, kernel_args=kernel_args, requires_entry=req)
+    text = _clang.describe_generations(gens)
+    what = [layout.name] if layout is not None else []
+    if kernel_args is not None:
+        what.append(f"KernelArgs v{kernel_args}")
+    return f"{text} ({', '.join(what)})" if what else text
 
 
 class Registrations:
@@ -129,8 +147,10 @@ class Registrations:
     ``libraries``: ``__tgt_bin_desc`` address -> its registered OffloadImages;
     ``unsupported``: ``(desc, message)`` of images no plugin accepted (skipped, as
     libomptarget does); ``devices``: OpenMP device numbers 0..n-1; ``requires_flags``:
-    the last ``__tgt_register_requires`` value.  Not thread-safe: the interposer's
-    lock guards it."""
+    the last ``__tgt_register_requires`` value or the flags of a library's requires
+    entries (LLVM 19+); ``generations``: descriptor -> which clang generation built it
+    (:func:`generation_text`, refined by :meth:`saw_kernel_args`).  Not thread-safe:
+    the interposer's lock guards it."""
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -138,6 +158,9 @@ class Registrations:
         self.unsupported: list[tuple[int, str]] = []
         self.devices: list = []
         self.requires_flags = 0
+        self.generations: dict[int, str] = {}
+        self._decoded: dict[int, list[DecodedImage]] = {}
+        self._kernel_args: dict[int, int] = {}
         self._used_plugins: list = []
 
     def register_lib(self, desc: int) -> list[OffloadImage]:
@@ -148,7 +171,15 @@ class Registrations:
         if desc in self.libraries:
             return []
         images = []
-        for i, dec in enumerate(decode_bin_desc(desc)):
+        decoded = decode_bin_desc(desc)          # UnknownLayoutError: nothing registered
+        self._decoded[desc] = decoded
+        self.generations[desc] = generation_text(decoded)
+        if any(d.table is not None and d.table.requires_entry for d in decoded):
+            self.requires_flags = 0
+            for d in decoded:
+                if d.table is not None:
+                    self.requires_flags |= d.table.requires
+        for i, dec in enumerate(decoded):
             label = f"desc@{desc:#x}#{i}"
             try:
                 # trusted: the bytes are part of a library this process just loaded
@@ -180,6 +211,7 @@ class Registrations:
         images = self.libraries.pop(desc, None)
         if images is None:
             return []
+        self._decoded.pop(desc, None)
         for img in images:
             try:
                 self.runtime.unregister_image(img)
@@ -187,10 +219,24 @@ class Registrations:
                 errors.append(f"unregister {img.name}: {exc}")
         return images
 
+    def saw_kernel_args(self, host_ptr: int, version: int) -> None:
+        """A launch of the kernel whose region id is ``host_ptr`` showed
+        ``KernelArgsTy.Version`` = ``version``: refine the generation of the library
+        that holds that kernel (first launch only)."""
+        for desc, decoded in self._decoded.items():
+            if desc in self._kernel_args:
+                continue
+            if any(e.addr == host_ptr for d in decoded for e in d.entries):
+                self._kernel_args[desc] = version
+                self.generations[desc] = generation_text(decoded, version)
+                return
+
     def images(self) -> list[OffloadImage]:
         """Every registered image, in registration order."""
         return [img for imgs in self.libraries.values() for img in imgs]
 
 
-__all__ = ["DecodedImage", "ENTRY_LAYOUTS", "EntryLayout", "EntryRecord", "Registrations",
-           "TGT_OFFLOAD_ENTRY", "decode_bin_desc", "entry_layout", "read_entries"]
+__all__ = ["DecodedImage", "ENTRY_LAYOUTS", "ENTRY_TY_V1", "EntryLayout", "EntryRecord",
+           "EntryTable", "Registrations", "TGT_OFFLOAD_ENTRY", "UnknownLayoutError",
+           "decode_bin_desc", "entry_layout", "generation_text", "read_entries",
+           "read_entry_table"]

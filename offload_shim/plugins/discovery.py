@@ -75,6 +75,27 @@ def liboffload_paths(env=None) -> list[str]:
     return out
 
 
+#: where scripts/setup.sh unpacks libomp5-19 + libomp-19-dev (clang-19's own runtime)
+LLVM19_ROOT_VAR = "OFFLOAD_SHIM_LLVM19_ROOT"
+
+
+def host_runtime_paths(env=None) -> list[str]:
+    """LLVM host runtimes (``libomptarget.so.<N>``, what clang-N programs link) installed
+    under ``/usr/lib/llvm-*/lib`` or unpacked under ``$OFFLOAD_SHIM_LLVM19_ROOT`` /
+    ``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT`` (LLVM 22), one per file name.  They are not
+    plugins: since LLVM 19 the plugins are linked into them (llvm-project PR #87009)."""
+    env = os.environ if env is None else env
+    roots = ["/"] + [env[v] for v in (LLVM19_ROOT_VAR, LIBOFFLOAD_ROOT_VAR) if env.get(v)]
+    out, seen = [], set()
+    for root in roots:
+        for p in sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libomptarget.so.*"))):
+            name = os.path.basename(os.path.realpath(p))
+            if name not in seen and os.path.isfile(p):
+                seen.add(name)
+                out.append(p)
+    return out
+
+
 def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True) -> list[Candidate]:
     """Every plugin file to try, deduplicated by real path."""
     env = os.environ if env is None else env
