@@ -233,8 +233,8 @@ def test_unknown_entry_layout_refused_in_one_line_then_fallback(tmp_path):
     assert rep["devices"] == [] and rep["calls"]["target_kernel"] == 1
     proc, _ = _shim_run(bad, NEXTGEN, tmp_path, {"OMP_TARGET_OFFLOAD": "mandatory"})
     assert proc.returncode == -6                                 # abort(), not SIGSEGV
-    assert "Libomptarget fatal error 1: failure of target construct while offloading " \
-           "is mandatory" in proc.stderr
+    assert "omptarget fatal error 1: failure of target construct while offloading is " \
+           "mandatory" in proc.stderr.splitlines()               # libomptarget 22's words
     out = _run(OSH + ["info", "--image", bad])
     assert out.returncode == 0 and "no known offload-entry layout" in out.stdout
 
@@ -304,7 +304,8 @@ def test_kernel_args_version_and_requires_entries(cc, version, tmp_path):
         assert proc.returncode == -6, proc.stdout + proc.stderr        # abort()
         err = [l for l in proc.stderr.splitlines() if "KernelArgsTy version 4" in l]
         assert len(err) == 1 and "UnknownLayoutError" in err[0]
-        assert "Libomptarget fatal error 1" in proc.stderr
+        assert any(l.startswith("omptarget fatal error 1: ")
+                   for l in proc.stderr.splitlines())            # 19.1's / 22.1's words
         return
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])

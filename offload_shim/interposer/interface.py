@@ -221,14 +221,17 @@ class Interposer:
 
     def _outcome_fail(self, message: str, loc: int | None = None) -> int:
         """A construct failed: fatal under mandatory (libomptarget 16 aborts), else
-        host fallback."""
+        host fallback.  The fatal line names the runtime as the program's own does:
+        ``Libomptarget fatal error 1`` (16), ``omptarget fatal error 1`` (19.1, 22.1:
+        their messages say ``omptarget``)."""
         src = _abi.ident_source(loc)
         full = message + (f" (at {src})" if src else "")
         self.errors.append(full)
         if self.policy() == TGT_MANDATORY:
             sys.stdout.flush()
+            who = "omptarget" if self.host_runtime >= 19 else "Libomptarget"
             sys.stderr.write(f"offload_shim: {full}\n"
-                             "Libomptarget fatal error 1: failure of target construct "
+                             f"{who} fatal error 1: failure of target construct "
                              "while offloading is mandatory\n")
             sys.stderr.flush()
             return CB_FATAL
