@@ -40,6 +40,10 @@ class Clang:
     def name(self) -> str:
         return self.cc
 
+    @property
+    def cxx(self) -> str:
+        return self.cc.replace("clang-", "clang++-")
+
     def missing(self) -> str | None:
         """Why this compiler cannot build and run here (skip reason), or None."""
         if shutil.which(self.cc) is None:
@@ -93,3 +97,15 @@ CLANG22 = Clang(22, "clang-22", LLVM22_LIB, ("/usr/lib/llvm-22/bin/clang-linker-
                                              str(LLVM22_LIB / "libomptarget.so"),
                                              str(LLVM22_LIB / "libomp.so")))
 COMPILERS = (CLANG16, CLANG19, CLANG22)
+
+
+def toolchain_fields(cc: Clang) -> dict:
+    """The fields of a differential-harness toolchain (name, cc, cxx, compile ``flags``
+    after the OpenMP ones, link ``ldflags``, ``required`` files) for ``cc``: what a
+    compiler-parametrised harness needs to build with clang-19/22 against their
+    unpacked runtimes; the reference run is the program as built (rpath)."""
+    lib = cc.runtime_lib
+    inc = (f"-I{lib}/clang/{cc.version}/include",) if lib is not None else ()
+    link = (f"-L{lib}", f"-Wl,-rpath,{lib}") if lib is not None else ()
+    return {"name": cc.name, "cc": cc.cc, "cxx": cc.cxx, "flags": inc, "ldflags": link,
+            "required": cc.required}
