@@ -212,6 +212,7 @@ class Registrations:
         if images is None:
             return []
         self._decoded.pop(desc, None)
+        self._kernel_args.pop(desc, None)      # a library dlopen'ed again may land here
         for img in images:
             try:
                 self.runtime.unregister_image(img)
