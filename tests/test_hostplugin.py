@@ -14,6 +14,7 @@ import ctypes
 import glob
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -205,10 +206,10 @@ def ctl():
 
 
 def tmp_images():
-    """The plugin's temp copies of images (``$TMPDIR/tmposh_image_*``, default /tmp).
-    Only that name: other processes on the machine create /tmp/tmp* files too."""
-    dirs = {"/tmp", tempfile.gettempdir()}
-    return {p for d in dirs for p in glob.glob(os.path.join(d, "tmposh_image_*"))}
+    """The plugin's temp copies of images (``$TMPDIR/tmposh_image_*``) of this process:
+    :func:`run_child` gives every child its own ``TMPDIR``, so only the files of the
+    process under test are counted, never those of another test run on the machine."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "tmposh_image_*")))
 
 
 # ----------------------------------------------------------------------------------------
@@ -223,13 +224,19 @@ def run_child(name, *args, env=None, timeout=180):
         t.{name}(*{args!r})
         print("CHILD-OK", flush=True)
     """)
-    full_env = dict(os.environ)
+    tmpdir = tempfile.mkdtemp(prefix="osh-hostplugin-test-")   # this child's TMPDIR only
+    full_env = dict(os.environ, TMPDIR=tmpdir)
     full_env.update(env or {})
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=timeout, env=full_env)
-    detail = f"rc={p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
-    assert p.returncode == 0, f"child {name} failed ({detail})"
-    assert "CHILD-OK" in p.stdout, detail
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=timeout, env=full_env)
+        detail = f"rc={p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+        assert p.returncode == 0, f"child {name} failed ({detail})"
+        assert "CHILD-OK" in p.stdout, detail
+        left = glob.glob(os.path.join(tmpdir, "tmposh_image_*"))
+        assert not left, f"child {name} left image copies behind: {left}"
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     return p
 
 

@@ -210,11 +210,15 @@ def test_nothing_reaches_the_plugin_after_close(bundled_path, ctl):
 def test_allocation_held_at_close_is_reported_and_freed_before_deinit(bundled_path, ctl):
     rt = osh.Runtime([bundled_path])
     dev = rt.devices[0]
+    leaked_before = ctl.leaked_allocs()     # process-wide count, never reset by the plugin
+    frees_before = ctl.call_count("__tgt_rtl_data_delete")
     dev.alloc(100)
     dev.alloc(20000)
     leaks = rt.close()
     assert leaks == {dev.label: (2, 20100)}
-    assert ctl.leaked_allocs() == 0 or True     # freed by the runtime, not by deinit_device
+    # freed by the runtime through data_delete, none left for deinit_device to reclaim
+    assert ctl.leaked_allocs() == leaked_before
+    assert ctl.call_count("__tgt_rtl_data_delete") - frees_before == 2
     assert ctl.live_allocs() == 0
 
 

@@ -1,0 +1,88 @@
+"""Plugin-level lifecycle order (prior-art I1, I2): the last ``Plugin.release``
+deinitialises every device still held *before* ``deinit_plugin``, and
+``release_device`` / ``release`` refuse what was never acquired.  Checked
+against the bundled plugin, which counts every call and records
+``deinit_plugin_with_live_devices`` when the order is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.plugins.hostplugin import ABI_LLVM
+from offload_shim.plugins.plugin import load_plugin
+
+ORDER = ["__tgt_rtl_init_plugin", "__tgt_rtl_init_device", "__tgt_rtl_deinit_device",
+         "__tgt_rtl_deinit_plugin"]
+
+
+@pytest.fixture
+def plugin(bundled_path, ctl):
+    p = load_plugin(bundled_path, abi="llvm")
+    assert p.users == 0 and not ctl.is_plugin_initialized(), \
+        "the bundled plugin is still held by an earlier test"
+    yield p
+    while p.users:
+        p.release()
+
+
+def _delta(ctl, before):
+    now = ctl.call_counts(ORDER)
+    return {k: now[k] - before[k] for k in ORDER}
+
+
+def test_last_release_with_a_device_held_deinits_the_device_first(plugin, ctl):
+    plugin.acquire()
+    plugin.acquire_device(0)
+    plugin.acquire_device(2)
+    before = ctl.call_counts(ORDER)
+    viol = ctl.violation_count("deinit_plugin_with_live_devices")
+    plugin.release()                       # devices 0 and 2 still held by their callers
+    assert ctl.violation_count("deinit_plugin_with_live_devices") == viol
+    assert _delta(ctl, before) == {"__tgt_rtl_init_plugin": 0, "__tgt_rtl_init_device": 0,
+                                   "__tgt_rtl_deinit_device": 2, "__tgt_rtl_deinit_plugin": 1}
+    assert not ctl.is_device_initialized(ABI_LLVM, 0)
+    assert not ctl.is_device_initialized(ABI_LLVM, 2)
+    assert not ctl.is_plugin_initialized()
+    assert not plugin.device_initialized(0) and not plugin.device_initialized(2)
+    assert not plugin.initialized and plugin.users == 0
+
+
+def test_release_that_is_not_the_last_keeps_plugin_and_devices(plugin, ctl):
+    plugin.acquire()
+    plugin.acquire()
+    plugin.acquire_device(1)
+    before = ctl.call_counts(ORDER)
+    plugin.release()
+    assert _delta(ctl, before)["__tgt_rtl_deinit_device"] == 0
+    assert _delta(ctl, before)["__tgt_rtl_deinit_plugin"] == 0
+    assert plugin.device_initialized(1) and ctl.is_device_initialized(ABI_LLVM, 1)
+    plugin.release_device(1)
+    plugin.release()
+    assert _delta(ctl, before) == {"__tgt_rtl_init_plugin": 0, "__tgt_rtl_init_device": 0,
+                                   "__tgt_rtl_deinit_device": 1, "__tgt_rtl_deinit_plugin": 1}
+
+
+def test_reacquire_after_the_last_release_initialises_again(plugin, ctl):
+    before = ctl.call_counts(ORDER)
+    plugin.acquire()
+    assert plugin.acquire_device(0) is True
+    assert plugin.acquire_device(0) is False          # second user: no second init
+    plugin.release()
+    plugin.acquire()
+    assert plugin.acquire_device(0) is True           # deinitialised by the release above
+    plugin.release_device(0)
+    plugin.release()
+    assert _delta(ctl, before) == {"__tgt_rtl_init_plugin": 2, "__tgt_rtl_init_device": 2,
+                                   "__tgt_rtl_deinit_device": 2, "__tgt_rtl_deinit_plugin": 2}
+
+
+def test_release_without_acquire_is_refused(plugin, ctl):
+    before = ctl.call_counts(ORDER)
+    with pytest.raises(osh.LifecycleError, match="release without acquire"):
+        plugin.release()
+    plugin.acquire()
+    with pytest.raises(osh.LifecycleError, match="not initialised"):
+        plugin.release_device(3)
+    plugin.release()
+    assert _delta(ctl, before)["__tgt_rtl_deinit_device"] == 0
