@@ -101,6 +101,13 @@ void osh_host_reset_counters(void);
 const char *osh_host_entry_point_name(int i);
 const char *osh_host_violation_kind_name(int i);
 
+/* Empty functions with the prototypes of __tgt_rtl_data_alloc / __tgt_rtl_data_delete
+ * (LLVM 16): no state, no counter.  A ctypes pair into them is the cost floor of any
+ * plugin call from Python (offload-shim bench, row floor:ctypes-nop).  nop_alloc returns
+ * a fixed non-NULL address that is not memory; nop_delete returns 0. */
+void *osh_host_nop_alloc(int32_t dev, int64_t size, void *host_ptr, int32_t kind);
+int32_t osh_host_nop_delete(int32_t dev, void *ptr, int32_t kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,10 +5,13 @@ installed LLVM 16 x86_64 plugin called through its bare entry points."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 from pathlib import Path
 
 from .config import CLASSIC16, NEXTGEN16
+
 
 class Skip(Exception):
     """A backend that cannot run here; the message is the reason."""
@@ -17,7 +20,8 @@ class Skip(Exception):
 class Backend:
     """One row: ``alloc(size) -> ptr`` and ``free(ptr)``.
 
-    ``group``: ``pool`` (has a MemoryManager), ``direct``, ``peer``, ``gpu``.
+    ``group``: ``pool`` (has a MemoryManager), ``direct``, ``peer``, ``gpu``,
+    ``floor`` (the bare ctypes call).
     ``baseline``: the row the speedup column divides by.  ``pool_of()``
     returns the MemoryManager(s) whose stats give hit rate and cached bytes.
     ``enter()``/``leave()`` run around every timed batch (latency on/off).
@@ -40,6 +44,8 @@ class Backend:
         self.growth = growth
         self.trim = trim or (lambda: None)
         self.latency = False
+        self.env = {}                 # environment its device was initialised with
+        self.pool_observed = None     # LLVM rows: was a freed block kept (observed)
 
     def pools(self):
         return self._pools() if callable(self._pools) else list(self._pools)
@@ -69,40 +75,174 @@ class Backend:
             raise errors[0]
 
 
-def raw_llvm16_pair(plugin, dev: int):
-    """``alloc(size)``/``free(ptr)`` calling the plugin's ``data_alloc`` /
-    ``data_delete`` through :meth:`Plugin.entry_point` (unchecked, bound
-    once by the plugin layer), so the row times the bare ctypes call.
-    ``free`` raises RuntimeError when ``data_delete`` fails."""
-    fa = plugin.entry_point("data_alloc")
-    fd = plugin.entry_point("data_delete")
+#: Every CPU row, in table order (``--only`` is checked against these and
+#: :data:`~.gpu.GPU_ROWS` before anything runs).
+CPU_ROWS = ("floor:ctypes-nop", "direct:bundled", "pool:exact", "pool:binned",
+            "pool:exact,stats=off", "device:exact", "device:binned", "direct:bundled+lat",
+            "pool:exact+lat", "device:exact+lat", "llvm16-nextgen", "llvm16-nextgen,pool=off",
+            "llvm16-classic", "direct:ol", "device:exact/ol")
+
+#: The variable LLVM 16's ``MemoryManagerTy::getSizeThresholdFromEnv`` reads
+#: at every device init (``GenericDeviceTy::init``): unset or N > 0 = pool on
+#: with threshold N (8 KiB when unset), 0 = no pool.
+THRESHOLD_ENV = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
+
+#: The value each LLVM row's device is initialised with (set explicitly, the
+#: caller's environment is restored afterwards).
+PEER_THRESHOLDS = {"llvm16-nextgen": "8192", "llvm16-nextgen,pool=off": "0",
+                   "llvm16-cuda": "8192"}
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str):
+    """``os.environ[name] = value`` for the block (seen by C ``getenv``),
+    the previous value (or its absence) restored after."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def raw_pair(fa, fd, dev: int, what: str = "__tgt_rtl_data_delete"):
+    """``alloc(size)``/``free(ptr)`` over two bound ctypes functions with the
+    prototypes of ``data_alloc`` / ``data_delete`` (LLVM 16), so a row times
+    the bare ctypes call.  ``free`` raises RuntimeError when ``fd`` returns
+    non-zero."""
 
     def alloc(size, _fa=fa, _d=dev):
         return _fa(_d, size, None, 0) or 0
 
     def free(ptr, _fd=fd, _d=dev):
         if _fd(_d, ptr, 0):
-            raise RuntimeError(f"__tgt_rtl_data_delete({ptr:#x}) failed")
+            raise RuntimeError(f"{what}({ptr:#x}) failed")
 
     return alloc, free
 
 
+def raw_llvm16_pair(plugin, dev: int):
+    """:func:`raw_pair` over the plugin's ``data_alloc`` / ``data_delete``
+    through :meth:`Plugin.entry_point` (unchecked, bound once by the plugin
+    layer)."""
+    return raw_pair(plugin.entry_point("data_alloc"), plugin.entry_point("data_delete"), dev)
+
+
 def llvm_plugin_backend(name, path, description, *, growth=False):
+    """One row over device 0 of the LLVM plugin at ``path``; a plugin with a
+    memory manager (named in :data:`PEER_THRESHOLDS`) has its device
+    initialised with ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` set to that
+    value (printed in the description).  Raises Skip."""
     from ..plugins.plugin import load_plugin
     if not Path(path).exists():
         raise Skip(f"{path} not installed")
     plugin = load_plugin(path)
     plugin.acquire()
+    thr = PEER_THRESHOLDS.get(name)        # None: a plugin without memory manager
     try:
         if plugin.num_devices < 1:
             raise Skip(f"{plugin.name}: 0 devices")
-        plugin.acquire_device(0)
+        if thr is None:
+            plugin.acquire_device(0)
+        else:
+            with env_set(THRESHOLD_ENV, thr):
+                plugin.acquire_device(0)
     except BaseException:
         plugin.release()
         raise
     alloc, free = raw_llvm16_pair(plugin, 0)
-    return Backend(name, "peer", description, alloc, free, growth=growth,
-                   close=[plugin.release, functools.partial(plugin.release_device, 0)])
+    if thr is not None:
+        description = f"{description}; device initialised with {THRESHOLD_ENV}={thr}"
+    b = Backend(name, "peer", description, alloc, free, growth=growth,
+                close=[plugin.release, functools.partial(plugin.release_device, 0)])
+    b.env = {THRESHOLD_ENV: thr} if thr is not None else {}
+    return b
+
+
+def _keeps_freed_block(fa, fd, dev: int, probe_dev: int) -> bool:
+    """True if a freed 1 KiB block of ``dev`` stays with the plugin: the next
+    1 KiB ``malloc`` (through ``probe_dev``, a device without pool) does not
+    get it back.  glibc hands the last freed chunk of a size out first."""
+    a = fa(dev, 1024, None, 0)
+    fd(dev, a, 0)
+    b = fa(probe_dev, 1024, None, 0)
+    fd(probe_dev, b, 0)
+    return a != b
+
+
+def _reinit_device(plugin, dev: int, thr: str) -> None:
+    """Empty the C++ pool of an LLVM 16 nextgen device (``MemoryManagerTy``
+    has no trim; ``deinit_device`` deletes it with every cached block) by
+    deinitialising the device and initialising it again with the same
+    threshold."""
+    plugin.release_device(dev)
+    with env_set(THRESHOLD_ENV, thr):
+        plugin.acquire_device(dev)
+
+
+def nextgen_backends() -> list:
+    """``llvm16-nextgen`` (device 0, C++ pool on) and
+    ``llvm16-nextgen,pool=off`` (device 1) in this process: the plugin reads
+    :data:`THRESHOLD_ENV` at each device init, so each device is initialised
+    with its value set explicitly (:data:`PEER_THRESHOLDS`).  The effect is
+    observed, not assumed: device 2, initialised with 0, serves as a plain
+    ``malloc`` probe (:func:`_keeps_freed_block`); the result is in each
+    row's ``pool_observed`` and description.  Raises Skip."""
+    from ..plugins.plugin import load_plugin
+    if not Path(NEXTGEN16).exists():
+        raise Skip(f"{NEXTGEN16} not installed")
+    plugin = load_plugin(NEXTGEN16)
+    plugin.acquire()
+    held = []
+    try:
+        if plugin.num_devices < 3:
+            raise Skip(f"{plugin.name}: {plugin.num_devices} devices, the rows need 3")
+        on, off = PEER_THRESHOLDS["llvm16-nextgen"], PEER_THRESHOLDS["llvm16-nextgen,pool=off"]
+        for dev, thr in ((0, on), (1, off), (2, "0")):
+            with env_set(THRESHOLD_ENV, thr):
+                plugin.acquire_device(dev)
+            held.append(dev)
+        fa, fd = plugin.entry_point("data_alloc"), plugin.entry_point("data_delete")
+        seen = {0: _keeps_freed_block(fa, fd, 0, 2), 1: _keeps_freed_block(fa, fd, 1, 2)}
+        plugin.release_device(2)
+        held.remove(2)
+    except BaseException:
+        for dev in reversed(held):
+            plugin.release_device(dev)
+        plugin.release()
+        raise
+    rows = []
+    for dev, name, thr, what in ((0, "llvm16-nextgen", on, "its C++ memory manager on (the peer)"),
+                                 (1, "llvm16-nextgen,pool=off", off, "no memory manager")):
+        alloc, free = raw_llvm16_pair(plugin, dev)
+        obs = ("observed: a freed 1 KiB block stays with the plugin" if seen[dev] else
+               "observed: a freed 1 KiB block goes back to malloc")
+        close = [functools.partial(plugin.release_device, dev)]
+        if dev == 0:
+            close.insert(0, plugin.release)        # closed in reverse: devices, then plugin
+        b = Backend(name, "peer", f"LLVM 16 x86_64 nextgen via ctypes, device {dev} initialised "
+                    f"with {THRESHOLD_ENV}={thr}: {what} ({obs})", alloc, free,
+                    growth=(dev == 0), baseline=None if dev else "llvm16-nextgen,pool=off",
+                    close=close, trim=functools.partial(_reinit_device, plugin, dev, thr))
+        b.env = {THRESHOLD_ENV: thr}
+        b.pool_observed = seen[dev]
+        rows.append(b)
+    return rows
+
+
+def floor_backend(ctl) -> Backend:
+    """``floor:ctypes-nop``: the same ``alloc``/``free`` wrappers as the LLVM
+    rows (:func:`raw_pair`) over the bundled plugin's empty C functions
+    (``HostPluginControl.nop_entry_points``): what a ctypes pair costs before
+    the plugin does anything."""
+    fa, fd = ctl.nop_entry_points()
+    alloc, free = raw_pair(fa, fd, 0, "osh_host_nop_delete")
+    return Backend("floor:ctypes-nop", "floor", "bare ctypes pair into empty C functions with "
+                   "the data_alloc/data_delete prototypes (the cost floor of a plugin call)",
+                   alloc, free)
 
 
 def mm_backend(name, description, balloc, bfree, *, policy="exact", stats=True,
@@ -115,19 +255,55 @@ def mm_backend(name, description, balloc, bfree, *, policy="exact", stats=True,
 
 
 def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
-    """The CPU rows; returns (backends, {name: skip reason})."""
-    from ..plugins.hostplugin import HostPluginControl, bundled_plugin_path
-    from ..plugins.plugin import load_plugin
-    from ..core.runtime import Runtime
+    """The CPU rows; returns (backends, {name: skip reason}).  On an error
+    or KeyboardInterrupt during set-up the rows made so far are closed
+    before it propagates."""
+    from ..plugins.hostplugin import bundled_plugin_path
     backends, skipped = [], {}
     try:
         path = bundled_plugin_path()
     except FileNotFoundError as exc:
         return [], {"bundled": str(exc)}
+    try:
+        _host_rows(path, alloc_ns, free_ns, backends, skipped)
+    except BaseException:
+        for b in reversed(backends):
+            try:
+                b.close()
+            except Exception:  # noqa: BLE001 - the set-up error is the one reported
+                pass
+        raise
+    return backends, skipped
+
+
+def _device_backend(plugin, dev, policy, name, description, baseline, *, growth=False):
+    """A row through ``Device.alloc/free`` of a Runtime over ``plugin``
+    (device ``dev``, pool ``policy``, threshold 8 KiB); closed with the
+    Runtime."""
+    from ..core.runtime import Runtime
+    rt = Runtime([plugin], pool={"policy": policy, "threshold": 8192, "debug": ""})
+    try:
+        dv = rt.device(dev, plugin=plugin.name)
+        dv.init()
+    except BaseException:
+        rt.close()
+        raise
+    return Backend(name, "pool", description, dv.alloc, dv.free, baseline=baseline,
+                   pools=[dv.pool], close=[rt.close], growth=growth, trim=dv.pool.release_all)
+
+
+def _host_rows(path, alloc_ns, free_ns, backends, skipped):
+    from ..plugins.hostplugin import HostPluginControl
+    from ..plugins.plugin import load_plugin
     ctl = HostPluginControl(path)
+    backends.append(floor_backend(ctl))
     plugin = load_plugin(path, abi="llvm")
     plugin.acquire()
-    plugin.acquire_device(0)
+    try:
+        plugin.acquire_device(0)
+    except BaseException:
+        plugin.release()
+        raise
     ndev = plugin.num_devices
     balloc = functools.partial(plugin.alloc, 0)
     bfree = functools.partial(plugin.free, 0)
@@ -141,53 +317,46 @@ def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
     backends.append(direct)
     for pol in ("exact", "binned"):
         backends.append(mm_backend(f"pool:{pol}", f"MemoryManager({pol}) over the bundled plugin",
-                                    balloc, bfree, policy=pol, baseline="direct:bundled",
-                                    growth=True))
+                                   balloc, bfree, policy=pol, baseline="direct:bundled",
+                                   growth=True))
     backends.append(mm_backend("pool:exact,stats=off", "MemoryManager(exact, stats=False)",
-                                balloc, bfree, stats=False, baseline="direct:bundled"))
-    runtimes = []
+                               balloc, bfree, stats=False, baseline="direct:bundled"))
     for i, pol in enumerate(("exact", "binned")):
-        rt = Runtime([plugin], pool={"policy": pol, "threshold": 8192, "debug": ""})
-        runtimes.append(rt)
-        dv = rt.device((1 + i) % ndev, plugin=plugin.name)
-        dv.init()
-        backends.append(Backend(f"device:{pol}", "pool",
-                                f"Device.alloc/free, pool {pol} (the user path)",
-                                dv.alloc, dv.free, baseline="direct:bundled",
-                                pools=[dv.pool], close=[rt.close], growth=True,
-                                trim=dv.pool.release_all))
+        backends.append(_device_backend(plugin, (1 + i) % ndev, pol, f"device:{pol}",
+                                        f"Device.alloc/free, pool {pol} (the user path)",
+                                        "direct:bundled", growth=True))
     # latency-emulating rows
     d = Backend("direct:bundled+lat", "direct", f"bundled plugin, {lat_txt}", balloc, bfree,
                 enter=lat_on, leave=lat_off)
     p = mm_backend("pool:exact+lat", f"MemoryManager(exact), {lat_txt}", balloc, bfree,
-                    baseline="direct:bundled+lat")
+                   baseline="direct:bundled+lat")
     p.enter, p.leave = lat_on, lat_off
-    rt = Runtime([plugin], pool={"policy": "exact", "threshold": 8192, "debug": ""})
-    dv = rt.device(3 % ndev, plugin=plugin.name)
-    dv.init()
-    dl = Backend("device:exact+lat", "pool", f"Device.alloc/free (exact), {lat_txt}", dv.alloc,
-                 dv.free, baseline="direct:bundled+lat", pools=[dv.pool], close=[rt.close],
-                 enter=lat_on, leave=lat_off, trim=dv.pool.release_all)
+    dl = _device_backend(plugin, 3 % ndev, "exact", "device:exact+lat",
+                         f"Device.alloc/free (exact), {lat_txt}", "direct:bundled+lat")
+    dl.enter, dl.leave = lat_on, lat_off
     for b in (d, p, dl):
         b.latency = True
         b._close.append(lat_off)
         backends.append(b)
 
-    for name, path, desc, growth in (
-            ("llvm16-nextgen", NEXTGEN16,
-             "LLVM 16 x86_64 nextgen via ctypes, its C++ memory manager on (the peer)", True),
-            ("llvm16-classic", CLASSIC16, "LLVM 16 x86_64 classic via ctypes (no pool)", False)):
-        try:
-            backends.append(llvm_plugin_backend(name, path, desc, growth=growth))
-        except Skip as exc:
-            skipped[name] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a plugin that fails is a skipped row
-            skipped[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        backends.extend(nextgen_backends())
+    except Skip as exc:
+        skipped["llvm16-nextgen"] = skipped["llvm16-nextgen,pool=off"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a plugin that fails is a skipped row
+        skipped["llvm16-nextgen"] = skipped["llvm16-nextgen,pool=off"] = \
+            f"{type(exc).__name__}: {exc}"
+    try:
+        backends.append(llvm_plugin_backend("llvm16-classic", CLASSIC16,
+                                            "LLVM 16 x86_64 classic via ctypes (no pool)"))
+    except Skip as exc:
+        skipped["llvm16-classic"] = str(exc)
+    except Exception as exc:  # noqa: BLE001
+        skipped["llvm16-classic"] = f"{type(exc).__name__}: {exc}"
     try:
         backends.extend(liboffload_backends())
     except Exception as exc:  # noqa: BLE001 - a view that fails is a skipped row
-        skipped["liboffload"] = f"{type(exc).__name__}: {exc}"
-    return backends, skipped
+        skipped["direct:ol"] = skipped["device:exact/ol"] = f"{type(exc).__name__}: {exc}"
 
 
 def liboffload_backends() -> list:
@@ -213,13 +382,3 @@ def liboffload_backends() -> list:
                   dv.alloc, dv.free, baseline="direct:ol", pools=[dv.pool], close=[rt.close],
                   growth=False, trim=dv.pool.release_all)
     return [direct, dev]
-
-
-def worker_backends(kind):
-    if kind == "llvm16-nextgen-off":
-        b = llvm_plugin_backend("llvm16-nextgen,pool=off", NEXTGEN16,
-                                 "LLVM 16 x86_64 nextgen via ctypes, "
-                                 "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=0 (child process)")
-        return [b]
-    raise ValueError(f"unknown worker {kind!r}")
-

@@ -5,48 +5,104 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from pathlib import Path
 
-from .backends import Skip, worker_backends
+from .backends import CPU_ROWS
 from .config import DEFAULT_ALLOC_LATENCY_NS, DEFAULT_FREE_LATENCY_NS, PROFILES, WORKLOADS
+from .gpu import GPU_ROWS
 from .report import format_text, write_outputs
 from .runner import run
-from .timing import Progress, timer_overhead_ns
-from .workloads import run_workloads
+from .stop import deferred_signals
+
+ALL_ROWS = CPU_ROWS + GPU_ROWS
 
 _DESCRIPTION = "benchmark alloc/free: the pool against every peer, side by side"
+
+#: Largest emulated latency accepted (ns): the plugin busy-waits that long per call.
+MAX_LATENCY_NS = 1_000_000_000
+
 
 def _add_arguments(p: argparse.ArgumentParser, default_profile: str) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default=default_profile,
                    help=f"iteration counts (default {default_profile})")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--out", metavar="DIR", help="also write results.json/.md and PNG plots here")
+    p.add_argument("--json", action="store_true",
+                   help="print the whole result as JSON on stdout instead of the table")
+    p.add_argument("--out", metavar="DIR",
+                   help="also write results.json/.md and PNG plots into DIR (created)")
     p.add_argument("--latency-alloc-ns", type=int, default=DEFAULT_ALLOC_LATENCY_NS,
                    help="emulated driver alloc latency, ns (default %(default)s)")
     p.add_argument("--latency-free-ns", type=int, default=DEFAULT_FREE_LATENCY_NS,
                    help="emulated device-synchronising free latency, ns (default %(default)s)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="comma-separated subset of " + ",".join(WORKLOADS))
-    p.add_argument("--only", action="append", help="rows whose name contains this (repeatable)")
+    p.add_argument("--only", action="append", metavar="ROW",
+                   help="rows whose name contains ROW (repeatable)")
     p.add_argument("--no-gpu", action="store_true", help="do not try the CUDA rows")
-    p.add_argument("--no-child", action="store_true",
-                   help="skip the nextgen pool-off row (it needs a child process)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def _cmd(args, on_result=None) -> int:
+class UsageError(Exception):
+    """A bad option value: one line naming the option, exit status 2."""
+
+
+def _check_args(args) -> tuple:
+    """Validate the options before anything runs; returns the workloads.
+    Raises UsageError."""
     wls = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    bad = [w for w in wls if w not in WORKLOADS]
-    if bad:
-        print(f"bench: unknown workload(s) {bad}; choose from {WORKLOADS}", file=sys.stderr)
+    for w in wls:
+        if w not in WORKLOADS:
+            raise UsageError(f"--workloads: unknown workload {w!r} "
+                             f"(choose from {', '.join(WORKLOADS)})")
+    if not wls:
+        raise UsageError(f"--workloads: no workload given (choose from {', '.join(WORKLOADS)})")
+    for opt, v in (("--latency-alloc-ns", args.latency_alloc_ns),
+                   ("--latency-free-ns", args.latency_free_ns)):
+        if not 0 <= v <= MAX_LATENCY_NS:
+            raise UsageError(f"{opt} must be between 0 and {MAX_LATENCY_NS:,} ns, got {v}")
+    for o in args.only or ():
+        if not any(o in name for name in ALL_ROWS):
+            raise UsageError(f"--only {o!r} matches no row (rows: {', '.join(ALL_ROWS)})")
+    if args.out:
+        d = Path(args.out)
+        if d.exists() and not d.is_dir():
+            raise UsageError(f"--out {args.out}: exists and is not a directory")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--out {args.out}: cannot create the directory: "
+                             f"{exc.strerror or exc}") from None
+    return wls
+
+
+def _cmd(args, on_result=None) -> int:
+    """Run the benchmark for the parsed ``args``.  Exit status: 0, 2 for a
+    bad option (one line on stderr naming it), 1 when the output files
+    cannot be written, 130 after Ctrl-C and 143 after SIGTERM (one line
+    "bench: interrupted"; every row and plugin closed first)."""
+    try:
+        wls = _check_args(args)
+    except UsageError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
         return 2
-    out = run(args.profile, alloc_ns=args.latency_alloc_ns, free_ns=args.latency_free_ns,
-              gpu=not args.no_gpu, child=not args.no_child, only=args.only,
-              progress=not args.no_progress, workloads=wls)
+    try:
+        with deferred_signals():
+            out = run(args.profile, alloc_ns=args.latency_alloc_ns,
+                      free_ns=args.latency_free_ns, gpu=not args.no_gpu, only=args.only,
+                      progress=not args.no_progress, workloads=wls)
+    except KeyboardInterrupt as exc:
+        term = getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM
+        print(f"bench: interrupted{' (SIGTERM)' if term else ''}", file=sys.stderr)
+        return 143 if term else 130
     if on_result is not None:
         on_result(out)
     if args.out:
-        paths = write_outputs(out, args.out)
+        try:
+            paths = write_outputs(out, args.out)
+        except OSError as exc:
+            print(f"bench: --out {args.out}: cannot write the results: {exc}", file=sys.stderr)
+            return 1
         print(f"bench: wrote {paths['json']}, {paths['markdown']}"
               + "".join(f", {p}" for p in paths["plots"]), file=sys.stderr)
     if args.json:
@@ -64,37 +120,11 @@ def register_cli(subparsers) -> None:
     p.set_defaults(func=_cmd)
 
 
-def _worker_main(args) -> int:
-    """Child process: run one backend's workloads, print one JSON line."""
-    prm = dict(PROFILES[args.profile])
-    ovh = timer_overhead_ns()
-    wls = tuple(w for w in args.workloads.split(",") if w)
-    skipped = {}
-    try:
-        backends = worker_backends(args.worker)
-    except Skip as exc:
-        print(json.dumps({"results": {}, "rows": {}, "skipped": {args.worker: str(exc)}}))
-        return 0
-    try:
-        res = run_workloads(backends, prm, ovh, Progress(1, False), args.replay_log, wls)
-    finally:
-        for b in backends:
-            b.close()
-    rows = {b.name: {"group": b.group, "description": b.description, "baseline": b.baseline,
-                     "latency": False} for b in backends}
-    print(json.dumps({"results": res, "rows": rows, "skipped": skipped}))
-    return 0
-
-
 def main(argv=None, default_profile: str = "quick", on_result=None) -> int:
     """``python -m offload_shim.bench`` (and ``benchmarks/run.py``, which
     passes ``on_result(out)`` to receive the result dict)."""
     ap = argparse.ArgumentParser(prog="python -m offload_shim.bench",
                                  description=_DESCRIPTION)
     _add_arguments(ap, default_profile)
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--replay-log", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        return _worker_main(args)
     return _cmd(args, on_result)

@@ -11,7 +11,24 @@ import threading
 from .backends import Backend, Skip, llvm_plugin_backend, mm_backend
 from .config import CUDA16, NVPTX12
 
-def _cuda_driver():
+#: Every GPU row, in table order.
+GPU_ROWS = ("cuda:cuMemAlloc", "pool:exact/cuMemAlloc", "cuda:cuMemAllocAsync",
+            "pool:exact/cuMemAllocAsync", "llvm16-cuda", "pool:exact/llvm16-cuda",
+            "gcc12-nvptx", "pool:exact/gcc12-nvptx", "cupy:MemoryPool")
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call returned an error other than out of memory;
+    ``.code`` is the ``CUresult`` name."""
+
+    def __init__(self, what: str, err):
+        self.code = getattr(err, "name", str(err))
+        super().__init__(f"{what}: {self.code}")
+
+
+def load_driver():
+    """cuda-python's driver module (``cuda.bindings.driver``, or
+    ``cuda.cuda`` of cuda-python 12).  Raises Skip when not installed."""
     try:
         from cuda.bindings import driver as cu
     except ImportError:
@@ -19,12 +36,18 @@ def _cuda_driver():
             from cuda import cuda as cu  # cuda-python 12
         except ImportError:
             raise Skip("cuda-python not installed (pip install cuda-python)") from None
+    return cu
+
+
+def _cuda_driver(cu):
+    """``cu`` initialised (``cuInit``) with at least one device; raises Skip
+    with the reason otherwise."""
     try:
         (err,) = cu.cuInit(0)
     except Exception as exc:  # noqa: BLE001 - no libcuda.so.1
         raise Skip(f"no CUDA driver: {type(exc).__name__}: {str(exc)[:120]}") from None
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise Skip(f"cuInit failed: {err.name}")
+        raise Skip(f"cuInit failed: {getattr(err, 'name', err)}")
     err, n = cu.cuDeviceGetCount()
     if err != cu.CUresult.CUDA_SUCCESS or n < 1:
         raise Skip(f"no CUDA device ({getattr(err, 'name', err)}, count {n})")
@@ -34,43 +57,73 @@ def _cuda_driver():
 def _check(cu, res, what):
     err = res[0]
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"{what}: {err.name}")
+        raise CudaError(what, err)
     return res[1] if len(res) > 1 else None
 
 
-def gpu_backends() -> tuple[list, dict]:
+def gpu_backends(driver=None, cupy_module=None) -> tuple[list, dict]:
     """The GPU rows (cuda-python); every one skipped with a reason when there
-    is no driver or device."""
-    names = ("cuda:cuMemAlloc", "pool:exact/cuMemAlloc", "cuda:cuMemAllocAsync",
-             "pool:exact/cuMemAllocAsync", "llvm16-cuda", "pool:exact/llvm16-cuda",
-             "gcc12-nvptx", "pool:exact/gcc12-nvptx", "cupy:MemoryPool")
+    is no driver or device, or when its set-up fails.  ``driver``: the
+    cuda-python driver module to use (default :func:`load_driver`; tests pass
+    a stand-in); ``cupy_module``: CuPy (default ``import cupy``).
+
+    An allocation that the driver refuses for lack of memory
+    (``CUDA_ERROR_OUT_OF_MEMORY``) returns pointer 0, as a plugin does, so
+    the pool's OOM ladder runs; any other driver error raises
+    :class:`CudaError`, and the row is then reported under *Skipped* with it
+    (never counted as a pointer)."""
+    names = GPU_ROWS
     try:
-        cu = _cuda_driver()
+        cu = _cuda_driver(driver if driver is not None else load_driver())
     except Skip as exc:
         return [], {n: str(exc) for n in names}
     backends, skipped = [], {}
+    try:
+        return _gpu_rows(cu, backends, skipped, cupy_module)
+    except BaseException as exc:
+        for bk in reversed(backends):
+            try:
+                bk.close()
+            except Exception:  # noqa: BLE001 - the set-up error is the one reported
+                pass
+        if not isinstance(exc, Exception):
+            raise
+        why = f"CUDA set-up failed: {type(exc).__name__}: {exc}"
+        return [], {n: why for n in names}
+
+
+def _gpu_rows(cu, backends, skipped, cupy_module):
     dev = _check(cu, cu.cuDeviceGet(0), "cuDeviceGet")
     ctx = _check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu, cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     release_ctx = lambda: cu.cuDevicePrimaryCtxRelease(dev)  # noqa: E731
+    try:
+        _check(cu, cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    except BaseException:
+        release_ctx()
+        raise
     ok = cu.CUresult.CUDA_SUCCESS
+    oom = cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY
 
     def set_ctx():
-        cu.cuCtxSetCurrent(ctx)     # the context is per thread
+        _check(cu, cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")   # the context is per thread
 
     def m_alloc(size, _a=cu.cuMemAlloc):
         err, p = _a(size)
-        return int(p) if err == ok else 0
+        if err == ok:
+            return int(p)
+        if err == oom:
+            return 0
+        raise CudaError(f"cuMemAlloc({size})", err)
 
     def m_free(ptr, _f=cu.cuMemFree):
         (err,) = _f(ptr)
         if err != ok:
-            raise RuntimeError(f"cuMemFree: {err.name}")
+            raise CudaError(f"cuMemFree({ptr:#x})", err)
 
     backends.append(Backend("cuda:cuMemAlloc", "gpu", "cuMemAlloc/cuMemFree (cuda-python)",
                             m_alloc, m_free, close=[release_ctx], enter=set_ctx))
     b = mm_backend("pool:exact/cuMemAlloc", "MemoryManager(exact) over cuMemAlloc",
-                    m_alloc, m_free, baseline="cuda:cuMemAlloc", growth=True)
+                   m_alloc, m_free, baseline="cuda:cuMemAlloc", growth=True)
     b.enter = set_ctx
     backends.append(b)
 
@@ -78,15 +131,19 @@ def gpu_backends() -> tuple[list, dict]:
 
     def a_alloc(size, _a=cu.cuMemAllocAsync, _s=stream):
         err, p = _a(size, _s)
-        return int(p) if err == ok else 0
+        if err == ok:
+            return int(p)
+        if err == oom:
+            return 0
+        raise CudaError(f"cuMemAllocAsync({size})", err)
 
     def a_free(ptr, _f=cu.cuMemFreeAsync, _s=stream):
         (err,) = _f(ptr, _s)
         if err != ok:
-            raise RuntimeError(f"cuMemFreeAsync: {err.name}")
+            raise CudaError(f"cuMemFreeAsync({ptr:#x})", err)
 
     def a_sync():
-        cu.cuStreamSynchronize(stream)
+        _check(cu, cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
     backends.append(Backend("cuda:cuMemAllocAsync", "gpu",
                             "cuMemAllocAsync/cuMemFreeAsync, the driver's stream-ordered pool "
@@ -94,7 +151,7 @@ def gpu_backends() -> tuple[list, dict]:
                             baseline="cuda:cuMemAlloc", enter=set_ctx, leave=a_sync,
                             close=[lambda: cu.cuStreamDestroy(stream)], threaded=False))
     b = mm_backend("pool:exact/cuMemAllocAsync", "MemoryManager(exact) over cuMemAllocAsync",
-                    a_alloc, a_free, baseline="cuda:cuMemAllocAsync")
+                   a_alloc, a_free, baseline="cuda:cuMemAllocAsync")
     b.enter, b.leave, b.threaded = set_ctx, a_sync, False
     backends.append(b)
 
@@ -132,8 +189,15 @@ def gpu_backends() -> tuple[list, dict]:
         skipped["gcc12-nvptx"] = skipped["pool:exact/gcc12-nvptx"] = \
             f"{type(exc).__name__}: {exc}"
     try:
-        import cupy
+        if cupy_module is None:
+            import cupy as cupy_module
+        cupy = cupy_module
         mp = cupy.cuda.MemoryPool()
+        try:
+            mp.malloc(1024)          # dropped at once: back to the pool
+        except Exception as exc:  # noqa: BLE001
+            raise Skip(f"CuPy {getattr(cupy, '__version__', '?')} imports but its first "
+                       f"allocation failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         held = {}
         lock = threading.Lock()
 
@@ -150,6 +214,8 @@ def gpu_backends() -> tuple[list, dict]:
         backends.append(Backend("cupy:MemoryPool", "gpu", f"CuPy {cupy.__version__} "
                                 "MemoryPool.malloc / drop the MemoryPointer", c_alloc, c_free,
                                 baseline="cuda:cuMemAlloc", close=[mp.free_all_blocks]))
+    except Skip as exc:
+        skipped["cupy:MemoryPool"] = str(exc)
     except Exception as exc:  # noqa: BLE001 - ImportError or a CuPy/driver mismatch
         skipped["cupy:MemoryPool"] = f"CuPy unavailable: {type(exc).__name__}: {exc}"
     if _stand_in(cu, dev):

@@ -1,7 +1,16 @@
 """The workloads of ``offload-shim bench``: ``hot``, ``llvm-mm``,
 ``random``, ``growth`` and ``replay``, and the statistics-overhead
-measurement.  Each takes the rows (:class:`~.backends.Backend`), the profile's
-counts and the timer overhead (ns), and returns figures per row."""
+measurement.
+
+Each workload takes the rows (:class:`~.backends.Backend`), the profile's
+counts, the timer overhead (ns), the progress bar and a ``failed`` dict, and
+returns figures per row.  Every row runs the same operations, and the rows
+take turns in blocks (a round, a chunk of a trace, a batch of timed hits),
+the order rotated from block to block, so that noise from the rest of the
+machine falls on all rows alike.  A row that raises is dropped from the
+workload and from the rest of the run; its name and the reason go into
+``failed`` (reported under *Skipped*), and the other rows go on.
+"""
 
 from __future__ import annotations
 
@@ -10,48 +19,92 @@ import statistics
 import threading
 from itertools import repeat
 
-from .timing import Meter, pc, summary
-
-def _scaled(b, n, prm):
-    return max(1, n // prm["lat_div"]) if b.latency else n
+from . import stop
+from .timing import Meter, cpu, pc, summary
 
 
-def wl_hot(backends, prm, ovh, progress):
-    """One size (``hot_size`` bytes), ``free(alloc(size))``; backends
-    interleaved round by round so machine noise hits them alike."""
+class RowFailed(Exception):
+    """Internal: a row raised during a block (``__cause__`` is the error)."""
+
+
+def rotated(rows, k: int) -> list:
+    """``rows`` starting at index ``k`` modulo its length (the turn order of
+    block ``k``)."""
+    if not rows:
+        return []
+    k %= len(rows)
+    return list(rows[k:]) + list(rows[:k])
+
+
+def reason(workload: str, exc: BaseException) -> str:
+    """One line: the workload and the row's error."""
+    return f"failed in {workload}: {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _block(b, fn, *args):
+    """``fn(*args)`` between ``b.enter()`` and ``b.leave()``."""
+    b.enter()
+    try:
+        return fn(*args)
+    finally:
+        b.leave()
+
+
+def _drop(rows, b, failed, workload, exc):
+    failed[b.name] = reason(workload, exc)
+    rows.remove(b)
+
+
+def _guard(rows, b, failed, workload, fn, *args) -> bool:
+    """Run one block of row ``b``; on an error drop the row (False).  A
+    pending stop request (:mod:`.stop`) raises before the block starts."""
+    stop.check()
+    try:
+        _block(b, fn, *args)
+        return True
+    except Exception as exc:  # noqa: BLE001 - one failing row must not end the run
+        _drop(rows, b, failed, workload, exc)
+        return False
+
+
+# -- hot ---------------------------------------------------------------------------------
+
+def wl_hot(backends, prm, ovh, progress, failed):
+    """One size (``hot_size`` bytes), ``free(alloc(size))``: after 20 untimed
+    warm-up pairs per row, ``hot_rounds`` rounds of ``hot_pairs`` timed
+    pairs, the rows taking turns round by round."""
     size = prm["hot_size"]
-    res = {b.name: ([], 0, 0) for b in backends}
-    meters = {b.name: Meter(b) for b in backends}
-    for b in backends:                       # warm: first block, caches, specialisation
-        b.enter()
-        try:
-            for _ in range(20):
-                b.free(b.alloc(size))
-        finally:
-            b.leave()
+    rows = list(backends)
+    res = {b.name: ([], []) for b in rows}            # samples, blocks
+
+    def warm(b):
+        for _ in range(20):
+            b.free(b.alloc(size))
+
+    def batch(b, n):
+        samples, blocks = res[b.name]
+        alloc, free, app = b.alloc, b.free, samples.append
+        c0 = cpu()
+        w0 = pc()
+        for _ in repeat(None, n):
+            t0 = pc()
+            free(alloc(size))
+            app(pc() - t0 - ovh)
+        w1 = pc()
+        blocks.append((w1 - w0, cpu() - c0, n))
+
+    for b in list(rows):
+        _guard(rows, b, failed, "hot", warm, b)
+    meters = {b.name: Meter(b) for b in rows}
     for r in range(prm["hot_rounds"]):
-        for b in backends:
-            samples, wall, pairs = res[b.name]
-            n = _scaled(b, prm["hot_pairs"], prm)
-            alloc, free, app = b.alloc, b.free, samples.append
-            b.enter()
-            try:
-                w0 = pc()
-                for _ in repeat(None, n):
-                    t0 = pc()
-                    free(alloc(size))
-                    app(pc() - t0 - ovh)
-                wall += pc() - w0
-            finally:
-                b.leave()
-            res[b.name] = (samples, wall, pairs + n)
-            meters[b.name].sample()
+        for b in rotated(rows, r):
+            if _guard(rows, b, failed, "hot", batch, b, prm["hot_pairs"]):
+                meters[b.name].sample()
         progress.step(f"hot: round {r + 1}/{prm['hot_rounds']}", 0)
     out = {}
-    for b in backends:
-        samples, wall, pairs = res[b.name]
-        out[b.name] = {**summary(samples, wall, pairs), **meters[b.name].result(),
-                       "size": size}
+    for b in rows:
+        samples, blocks = res[b.name]
+        out[b.name] = {**summary(samples, blocks), **meters[b.name].result(), "size": size}
     progress.step("hot")
     return out
 
@@ -67,6 +120,7 @@ def stats_overhead(backends, prm, ovh):
     size = prm["hot_size"]
     med = {on.name: [], off.name: []}
     for r in range(prm["stats_rounds"]):
+        stop.check()
         for b in ((on, off) if r % 2 == 0 else (off, on)):
             alloc, free = b.alloc, b.free
             s = []
@@ -81,57 +135,128 @@ def stats_overhead(backends, prm, ovh):
             "overhead": (m_on - m_off) / m_off if m_off > 0 else None}
 
 
-def _llvm_mm_thread(alloc, free, rounds, sizes, out, enter, barrier):
-    enter()
-    barrier.wait()
+# -- llvm-mm -----------------------------------------------------------------------------
+
+#: LLVM's memory-manager test pattern: every power of two 4 B..32 KiB.
+MM_SIZES = tuple(1 << k for k in range(2, 16))
+
+
+def _mm_thread(b, sizes, out, errors, barrier):
+    """One thread of one round: allocate every size, then free them; appends
+    ``(size, pair ns)``.  Frees what it holds before leaving, also on error
+    or when ``stop`` is set.  ``b.enter()`` runs in the thread too (a CUDA
+    context is per thread); ``b.leave()`` only in the main thread, after
+    every thread of the round has finished (the emulated latency is one
+    setting for the whole plugin)."""
+    b.enter()
     app = out.append
-    for _ in range(rounds):
-        held = []
+    alloc, free = b.alloc, b.free
+    held = []
+    try:
+        barrier.wait()
         for s in sizes:
+            if stop.requested():
+                break
             t0 = pc()
             p = alloc(s)
-            held.append((p, pc() - t0))
-        for p, ta in held:
+            held.append((s, p, pc() - t0))
+        while held:
+            s, p, ta = held.pop(0)
             t0 = pc()
             free(p)
-            app(ta + pc() - t0)
+            app((s, ta + pc() - t0))
+    except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        errors.append(exc)
+        barrier.abort()
+        for _s, p, _ta in held:
+            try:
+                free(p)
+            except Exception:  # noqa: BLE001 - the first error is the one reported
+                pass
 
 
-def wl_llvm_mm(backends, prm, ovh, progress):
-    """LLVM's memory-manager test pattern: ``mm_threads`` threads at once,
-    each round allocating every power of two 4 B..32 KiB, then freeing them
-    (32 KiB and 16 KiB are above the 8 KiB threshold).  Per-pair samples
-    include waits for the GIL; throughput is all threads' pairs / wall."""
-    sizes = [1 << k for k in range(2, 16)]
-    out = {}
-    for b in backends:
-        if not b.threaded:
-            continue
-        m = Meter(b)
-        rounds = _scaled(b, prm["mm_rounds"], prm)
-        nthr = prm["mm_threads"]
-        samples = []
-        barrier = threading.Barrier(nthr + 1)
-        ths = [threading.Thread(target=_llvm_mm_thread,
-                                args=(b.alloc, b.free, rounds, sizes, samples, b.enter, barrier))
-               for _ in range(nthr)]
-        b.enter()
+def _mm_round(b, nthr, samples):
+    """One round of the pattern on ``nthr`` threads; returns wall ns from the
+    release of the barrier to the last join.  Re-raises a thread's error.
+    Every thread started is joined before this returns or raises."""
+    errors = []
+    barrier = threading.Barrier(nthr + 1)
+    ths = []
+    try:
+        for i in range(nthr):
+            t = threading.Thread(target=_mm_thread, args=(b, MM_SIZES, samples, errors, barrier),
+                                 name=f"bench-llvm-mm-{i}", daemon=True)
+            t.start()
+            ths.append(t)
         try:
-            for t in ths:
-                t.start()
             barrier.wait()
-            w0 = pc()
-            for t in ths:
-                t.join()
-            wall = pc() - w0
-        finally:
-            b.leave()
-        out[b.name] = {**summary([x - 2 * ovh for x in samples], wall, len(samples)),
-                       **m.result(), "threads": nthr}
-        b.trim()
-        progress.step(f"llvm-mm: {b.name}")
+        except threading.BrokenBarrierError:
+            pass
+        w0 = pc()
+        for t in ths:
+            t.join()
+        wall = pc() - w0
+    except BaseException:
+        barrier.abort()
+        for t in ths:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
+    return wall
+
+
+def wl_llvm_mm(backends, prm, ovh, progress, failed):
+    """LLVM's memory-manager test pattern: ``mm_threads`` threads at once,
+    each round allocating every power of two 4 B..32 KiB and then freeing
+    them (16 and 32 KiB are above the 8 KiB threshold: no pool serves them).
+    One untimed warm-up round per row, then ``mm_rounds`` timed rounds, the
+    rows taking turns round by round; the pools keep their blocks between
+    rounds (the pattern's reuse) and are trimmed at the end.
+
+    Per-pair samples include waits for the GIL; ``passthrough_median_ns`` is
+    the median of the 16 and 32 KiB pairs alone (a plugin call in every row).
+    Throughput: the median over the rounds of all threads' pairs / the
+    round's wall time."""
+    nthr = prm["mm_threads"]
+    rows = [b for b in backends if b.threaded]
+    res = {b.name: ([], []) for b in rows}            # (size, ns) pairs, blocks
+
+    def timed(b):
+        pairs, blocks = res[b.name]
+        n0 = len(pairs)
+        wall = _mm_round(b, nthr, pairs)
+        blocks.append((wall, None, len(pairs) - n0))
+
+    for b in list(rows):
+        _guard(rows, b, failed, "llvm-mm", _mm_round, b, nthr, [])     # warm-up
+    meters = {b.name: Meter(b) for b in rows}
+    for r in range(prm["mm_rounds"]):
+        for b in rotated(rows, r):
+            if _guard(rows, b, failed, "llvm-mm", timed, b):
+                meters[b.name].sample()
+        progress.step(f"llvm-mm: round {r + 1}/{prm['mm_rounds']}", 0)
+    out = {}
+    for b in rows:
+        pairs, blocks = res[b.name]
+        ns = [t - 2 * ovh for _s, t in pairs]
+        big = sorted(t - 2 * ovh for s, t in pairs if s > 8192)
+        out[b.name] = {**summary(ns, blocks), **meters[b.name].result(),
+                       "threads": nthr, "rounds": prm["mm_rounds"],
+                       "passthrough_median_ns": float(big[len(big) // 2]) if big else None}
+        _trim(b, failed, "llvm-mm")
+    progress.step("llvm-mm")
     return out
 
+
+def _trim(b, failed, workload):
+    try:
+        b.trim()
+    except Exception as exc:  # noqa: BLE001
+        failed.setdefault(b.name, reason(workload, exc))
+
+
+# -- traces ------------------------------------------------------------------------------
 
 # size mix of the random trace: (weight, sizes); exact sizes repeat, as in real programs
 _SMALL = [8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024]
@@ -176,102 +301,166 @@ def random_trace(n_ops: int, seed: int = 1, live_target: int = 256) -> list:
     return ops
 
 
-def _run_trace(b, ops, ovh, chunk=512):
-    """Run a ``(slot, size)`` trace; each pair's alloc and free are timed and
-    added.  Cached bytes are sampled between chunks (not timed)."""
-    nslots = 1 + max((s for s, _ in ops), default=0)
-    ptrs = [0] * nslots
-    ta = [0] * nslots
-    samples = []
-    app = samples.append
-    alloc, free = b.alloc, b.free
-    m = Meter(b)
-    wall = 0
-    ovh2 = 2 * ovh
-    b.enter()
-    try:
-        for c in range(0, len(ops), chunk):
-            w0 = pc()
-            for slot, size in ops[c:c + chunk]:
-                if size:
-                    t0 = pc()
-                    ptrs[slot] = alloc(size)
-                    ta[slot] = pc() - t0
-                else:
-                    t0 = pc()
-                    free(ptrs[slot])
-                    app(ta[slot] + pc() - t0 - ovh2)
-            wall += pc() - w0
-            m.sample()
-    finally:
-        b.leave()
-    return {**summary(samples, wall, len(samples)), **m.result()}
 
 
-def wl_trace(backends, ops, ovh, progress, label, prm):
+class _TraceRun:
+    """One row's pass over a ``(slot, size)`` trace, chunk by chunk.  In a
+    timed chunk each pair's alloc and free are timed and added (a pair whose
+    alloc ran in a warm-up chunk is not counted); cached bytes are sampled
+    between chunks (not timed); hit rate and cached bytes count from the
+    first timed chunk."""
+
+    def __init__(self, b, ops, ovh):
+        nslots = 1 + max((s for s, _ in ops), default=0)
+        self.b = b
+        self.ops = ops
+        self.ptrs = [0] * nslots
+        self.ta = [-1] * nslots
+        self.live = set()
+        self.samples = []
+        self.blocks = []
+        self.ovh2 = 2 * ovh
+        self.meter = None
+
+    def warm(self, c0, c1):
+        ptrs, ta, live = self.ptrs, self.ta, self.live
+        alloc, free = self.b.alloc, self.b.free
+        for slot, size in self.ops[c0:c1]:
+            if size:
+                ptrs[slot] = alloc(size)
+                ta[slot] = -1
+                live.add(slot)
+            else:
+                free(ptrs[slot])
+                live.discard(slot)
+
+    def chunk(self, c0, c1):
+        if self.meter is None:
+            self.meter = Meter(self.b)
+        ptrs, ta, live = self.ptrs, self.ta, self.live
+        app = self.samples.append
+        alloc, free = self.b.alloc, self.b.free
+        ovh2 = self.ovh2
+        n0 = len(self.samples)
+        k0 = cpu()
+        w0 = pc()
+        for slot, size in self.ops[c0:c1]:
+            if size:
+                t0 = pc()
+                ptrs[slot] = alloc(size)
+                ta[slot] = pc() - t0
+                live.add(slot)
+            else:
+                t0 = pc()
+                free(ptrs[slot])
+                t1 = pc()
+                live.discard(slot)
+                if ta[slot] >= 0:
+                    app(ta[slot] + t1 - t0 - ovh2)
+        w1 = pc()
+        self.blocks.append((w1 - w0, cpu() - k0, len(self.samples) - n0))
+        self.meter.sample()
+
+    def abandon(self):
+        """Free what the trace still holds (after an error), ignoring errors."""
+        for slot in self.live:
+            try:
+                self.b.free(self.ptrs[slot])
+            except Exception:  # noqa: BLE001
+                pass
+        self.live.clear()
+
+    def result(self, warm_ops):
+        m = self.meter.result() if self.meter else {"hit_rate": None, "peak_cached_bytes": None}
+        return {**summary(self.samples, self.blocks), **m,
+                "ops": len(self.ops), "warm_ops": warm_ops}
+
+
+def wl_trace(backends, ops, ovh, progress, label, prm, failed):
+    """Every row runs the whole trace ``ops`` in chunks of ``trace_chunk``
+    operations, the rows taking turns chunk by chunk; each row keeps its own
+    live blocks between its chunks.  The chunks within the first
+    ``trace_warm`` operations run untimed (the pools fill, as in a program
+    that has been running a while); the rest are timed.  Pools are trimmed
+    at the end."""
+    chunk = prm["trace_chunk"]
+    warm_ops = min(len(ops), -(-prm.get("trace_warm", 0) // chunk) * chunk)
+    rows = list(backends)
+    runs = {b.name: _TraceRun(b, ops, ovh) for b in rows}
+    for k, c0 in enumerate(range(0, len(ops), chunk)):
+        for b in rotated(rows, k):
+            run = runs[b.name]
+            fn = run.warm if c0 < warm_ops else run.chunk
+            if not _guard(rows, b, failed, label, fn, c0, c0 + chunk):
+                run.abandon()
     out = {}
-    for b in backends:
-        use = ops
-        if b.latency and prm["lat_div"] > 1:
-            use = _prefix_closed(ops, len(ops) // prm["lat_div"])
-        out[b.name] = {**_run_trace(b, use, ovh), "ops": len(use)}
-        b.trim()
-        progress.step(f"{label}: {b.name}")
+    for b in rows:
+        out[b.name] = runs[b.name].result(warm_ops)
+        _trim(b, failed, label)
+    progress.step(label)
     return out
-
-
-def _prefix_closed(ops, n):
-    """The first ``n`` operations plus the frees that close their allocations."""
-    head = ops[:n]
-    live = {}
-    for slot, size in head:
-        if size:
-            live[slot] = True
-        else:
-            live.pop(slot, None)
-    return head + [(s, 0) for s in live]
 
 
 def _growth_sizes(n):
     return [16 + 16 * (i % 64) for i in range(n)]     # 16..1024 B, mean 520 B
 
 
-def wl_growth(backends, prm, ovh, progress):
-    """Pool-hit cost against the number of cached blocks: for each N, N
-    blocks of 64 sizes (16..1024 B) are allocated and freed (so cached), then
-    ``growth_pairs`` pairs of 256 B (one of those sizes) are timed; the cache
-    is then trimmed (LLVM's cannot be: its blocks stay cached, so its N-th
-    point has at least N cached blocks)."""
-    out = {}
+def wl_growth(backends, prm, ovh, progress, failed):
+    """Pool-hit cost against the number of cached blocks.  For each N: every
+    row allocates N blocks of 64 sizes (16..1024 B) and frees them (so they
+    are cached), then ``growth_pairs`` timed pairs of 256 B (one of those
+    sizes) are run in ``growth_blocks`` batches, the rows taking turns batch
+    by batch; then the caches are emptied (``Backend.trim``; the LLVM 16
+    nextgen row, whose C++ pool has no trim, by initialising its device
+    again)."""
     size = 256
-    for b in backends:
-        if not b.growth:
-            continue
-        pts = {}
+    rows = [b for b in backends if b.growth]
+    pts = {b.name: {} for b in rows}
+    nblk = max(1, prm["growth_blocks"])
+    per = max(1, prm["growth_pairs"] // nblk)
+
+    def fill(b, n):
         alloc, free = b.alloc, b.free
-        for npts in prm["growth_points"]:
-            held = [alloc(s) for s in _growth_sizes(npts)]
-            for p in held:
-                free(p)
-            del held
-            snap = b.snapshot()
-            samples = []
-            app = samples.append
-            for _ in range(20):
-                free(alloc(size))
-            w0 = pc()
-            for _ in repeat(None, prm["growth_pairs"]):
-                t0 = pc()
-                free(alloc(size))
-                app(pc() - t0 - ovh)
-            wall = pc() - w0
-            pts[npts] = {**summary(samples, wall, len(samples)),
-                         "cached_blocks": sum(p.stats.cached_blocks for p in b.pools())
-                         if snap else None}
-            b.trim()
-        meds = [p["median_ns"] for p in pts.values()]
-        out[b.name] = {"points": pts, "flatness": max(meds) / min(meds) if min(meds) > 0 else None}
-        progress.step(f"growth: {b.name}")
+        held = [alloc(s) for s in _growth_sizes(n)]
+        for p in held:
+            free(p)
+        for _ in range(20):
+            free(alloc(size))
+
+    def batch(b, acc):
+        alloc, free = b.alloc, b.free
+        app = acc[0].append
+        c0 = cpu()
+        w0 = pc()
+        for _ in repeat(None, per):
+            t0 = pc()
+            free(alloc(size))
+            app(pc() - t0 - ovh)
+        w1 = pc()
+        acc[1].append((w1 - w0, cpu() - c0, per))
+
+    for npts in prm["growth_points"]:
+        acc = {}
+        for b in list(rows):
+            if _guard(rows, b, failed, "growth", fill, b, npts):
+                acc[b.name] = ([], [])
+        for k in range(nblk):
+            for b in rotated(rows, k):
+                _guard(rows, b, failed, "growth", batch, b, acc[b.name])
+        for b in rows:
+            samples, blocks = acc[b.name]
+            ps = b.pools()
+            pts[b.name][npts] = {**summary(samples, blocks),
+                                 "cached_blocks": sum(p.stats.cached_blocks for p in ps)
+                                 if ps else None}
+            _trim(b, failed, "growth")
+        progress.step(f"growth: {npts:,} cached blocks", 0)
+    out = {}
+    for b in rows:
+        meds = [p["median_ns"] for p in pts[b.name].values()]
+        out[b.name] = {"points": pts[b.name],
+                       "flatness": max(meds) / min(meds) if meds and min(meds) > 0 else None}
+    progress.step("growth")
     return out
 
 
@@ -327,19 +516,26 @@ def replay_ops(path) -> list:
     return ops + [(s, 0) for s in live.values()]
 
 
-
-def run_workloads(backends, prm, ovh, progress, log_path, workloads):
+def run_workloads(backends, prm, ovh, progress, log_path, workloads, failed):
+    """The selected workloads in :data:`~.config.WORKLOADS` order (growth,
+    which fills the caches most, last); every pool is emptied after each
+    workload (``Backend.trim``); a row that failed in one is left out of the
+    next."""
     results = {}
-    if "hot" in workloads:
-        results["hot"] = wl_hot(backends, prm, ovh, progress)
-    if "llvm-mm" in workloads:
-        results["llvm-mm"] = wl_llvm_mm(backends, prm, ovh, progress)
-    if "random" in workloads:
-        results["random"] = wl_trace(backends, random_trace(prm["trace_ops"], seed=1), ovh,
-                                     progress, "random", prm)
-    if "growth" in workloads:
-        results["growth"] = wl_growth(backends, prm, ovh, progress)
-    if "replay" in workloads and log_path:
-        results["replay"] = wl_trace(backends, replay_ops(log_path), ovh, progress, "replay", prm)
-    return results
 
+    def alive():
+        return [b for b in backends if b.name not in failed]
+
+    if "hot" in workloads:
+        results["hot"] = wl_hot(alive(), prm, ovh, progress, failed)
+    if "llvm-mm" in workloads:
+        results["llvm-mm"] = wl_llvm_mm(alive(), prm, ovh, progress, failed)
+    if "random" in workloads:
+        results["random"] = wl_trace(alive(), random_trace(prm["trace_ops"], seed=1), ovh,
+                                     progress, "random", prm, failed)
+    if "replay" in workloads and log_path:
+        results["replay"] = wl_trace(alive(), replay_ops(log_path), ovh, progress, "replay",
+                                     prm, failed)
+    if "growth" in workloads:
+        results["growth"] = wl_growth(alive(), prm, ovh, progress, failed)
+    return results

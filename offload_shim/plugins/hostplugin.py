@@ -81,6 +81,11 @@ _PROTOTYPES = {
     "osh_host_ol_live_queues": (ctypes.c_int64, [ctypes.c_int]),
     # int64_t osh_host_ol_live_programs(int dev);
     "osh_host_ol_live_programs": (ctypes.c_int64, [ctypes.c_int]),
+    # void *osh_host_nop_alloc(int32_t dev, int64_t size, void *host_ptr, int32_t kind);
+    "osh_host_nop_alloc": (ctypes.c_void_p,
+                           [ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32]),
+    # int32_t osh_host_nop_delete(int32_t dev, void *ptr, int32_t kind);
+    "osh_host_nop_delete": (ctypes.c_int32, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32]),
 }
 
 
@@ -169,6 +174,15 @@ class HostPluginControl:
                 return out
             out.append(s.decode())
             i += 1
+
+    def nop_entry_points(self) -> tuple:
+        """``(nop_alloc, nop_delete)``: the bound ctypes functions of
+        ``osh_host_nop_alloc`` / ``osh_host_nop_delete``, empty C functions
+        with the prototypes of ``__tgt_rtl_data_alloc`` / ``data_delete``
+        (native/osh_host_plugin.h).  Unchecked; ``nop_alloc`` returns a fixed
+        address that is not memory.  A pair of calls through them is the cost
+        floor of any plugin call from Python (``offload-shim bench``)."""
+        return self._fn["osh_host_nop_alloc"], self._fn["osh_host_nop_delete"]
 
     # -- settings ------------------------------------------------------------------
     def set_num_devices(self, n: int) -> None:
