@@ -4,7 +4,7 @@ export OFFLOAD_SHIM_LLVM14_ROOT ?= $(CURDIR)/.cache/llvm14
 export OFFLOAD_SHIM_LIBOFFLOAD_ROOT ?= $(CURDIR)/.cache/liboffload22
 export OFFLOAD_SHIM_LLVM19_ROOT ?= $(CURDIR)/.cache/llvm19
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench mutation clean
 
 setup:
 	bash scripts/setup.sh test,cuda
@@ -22,5 +22,12 @@ bench: setup
 	$(VENV)/bin/python -m pip install -q ".[bench]"
 	$(VENV)/bin/python benchmarks/run.py
 
+## mutation testing of the core modules (mutmut; configuration in pyproject.toml [tool.mutmut]);
+## MUTANTS='offload_shim.core.runtime*' restricts it; results: docs/testing.md
+mutation: setup
+	$(VENV)/bin/python -m pip install -q ".[test,mutation]"
+	$(VENV)/bin/mutmut run $(MUTANTS)
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf build dist $(VENV) .cache *.egg-info
+	rm -rf build dist $(VENV) .cache *.egg-info mutants
