@@ -47,6 +47,33 @@ def make_pool(backend=None, **kw):
     return b, MemoryManager(b.alloc, b.free, **kw)
 
 
+def assert_unlocked(mm):
+    """No lock of the manager is left held."""
+    for lock in mm._locks():
+        assert lock.acquire(blocking=False), "a manager lock is still held"
+        lock.release()
+
+
+class FailOnce:
+    """A ``backend_free`` over a FakeBackend that raises (like a failing
+    ``data_delete``) on the first call, or once for each of the pointers in
+    ``fail``; ``failed`` lists the pointers it refused."""
+
+    def __init__(self, backend, fail=None):
+        self.b = backend
+        self.fail = fail
+        self.failed = []
+
+    def __call__(self, ptr):
+        from offload_shim.errors import OffloadError
+        if (self.fail is None and not self.failed) or (self.fail is not None
+                                                       and ptr in self.fail
+                                                       and ptr not in self.failed):
+            self.failed.append(ptr)
+            raise OffloadError("data_delete failed", code=1, function="__tgt_rtl_data_delete")
+        self.b.free(ptr)
+
+
 def assert_conserved(mm, b):
     """in_use + cached == what the fake backend holds; block counts agree."""
     s = mm.stats

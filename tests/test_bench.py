@@ -107,9 +107,14 @@ def test_growth_points_and_targets(tiny):
     # the smoke-test profile judges nothing
     assert {t["status"] for t in tiny["targets"]} == {"N/A"}
     names = [t["target"] for t in tiny["targets"]]
-    assert len(names) == 14
+    pool_growth = [n for n in tiny["results"]["growth"] if tiny["rows"][n]["group"] == "pool"]
+    assert len(pool_growth) == 4                        # every pool row that runs growth
+    assert len(names) == 2 + 8 + len(pool_growth) + 1
     for w in ("hot", "llvm-mm", "random", "replay"):
         assert sum(n.startswith(f"{w}: ") and "latency" in n for n in names) == 2, w
+    limits = {t["target"].split(" <=")[0]: t["limit"] for t in tiny["targets"]}
+    assert limits["hot: pool-hit pair via MemoryManager.allocate/free"] == 0.4
+    assert limits["hot: pool-hit pair via Device.alloc/free (user path)"] == 0.5
     assert set(tiny["stats_overhead"]) == {"stats_on_ns", "stats_off_ns", "overhead"}
 
 

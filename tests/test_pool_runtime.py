@@ -1,11 +1,11 @@
-"""The memory manager through the runtime (issue 3): Runtime devices over the
-bundled host plugin (capacity limits, call counters, violation log) and the
-LLVM 16 x86_64 plugins.
+"""The pool through the runtime: Runtime devices over the bundled host plugin
+(capacity limits, call counters, violation log) and the LLVM 16 x86_64
+plugins.
 
 Covers LLVM's own memory-manager test pattern (seed 004,
 ``openmp/libomptarget/test/offloading/memory_manager.cpp``), both OOM
-ladders, prior-art B1, B4, B5 and B9 through a real plugin, the debug modes,
-the threshold variable read by devices and stats conservation against the
+ladders, prior-art B1, B4, B5 and B9 through a real plugin, requests that
+fit a full device under each policy, and stats conservation against the
 plugin's own accounting.  No timing assertions.
 """
 
@@ -20,7 +20,7 @@ from collections import defaultdict
 import pytest
 
 import offload_shim as osh
-from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, binned_size
+from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV
 from offload_shim.plugins.plugin import load_plugin
 
 from helpers import run_threads
@@ -350,132 +350,48 @@ def test_b9_cache_cap_and_capacity_limited_device(bundled_path, ctl, capacity, p
         q = dev.alloc(800 * u)
         st = dev.pool.stats
         assert st.evictions == 1 and st.oom_retries == 1 and st.bytes_cached == 0
-        block = 800 * u if policy == "exact" else binned_size(800 * u)
-        assert st.bytes_in_use == block == ctl.live_bytes(dev.index)
+        assert st.bytes_in_use == 800 * u == ctl.live_bytes(dev.index)
         dev.free(q)
         # the cap holds: 800 units do not fit under 600 cached
         assert dev.pool.stats.bytes_cached == 0 and ctl.live_bytes(dev.index) == 0
 
 
-def test_free_racing_with_deinit_never_reaches_a_new_pool(bundled_path, ctl, monkeypatch):
-    """A ``free`` whose pointer is drained by a concurrent ``deinit`` (the
-    deinit runs between the free's pointer check and its entry into the
-    device) must not hand the pointer to the re-initialised device's new pool,
-    which would pass it to the plugin a second time (double free, or the free
-    of a block libc has given to someone else).  Deterministic: the deinit is
-    run from the device's entry hook."""
-    with osh.Runtime([bundled_path]) as rt:
+@pytest.mark.parametrize("oom", ["free-all", "incremental"])
+@pytest.mark.parametrize("policy", ["exact", "binned"])
+def test_requests_that_fill_the_device_are_served(bundled_path, ctl, capacity, policy, oom):
+    """../shared/cases/pool/binned_growth.py and more of its class: a
+    2000-byte device holds two 1000-byte blocks under either policy (binned
+    does not spend device memory on rounding); after they are freed and
+    cached, a 2000-byte request is served (the ladder releases the cache);
+    under binned a class-mate of a cached block that holds it is served
+    from it."""
+    with osh.Runtime([bundled_path], pool={"policy": policy, "oom": oom}) as rt:
         dev = rt.devices[0]
-        p = dev.alloc(100)
-        d0 = ctl.call_count(DELETE)
-        real_enter = dev._enter
-
-        def enter():
-            monkeypatch.setattr(dev, "_enter", real_enter)
-            assert dev.deinit() == (1, 100)          # drains p: the plugin frees it once
-            real_enter()
-
-        monkeypatch.setattr(dev, "_enter", enter)
-        with pytest.raises(osh.UnknownPointerError):
-            dev.free(p)
-        assert ctl.call_count(DELETE) == d0 + 1
-        assert dev.pool.stats.foreign_frees == 0
-        # a pointer that is not live never initialises the device
-        dev.deinit()
-        with pytest.raises(osh.UnknownPointerError):
-            dev.free(p)
-        assert dev.state is osh.DeviceState.UNINIT
+        dev.init()
+        capacity(dev.index, 2000)
+        a, b = dev.alloc(1000), dev.alloc(1000)
+        assert ctl.live_bytes(dev.index) == 2000
+        dev.free(a)
+        dev.free(b)
+        c = dev.alloc(2000)                            # above nothing: the cache must go
+        assert ctl.live_bytes(dev.index) == 2000 and dev.pool.stats.bytes_cached == 0
+        dev.free(c)
+        hits = dev.pool.stats.hits
+        d = dev.alloc(1990)          # binned: c's block holds it (one class); exact: a miss
+        if policy == "binned":
+            assert d == c and dev.pool.stats.hits == hits + 1
+            assert ctl.live_bytes(dev.index) == 2000
+        else:
+            assert dev.pool.stats.hits == hits and ctl.live_bytes(dev.index) == 1990
+        dev.free(d)
 
 
-# -- debug modes --------------------------------------------------------------------
-
-def test_poison_fills_freed_blocks_through_the_plugin(bundled_path, ctl):
-    with osh.Runtime([bundled_path], pool={"debug": "poison"}) as rt:
-        dev = rt.devices[0]
-        p = dev.alloc(256)
-        dev.submit(p, bytes(range(256)))
-        s0 = ctl.call_count("__tgt_rtl_data_submit")
-        dev.free(p)
-        assert ctl.call_count("__tgt_rtl_data_submit") == s0 + 1
-        assert ctl.live_allocs(dev.index) == 1          # cached, not freed
-        raw = bytearray(256)
-        dev.plugin.retrieve(dev.index, ctypes_addr(raw), p, 256)   # behind the runtime
-        assert raw == b"\xdb" * 256
-        q = dev.alloc(256)
-        assert q == p and dev.pool.stats.hits == 1
-        out = bytearray(256)
-        dev.retrieve(out, q)
-        assert out == b"\xdb" * 256                     # a stale read shows the pattern
-        big = dev.alloc(10000)                          # bypassed: freed, not poisoned
-        dev.free(big)
-        assert ctl.call_count("__tgt_rtl_data_submit") == s0 + 1
-        dev.free(q)
-
-
-def ctypes_addr(buf: bytearray) -> int:
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-
-
-@pytest.mark.parametrize("how", ["option", "env"])
-def test_off_pool_every_free_reaches_the_plugin(bundled_path, ctl, monkeypatch, how):
-    opts = {"debug": "off-pool"} if how == "option" else {}
-    if how == "env":
-        monkeypatch.setenv(DEBUG_ENV, "off-pool")
-    with osh.Runtime([bundled_path], pool=opts) as rt:
-        dev = rt.devices[0]
-        d0 = ctl.call_count(DELETE)
-        for s in (8, 100, 8192):
-            dev.free(dev.alloc(s))
-        assert ctl.call_count(DELETE) - d0 == 3
-        assert ctl.live_allocs(dev.index) == 0
-        st = dev.pool.stats
-        assert not dev.pool.enabled and dev.pool.debug == "off-pool"
-        assert st.hits == 0 and st.misses == 3 and st.cached_blocks == 0
-
-
-# -- the threshold variable, read by each new device --------------------------------
-
-def test_threshold_env_read_by_devices(bundled_path, ctl, monkeypatch):
-    monkeypatch.setenv(THRESHOLD_ENV, "64")
-    with osh.Runtime([bundled_path]) as rt:
-        dev = rt.devices[0]
-        assert dev.pool is None                         # read at init, not before
-        d0 = ctl.call_count(DELETE)
-        dev.free(dev.alloc(65))                         # above: straight back
-        assert ctl.call_count(DELETE) == d0 + 1
-        dev.free(dev.alloc(64))                         # pooled
-        assert ctl.call_count(DELETE) == d0 + 1
-        assert dev.pool.threshold == 64 and dev.pool.stats.cached_blocks == 1
-        monkeypatch.setenv(THRESHOLD_ENV, "0")
-        assert dev.pool.threshold == 64                 # an initialised device keeps it
-        dev2 = rt.devices[1]
-        dev2.init()
-        assert dev2.pool.threshold == 0 and not dev2.pool.enabled
-        dev2.free(dev2.alloc(8))
-        assert ctl.live_allocs(dev2.index) == 0
-    monkeypatch.delenv(THRESHOLD_ENV)
-    with osh.Runtime([bundled_path], pool={"threshold": 100}) as rt:
-        monkeypatch.setenv(THRESHOLD_ENV, "5")          # an explicit option wins
-        rt.devices[0].init()
-        assert rt.devices[0].pool.threshold == 100
-    monkeypatch.delenv(THRESHOLD_ENV)
-    with osh.Runtime([bundled_path]) as rt:
-        rt.devices[0].init()
-        assert rt.devices[0].pool.threshold == 8192
-
-
-def test_bad_threshold_env_fails_first_touch_cleanly(bundled_path, ctl, monkeypatch):
-    monkeypatch.setenv(THRESHOLD_ENV, "8k")
-    init0 = ctl.call_count("__tgt_rtl_deinit_device")
-    with osh.Runtime([bundled_path]) as rt:
-        dev = rt.devices[0]
-        with pytest.raises(ValueError, match=THRESHOLD_ENV):
-            dev.alloc(8)
-        assert dev.state is osh.DeviceState.UNINIT and dev.pool is None
-        assert ctl.call_count("__tgt_rtl_deinit_device") == init0 + 1   # released again
-        monkeypatch.delenv(THRESHOLD_ENV)
-        dev.free(dev.alloc(8))                          # fixed: the next touch works
-        assert dev.state is osh.DeviceState.READY and dev.pool.threshold == 8192
+def test_the_flat_hostplugin_path_is_the_plugins_module():
+    # the pool cases in ../shared/cases/pool/ import the control API by its
+    # path before the package was grouped by layer
+    import offload_shim.hostplugin as flat
+    from offload_shim.plugins import hostplugin
+    assert flat is hostplugin and flat.HostPluginControl is hostplugin.HostPluginControl
 
 
 # -- stats conservation against the plugin's accounting ------------------------------

@@ -354,6 +354,12 @@ def main(argv=None) -> int:
             continue
         mod.register_cli(sub)
     args = ap.parse_args(argv)
+    from ..memory import read_threshold_env
+    try:
+        read_threshold_env()        # LLVM plugins would abort on a bad value (std::stoul)
+    except ValueError as exc:
+        _error(str(exc))
+        return 2
     with contextlib.suppress(BrokenPipeError):
         return args.func(args)
     return 0

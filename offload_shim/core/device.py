@@ -16,7 +16,14 @@ State machine (prior-art I2, seed 002)::
 * Frees and copies of pointers this device did not hand out raise
   :class:`UnknownPointerError` before the plugin sees them.
 * Allocation goes through the device's memory manager (seed 004); the pool
-  is drained before ``deinit_device`` (I3, B4).
+  is drained before ``deinit_device`` (I3, B4).  A cache hit or a cached
+  free calls no plugin and takes no in-flight token: the pool's lock orders
+  it against the drain.  The pool's paths that call the plugin run inside
+  the in-flight guard (:class:`_PluginCallGuard`).
+
+What the device needs from its owner (the :class:`~offload_shim.Runtime`)
+comes in as collaborators at construction: the pool options, the images to
+load at init, the owner's open check and the pinning hooks.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import ctypes
 import enum
 import logging
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
                      LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,
@@ -112,28 +119,78 @@ class _LoadedOnDevice:
         self.globals = globals_     # name -> (tgt addr, size)
 
 
+def _no_images() -> list:
+    return []
+
+
+def _always_open() -> None:
+    return None
+
+
+def _check_size(size) -> None:
+    """``Device.alloc``'s checks of ``size``, run before a lazy init (a bad
+    size never initialises the device; the pool checks again)."""
+    if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
+        raise TypeError(f"size must be an int (bytes), not {type(size).__name__}")
+    if size < 0 or size > MAX_SIZE:
+        raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")
+
+
+class _PluginCallGuard:
+    """The in-flight guard around the pool's paths that call the plugin
+    (misses, bypassed frees, releases, poisoning): entering takes a token
+    without initialising the device and raises LifecycleError when the
+    device is not ready, so a deinit waits for those paths and they never
+    reach a deinitialised device.  Reusable by any number of threads."""
+
+    __slots__ = ("_device",)
+
+    def __init__(self, device):
+        self._device = device
+
+    def __enter__(self):
+        self._device._hold()
+
+    def __exit__(self, *exc):
+        self._device._exit()
+
+
 class Device:
     """A device of a plugin.  Created by :class:`~offload_shim.Runtime`; do not
     construct directly.
 
     ``label``: ``"<plugin>:<index>"``; ``index``: the plugin-local device id;
-    ``plugin``: the :class:`~offload_shim.plugins.plugin.Plugin`; ``pinned``:
-    the runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry` (or
-    None): told of every first copy of a host range when its policy is
-    ``"mapped"``, of every free, and of the teardown."""
+    ``plugin``: the :class:`~offload_shim.plugins.plugin.Plugin`.
 
-    def __init__(self, runtime, plugin, index: int, pool_options: dict | None = None,
-                 *, pinned=None):
-        self._runtime = runtime
+    Collaborators (keyword arguments, given by the owner):
+
+    * ``pool_options``: keyword options of the device's
+      :class:`~offload_shim.memory.MemoryManager` (checked by the owner).
+    * ``images() -> list[OffloadImage]``: the registered images this
+      device's plugin accepts, in registration order; loaded at every init
+      (the pending list, seed 000).
+    * ``check_open()``: raises LifecycleError once the owner is closed.
+    * ``pinned``: the owner's :class:`~offload_shim.memory.pinned.PinnedRegistry`
+      (or None): told of every first copy of a host range and of every free
+      when its policy is ``"mapped"`` (seed 003), and of the teardown.
+    """
+
+    def __init__(self, plugin, index: int, *, pool_options: dict | None = None,
+                 images: Callable[[], list] = _no_images,
+                 check_open: Callable[[], None] = _always_open, pinned=None):
         self.plugin = plugin
         self.index = index
         self.label = f"{plugin.name}:{index}"
+        self._images_to_load = images
+        self._check_open = check_open
+        self._pinned = pinned
+        self._pin_mapped_policy = pinned is not None and pinned.policy == "mapped"
         self._state = DeviceState.UNINIT
         self._init_error: DeviceInitError | None = None
         self._life = threading.RLock()            # lifecycle transitions
-        # in-flight accounting (issue 5): one token per call in flight, pushed
-        # and popped with list.append/list.pop, which are atomic under the GIL,
-        # so the hot path takes no lock.  Enter pushes, then checks the state;
+        # in-flight accounting: one token per call in flight, pushed and
+        # popped with list.append/list.pop, which are atomic under the GIL,
+        # so no lock is taken.  Enter pushes, then checks the state;
         # teardown sets the state (under _flight), then waits for no tokens:
         # a call either sees the new state and backs off, or its token is
         # seen by the teardown, which waits for it.  The condition is only
@@ -142,6 +199,7 @@ class Device:
         self._flight = threading.Condition(self._flight_lock)
         self._tokens: list = []
         self._idle_waiters = 0
+        self._plugin_calls = _PluginCallGuard(self)
         self._images: dict[int, _LoadedOnDevice] = {}
         self._kernels: dict[str, list[tuple[int, int | None, OffloadImage]]] = {}
         # launches in flight per image id; an unload waits for them (a kernel of an
@@ -153,8 +211,6 @@ class Device:
         # the live allocations are the pool's pointer table (no copy here)
         self._pool_options = dict(pool_options or {})
         self._pool = None
-        self._pinned = pinned
-        self._pin_mapped_policy = pinned is not None and pinned.policy == "mapped"
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -169,17 +225,6 @@ class Device:
     def __repr__(self) -> str:
         return f"<Device {self.label} {self._state.value}>"
 
-    @contextlib.contextmanager
-    def in_use(self):
-        """``with device.in_use():`` the device is initialised (lazily) and
-        stays so until the block ends: deinit and close wait for the block,
-        like for a copy in flight.  Raises DeviceInitError, LifecycleError."""
-        self._enter()
-        try:
-            yield self
-        finally:
-            self._exit()
-
     def _enter(self) -> None:
         """Lazy init + in-flight accounting (close waits for calls in flight)."""
         if self._state is not _READY:
@@ -188,8 +233,15 @@ class Device:
         if self._state is not _READY:
             self._lost_race()
 
+    def _hold(self) -> None:
+        """In-flight accounting without lazy init: LifecycleError unless ready."""
+        self._tokens.append(None)
+        if self._state is not _READY:
+            self._lost_race()
+
     def _lost_race(self):
-        """``_enter`` pushed its token but a deinit/close had already begun."""
+        """A token was pushed but the device is not ready (a deinit/close
+        began, or it was never initialised)."""
         self._exit()
         if self._state is DeviceState.CLOSED:
             raise LifecycleError(f"{self.label}: device used after close", device=self.label)
@@ -212,9 +264,24 @@ class Device:
             finally:
                 self._idle_waiters -= 1
 
+    @contextlib.contextmanager
+    def in_use(self):
+        """``with device.in_use():`` the device is initialised (lazily) and
+        stays so until the block ends: deinit and close wait for the block,
+        like for a copy in flight.  Raises DeviceInitError, LifecycleError."""
+        self._enter()
+        try:
+            yield self
+        finally:
+            self._exit()
+
     def init(self) -> None:
         """Initialise now (explicit init; otherwise first use does it).
-        Idempotent.  Raises DeviceInitError, LifecycleError after close."""
+        Idempotent.  Raises DeviceInitError, LifecycleError after close,
+        ValueError for a bad ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` or
+        ``OFFLOAD_SHIM_POOL_DEBUG`` (checked before the plugin can read them)
+        and for a debug mode the plugin's own cache would defeat
+        (:mod:`offload_shim.memory.plugin_cache`)."""
         self._ready()
 
     def _ready(self) -> None:
@@ -227,25 +294,35 @@ class Device:
             if st is DeviceState.FAILED:
                 raise DeviceInitError(f"{self.label}: device initialisation failed earlier: "
                                       f"{self._init_error}", device=self.label)
-            self._runtime._check_open()
+            self._check_open()
+            from ..memory import MemoryManager, plugin_cache, read_threshold_env
+            from ..memory.config import resolve_debug
+            options = dict(self._pool_options)
+            # the environment is read here, before init_device: the LLVM nextgen
+            # plugins read the threshold there with std::stoul, which aborts on garbage
+            env_threshold = read_threshold_env()
+            options.setdefault("threshold", env_threshold)
+            options["debug"] = mode = resolve_debug(options.get("debug")) or ""
             try:
-                self.plugin.acquire_device(self.index)
+                plugin_cache.acquire_device(self.plugin, self.index, mode or None)
             except DeviceInitError as exc:
                 self._state = DeviceState.FAILED
                 self._init_error = exc
                 raise
             self.init_count += 1
-            from ..memory import MemoryManager
             try:
-                self._pool = MemoryManager(self._backend_alloc, self._backend_free,
-                                           device_label=self.label, poison=self._poison,
-                                           **self._pool_options)
-                for image in self._runtime._accepted_images(self.plugin):
+                self._pool = MemoryManager(
+                    self._backend_alloc, self._backend_free, device_label=self.label,
+                    poison=self._poison, strict=True, guard=self._plugin_calls,
+                    backend_key=(self.plugin, self.index), **options)
+                for image in self._images_to_load():
                     self._load(image)
             except BaseException:
                 # leave nothing half set up: unload what was loaded, release the device
                 for rec in list(self._images.values()):
                     self._unload(rec.image, quiet=True)
+                if self._pool is not None:
+                    self._pool.drain()
                 self._pool = None
                 self.plugin.release_device(self.index)
                 raise
@@ -264,8 +341,10 @@ class Device:
                                      f"initialised ({self._state.value})", device=self.label)
             return self._teardown(DeviceState.UNINIT)
 
-    def _close(self) -> tuple[int, int]:
-        """Runtime teardown: like deinit when initialised, then CLOSED."""
+    def shutdown(self) -> tuple[int, int]:
+        """The owner's final teardown (``Runtime.close``): like :meth:`deinit`
+        when initialised; then every later call raises LifecycleError.
+        Idempotent.  Returns (leaked allocation count, bytes)."""
         with self._life:
             if self._state is DeviceState.READY:
                 return self._teardown(DeviceState.CLOSED)
@@ -356,12 +435,18 @@ class Device:
             if not quiet:
                 raise
 
-    def _on_register(self, image: OffloadImage) -> None:
+    def load_registered(self, image: OffloadImage) -> None:
+        """The owner registered ``image`` (accepted by this device's plugin):
+        load it now if the device is initialised; otherwise it is loaded at
+        init, from the ``images`` collaborator.  Raises what ``load_binary``
+        raises (InvalidImageError, TableMismatchError, PluginCallError)."""
         with self._life:
             if self._state is DeviceState.READY:
                 self._load(image)
 
-    def _on_unregister(self, image: OffloadImage) -> None:
+    def unload_registered(self, image: OffloadImage) -> None:
+        """The owner unregistered ``image``: unload it if it is loaded here
+        (after launches of its kernels in flight finish)."""
         with self._life:
             if self._state is DeviceState.READY:
                 self._unload(image)
@@ -419,26 +504,17 @@ class Device:
     def alloc(self, size: int) -> int:
         """Allocate ``size`` bytes of device memory through the device's memory
         manager; returns the device address (int).  ``size`` 0 returns 0
-        (LLVM). Raises OutOfDeviceMemoryError, ValueError (negative size),
-        LifecycleError."""
-        if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
-            raise TypeError("size must be an int (bytes)")
-        if size < 0 or size > MAX_SIZE:
-            raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")
-        # _enter/_exit inlined (issue 5: two Python calls less per alloc)
+        (LLVM).  Raises TypeError (not an int), ValueError (negative or
+        above 2**63-1 bytes; checked before a lazy init),
+        OutOfDeviceMemoryError, LifecycleError.
+
+        A cache hit calls no plugin, so it takes no in-flight token: the
+        pool's lock orders it against a concurrent deinit's drain (after
+        which the drained pool refuses with LifecycleError)."""
         if self._state is not _READY:
+            _check_size(size)
             self._ready()
-        tokens = self._tokens
-        tokens.append(None)
-        if self._state is not _READY:
-            self._lost_race()           # pops the token
-        try:
-            return self._pool.allocate(size)
-        finally:
-            tokens.pop()
-            if not tokens and self._idle_waiters:
-                with self._flight:
-                    self._flight.notify_all()
+        return self._pool.allocate(size)
 
     def free(self, ptr: int) -> None:
         """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
@@ -448,11 +524,10 @@ class Device:
         Pointers are plain addresses: once the plugin hands the same address
         out again, a stale pointer is that new block (docs/usage.md).
 
-        The pool's pointer table is the device's: ``pool.free(ptr,
-        strict=True)`` checks and frees in one lock round trip, once the call
-        is in flight.  A deinit that ran before that has drained (freed) the
-        block, and the re-initialised device's new pool does not know the
-        pointer, so it is never freed in the plugin a second time."""
+        The pool's pointer table is the device's: the pool (strict) checks
+        and frees in one lock round trip.  A deinit that drained the block
+        before that closed the pool, and the re-initialised device's new pool
+        does not know the pointer, so it never reaches the plugin twice."""
         if not ptr:
             return
         if self._state is not _READY:
@@ -462,20 +537,20 @@ class Device:
             # not initialised: nothing is live, and a stale pointer must not
             # initialise the device
             self._unknown_pointer(ptr)
-        self._enter()
         try:
-            try:
-                self._pool.free(ptr, True)              # strict
-            except UnknownPointerError:
-                self._unknown_pointer(ptr)
-            if self._pin_mapped_policy:                 # unpin at unmap
+            if not self._pin_mapped_policy:
+                self._pool.free(ptr)
+                return
+            with self._plugin_calls:            # unpinning may call the plugin
+                self._pool.free(ptr)
                 self._pinned.on_unmap(self, ptr)
-        finally:
-            tokens = self._tokens
-            tokens.pop()
-            if not tokens and self._idle_waiters:
-                with self._flight:
-                    self._flight.notify_all()
+        except LifecycleError:
+            if self._state is DeviceState.CLOSED:
+                raise
+            raise UnknownPointerError(
+                f"{self.label}: pointer {ptr:#x} was freed by a deinit that ran "
+                f"concurrently (the device drains its pool before deinit_device)",
+                device=self.label) from None
 
     def _unknown_pointer(self, ptr):
         raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
@@ -591,7 +666,7 @@ class Device:
                     del self._launching[image_id]
                     self._launch_cv.notify_all()
 
-    # -- raw forms for the interposer (issue 7) -----------------------------------
+    # -- raw forms for the interposer (libomptarget maps sub-ranges) ------------
     def _check_inside(self, tgt: int, nbytes: int) -> None:
         """``[tgt, tgt+nbytes)`` must lie inside one live allocation or global."""
         blocks = self._pool.live_allocations()

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 from typing import Iterable
@@ -72,7 +73,10 @@ class Runtime:
     ``"none"``; issue 6, seed 003, see :mod:`offload_shim.memory.pinned`);
     ``"all"`` calls ``mlockall`` now (warns when ``ulimit -l`` is too low).
 
-    Raises the PluginLoadError family for a plugin that cannot be loaded.
+    Raises the PluginLoadError family for a plugin that cannot be loaded,
+    ``ValueError`` naming the variable for a bad
+    ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` (before any plugin is loaded:
+    LLVM plugins parse it with ``std::stoul``, which aborts the process).
     Use as a context manager or call :meth:`close`; live runtimes are also
     closed at interpreter exit.
     """
@@ -80,7 +84,9 @@ class Runtime:
     def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
                  abi: str | None = None, pool: dict | None = None,
                  pinned: str | None = None):
+        from ..memory import read_threshold_env
         from ..memory.pinned import PinnedRegistry, resolve_policy
+        read_threshold_env()            # ValueError before a plugin can abort on it
         self._pin_policy = resolve_policy(pinned)
         # made now (it pins nothing yet) and handed to every Device, so the copy
         # path reaches it without the runtime lock (close() holds that lock while
@@ -121,7 +127,10 @@ class Runtime:
         ``$OFFLOAD_SHIM_PLUGINS``, the standard locations and the bundled
         plugin (see :mod:`offload_shim.plugins.discovery`).  Plugins that fail to
         load are skipped and listed in ``load_errors``.  ``host_only``: only
-        plugins that execute on this CPU."""
+        plugins that execute on this CPU.  Raises ``ValueError`` for a bad
+        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` before loading any plugin."""
+        from ..memory import read_threshold_env
+        read_threshold_env()
         found = []
         errors = []
         for cand in discovery.candidates(paths, system=system, bundled=bundled):
@@ -169,8 +178,10 @@ class Runtime:
                     p.acquire()
                     self._acquired.append(p)
                 for i in range(p.num_devices):
-                    devices.append(Device(self, p, i, self._pool_options,
-                                          pinned=self._pinned))
+                    devices.append(Device(
+                        p, i, pool_options=self._pool_options,
+                        images=functools.partial(self._accepted_images, p),
+                        check_open=self._check_open, pinned=self._pinned))
             self._devices = devices
 
     @property
@@ -247,11 +258,11 @@ class Runtime:
             try:
                 for dev in self._devices:
                     if self._accepts(dev.plugin, image):
-                        dev._on_register(image)
+                        dev.load_registered(image)
             except BaseException:
                 self._registry.remove(image)
                 for dev in self._devices:
-                    dev._on_unregister(image)
+                    dev.unload_registered(image)
                 raise
 
     def unregister_image(self, image: OffloadImage) -> None:
@@ -266,7 +277,7 @@ class Runtime:
             errors = []
             for dev in self._devices or []:
                 try:
-                    dev._on_unregister(image)
+                    dev.unload_registered(image)
                 except OffloadError as exc:
                     errors.append(exc)
             if errors:
@@ -302,7 +313,7 @@ class Runtime:
             errors: list[Exception] = []
             for dev in reversed(self._devices or []):
                 try:
-                    n, nbytes = dev._close()
+                    n, nbytes = dev.shutdown()
                     if n:
                         leaks[dev.label] = (n, nbytes)
                 except OffloadError as exc:
@@ -325,7 +336,7 @@ def _check_pool_options(options: dict) -> None:
     build (and drain) a throwaway MemoryManager with them.  Raises TypeError
     (unknown keyword) or ValueError (bad value), as MemoryManager does."""
     from ..memory import MemoryManager
-    reserved = {"device_label", "poison"} & set(options)
+    reserved = {"device_label", "poison", "strict", "guard", "backend_key"} & set(options)
     if reserved:
         raise TypeError(f"pool options {sorted(reserved)} are set by the device itself")
     log = options.get("event_log")

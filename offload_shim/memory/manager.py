@@ -3,194 +3,85 @@
 The design reproduces LLVM libomptarget's ``MemoryManagerTy`` (seed 004,
 D81054; ``plugins/common/MemoryManager/MemoryManager.h``, abi-reference
 section 1.9) and adds what the seed's reviewers asked for and other pools
-have (docs/prior-art.md section 2): a second size-class policy, a cap on
-cached bytes, trim, statistics, an event log with replay and debug modes.
+have (docs/prior-art.md section 2): a second size policy, a cap on cached
+bytes, trim, statistics, an event log with replay and debug modes.
 
 The manager is pure Python over two callbacks, ``backend_alloc(size) -> ptr``
-and ``backend_free(ptr)``; it never imports the plugin layer.  See
-``docs/memory-manager.md`` for the whole picture.
+and ``backend_free(ptr)``; it never imports the plugin layer.  Its parts live
+in their own modules: the size policies in :mod:`.policies`, which cached
+blocks the cap, ``trim`` and the ladders release in :mod:`.eviction`, the OOM
+ladders in :mod:`.oom`, the statistics in :mod:`.stats`, the event log in
+:mod:`.events`, which manager holds a block in :mod:`.ownership`, options and
+environment variables in :mod:`.config`.  ``docs/memory-manager.md`` has the
+whole picture.
 
-Thread-safety design (prior-art B1, B5; seed 004 review):
+Tables (all guarded by one lock):
 
-* one :class:`threading.Lock` guards all bookkeeping (pointer table, free
-  lists, age order, counters).  Every critical section is a handful of O(1)
-  dict operations; a backend call (``backend_alloc``, ``backend_free``,
-  ``poison``) is **never** made while it is held, so a slow ``cudaFree``-like
-  call in one thread does not stall cache hits in others, and an exception
-  from a backend cannot leave the lock held (only ``with`` blocks and, on
-  the hot paths, ``acquire()``/``try``/``finally: release()`` are used).
-  Per-bucket locks would buy nothing here: under the GIL pure-Python
-  bookkeeping does not run in parallel anyway, two lock round trips per call
-  cost more than one, and the cap/trim age order spans all buckets.
-* blocks in transit (being obtained from or returned to the backend) are in
-  no table; the thread that moves them finishes the move, and if the manager
-  was drained meanwhile it returns the block to the backend itself.
+* ``_live``: ``{ptr: record}`` of the blocks handed out; a record is
+  ``(requested bytes, block bytes, free list | None, BucketCounters | None,
+  hit step, free step)`` and travels with its block (the free list is the
+  one of the block's size, None for blocks that are never cached; the steps
+  are what a hit adds to and a free takes from ``_acc``, below).
+* ``_acc``: bytes in use (block sizes) shifted left by 64 bits, plus the
+  number of hits: a hit adds ``block << 64 | 1`` (``| 0`` with
+  ``stats=False``), so booking the bytes, the hit and the peak is one
+  addition and one comparison; statistics cost nothing extra on the hit path.
+* ``_free``: ``{block bytes: {ptr: record}}``, one free list per block size,
+  each ordered from the least to the most recently freed block; a hit takes
+  the most recent (``dict.popitem``).  Lists are kept while the manager is
+  open, so a cached free is one dict store into the list the record names.
+* with ``cache_limit``: ``_stamps`` ``{ptr: age}`` of the cached blocks, the
+  age order the cap needs across sizes (kept only then: the hit path never
+  touches it).
+
+Thread-safety (prior-art B1, B5; seed 004 review): one lock guards the
+tables and counters; every critical section is a few O(1) dict operations,
+and a backend call (``backend_alloc``, ``backend_free``, ``poison``) is
+never made while it is held, so a slow ``cudaFree``-like call in one thread
+does not stall cache hits in others and a failing backend cannot leave the
+lock held.  A cache hit and a cached free take the lock once and call
+nothing.  Paths that call the backend run inside ``guard`` (a context
+manager; the Device passes its in-flight guard, so deinit waits for them
+and they never call a plugin after its device is deinitialised).  Blocks in
+transit (being obtained, poisoned or released) are in no table but stay
+recorded in the backend's address space; the thread moving them finishes
+the move, and returns a block to the backend itself if the manager was
+drained meanwhile, so every block is freed exactly once.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import operator
-import os
-import re
-import threading
-import time
-from collections import Counter, OrderedDict, deque
+import sys
+import weakref
+from itertools import chain
 
 from ..errors import LifecycleError, OffloadError, OutOfDeviceMemoryError, UnknownPointerError
-from .stats import PoolStats
+from . import eviction
+from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
+                     check_bins, check_choice, check_flag, nonneg_int, read_threshold_env,
+                     resolve_debug)
+from .events import EventLog, now_ns
+from .locking import TOKEN, TokenLock
+from .oom import LADDERS
+from .ownership import address_space
+from .policies import (LLVM_BUCKET_SIZES, POLICIES, binned_size, llvm_bucket,
+                       llvm_find_bucket_index, make_policy)
+from .stats import BucketCounters, PoolStats, snapshot
 
 __all__ = [
     "MemoryManager", "read_threshold_env", "llvm_bucket", "llvm_find_bucket_index",
     "binned_size", "THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "LLVM_BUCKET_SIZES",
-    "POLICIES", "OOM_LADDERS", "MAX_SIZE",
+    "POLICIES", "OOM_LADDERS", "MAX_SIZE", "PTR_LIMIT",
 ]
 
-#: Environment variable read by LLVM ``DeviceTy::init`` / nextgen plugins.
-THRESHOLD_ENV = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
-#: Environment variable selecting a debug mode (``off-pool`` or ``poison``).
-DEBUG_ENV = "OFFLOAD_SHIM_POOL_DEBUG"
-#: LLVM ``SizeThreshold = 1 << 13``: 8 KiB.
-DEFAULT_THRESHOLD = 1 << 13
-#: LLVM ``BucketSize[]``: the 13 buckets.
-LLVM_BUCKET_SIZES = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-POLICIES = ("exact", "binned")
-OOM_LADDERS = ("free-all", "incremental")
+OOM_LADDERS = tuple(LADDERS)
 _BYPASS = PoolStats.BYPASS_BUCKET
-_THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
-#: Largest size (bytes) the plugins can take: their size arguments are
-#: ``int64_t`` (LLVM) or ``size_t`` (GOMP); a larger Python int would wrap.
-MAX_SIZE = (1 << 63) - 1
-#: Device pointers are 64-bit addresses: ``0 <= ptr < PTR_LIMIT``.
-PTR_LIMIT = 1 << 64
+_SHIFT = 64                 # bytes in use above, hits below (see _acc)
+_HITS = (1 << _SHIFT) - 1
 _NO_DEFAULT = object()
-
-
-def read_threshold_env(environ=None) -> int:
-    """Threshold in bytes from ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, as
-    LLVM reads it (abi-reference 1.9): unset -> 8192; ``"0"`` -> 0 (manager
-    off); ``"N"`` -> N.  ``environ`` defaults to :data:`os.environ`.
-
-    Raises ``ValueError`` naming the variable and the value for anything
-    that is not a non-negative decimal integer (surrounding blanks and a
-    leading ``+`` are accepted).  LLVM's ``std::stoul`` aborts the program
-    on a non-numeric value; it would also take the numeric prefix of
-    ``"12abc"`` and wrap ``"-1"``; both are rejected here instead.
-    """
-    env = os.environ if environ is None else environ
-    value = env.get(THRESHOLD_ENV)
-    if value is None:
-        return DEFAULT_THRESHOLD
-    if not _THRESHOLD_RE.fullmatch(value):
-        raise ValueError(
-            f"{THRESHOLD_ENV}={value!r} is not a non-negative decimal integer "
-            f"(bytes; 0 disables the memory manager); LLVM's std::stoul would abort here")
-    v = int(value)
-    if v > MAX_SIZE:
-        raise ValueError(
-            f"{THRESHOLD_ENV}={value!r} does not fit in 64 bits (int64): at most {MAX_SIZE} "
-            f"bytes")
-    return v
-
-
-def llvm_bucket(size: int) -> int:
-    """Bucket size (one of :data:`LLVM_BUCKET_SIZES`) for a block of ``size``
-    bytes: the size floored to a power of two, clamped to ``[4, 8192]``;
-    sizes 1-3 go to bucket 0.  This is the intent of LLVM ``findBucket``
-    (seed 004); see :func:`llvm_find_bucket_index` for its exact output."""
-    if size < 4:
-        return 0
-    f = 1 << (size.bit_length() - 1)
-    return 8192 if f > 8192 else f
-
-
-def llvm_find_bucket_index(size: int) -> int:
-    """Faithful port of LLVM ``MemoryManagerTy::findBucket`` (index into
-    ``BucketSize``).  Its binary search (``H = M - 1``) skips some exact
-    matches: sizes whose floor-pow2 is 4, 64, 512 or >= 8192 land one
-    bucket low (buckets 0, 32, 256 and 4096; bucket 8192 is never used).
-    Harmless in LLVM, where reuse needs an exactly equal size anyway; kept
-    for comparing with LLVM debug output only."""
-    if size == 0:
-        return 0
-    f = 1 << (size.bit_length() - 1)
-    lo, hi = 0, len(LLVM_BUCKET_SIZES) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if LLVM_BUCKET_SIZES[mid] == f:
-            return mid
-        if LLVM_BUCKET_SIZES[mid] > f:
-            hi = mid - 1
-        else:
-            lo = mid
-    return lo
-
-
-def binned_size(size: int, bins_per_pow2: int = 8) -> int:
-    """Size class (bytes) of a ``size``-byte request under the ``binned``
-    policy: every power-of-two range ``[2**k, 2**(k+1))`` is split into
-    ``bins_per_pow2`` classes of step ``2**k / bins_per_pow2`` (at least 1
-    byte), and the request is rounded up to its class.  Waste is below one
-    step, so ``binned_size(s) - s <= s / bins_per_pow2`` (1/8 by default;
-    RMM ``binning`` and PyTorch round to classes in the same spirit)."""
-    shift = bins_per_pow2.bit_length() - 1
-    b = size.bit_length() - 1 - shift
-    if b <= 0:
-        return size
-    return ((size + (1 << b) - 1) >> b) << b
-
-
-def _resolve_debug(debug):
-    source = "debug"
-    if debug is None:
-        debug = os.environ.get(DEBUG_ENV, "")
-        source = DEBUG_ENV
-    if not isinstance(debug, str):
-        raise TypeError(f"debug must be a str or None, not {type(debug).__name__}")
-    d = debug.strip().lower()
-    if d in ("", "0", "off", "none", "false", "no"):
-        return None
-    if d in ("off-pool", "poison"):
-        return d
-    raise ValueError(f"{source}={debug!r}: expected 'off-pool', 'poison' or '' (no debug mode)")
-
-
-def _nonneg_int(value, name: str, limit=None) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not bool")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int (bytes), not {type(value).__name__}") from None
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0 bytes, got {v}")
-    if limit is not None and v > limit:
-        raise ValueError(f"{name} must be at most {limit} bytes (2**63 - 1: the plugins take "
-                         f"int64/size_t sizes), got {v}")
-    return v
-
-
-class _Counters:
-    """Event counters of one stats bucket (mutated under the manager lock).
-
-    Only what cannot be derived is counted per operation: a cache hit adds 1
-    to ``hits`` and a cached free touches nothing here (issue 5).  ``held``
-    (bytes obtained from the backend for the bucket and not yet returned)
-    and its high-water mark ``peak_total`` change on backend calls only.
-    Gauges (bytes and blocks in use and cached) are derived from the pointer
-    table and the free lists when :attr:`MemoryManager.stats` is read."""
-
-    __slots__ = ("bucket", "hits", "misses", "evictions", "oom_retries", "backend_allocs",
-                 "backend_frees", "held", "peak_total")
-
-    def __init__(self, bucket):
-        self.bucket = bucket
-        self.hits = self.misses = self.evictions = self.oom_retries = 0
-        self.backend_allocs = self.backend_frees = self.held = self.peak_total = 0
-
-    def _backend_freed(self, block):
-        self.backend_frees += 1
-        self.held -= block
+_NO_GUARD = contextlib.nullcontext()
 
 
 class MemoryManager:
@@ -210,19 +101,21 @@ class MemoryManager:
       manager off).  ``0`` -> no pooling at all.
     * ``policy``: ``"exact"`` (LLVM, seed 004: a cached block is reused only
       for a request of exactly its size; stats grouped in the 13 LLVM
-      buckets) or ``"binned"`` (requests rounded up to a size class with at
-      most ``1/bins_per_pow2`` waste, any cached block of the class reused).
+      buckets) or ``"binned"`` (any cached block of the request's size
+      class that holds it is reused, waste below ``1/bins_per_pow2``; see
+      :mod:`offload_shim.memory.policies`).  Both ask the backend for the
+      requested size: rounding never costs device memory.
     * ``oom``: what to do when the backend returns 0: ``"free-all"`` (LLVM
       code: release every cached block, retry once) or ``"incremental"``
       (seed 004 summary: release one cached block at a time, largest first,
       retry after each, stop at the first success).
     * ``cache_limit``: ``None`` or the most bytes kept cached; a free that
-      exceeds it evicts the oldest cached blocks first (seed 004 reviewer
-      concern; CuPy ``set_limit``, RMM ``maximum_pool_size``).  It caps the
-      cache only, never memory in use (CuPy #7678, prior-art B9).
-    * ``stats``: keep the full counters of :class:`PoolStats` (off: only
-      bytes/blocks in use and cached).  Per-bucket gauges are derived when
-      :attr:`stats` is read, so a hit costs one counter more (issue 5).
+      exceeds it releases the fewest cached blocks that bring the cache
+      under it, the oldest that suffice (seed 004 reviewer concern; CuPy
+      ``set_limit``, RMM ``maximum_pool_size``).  It caps the cache only,
+      never memory in use (CuPy #7678, prior-art B9).
+    * ``stats``: ``True``/``False``: keep the counters of :class:`PoolStats`
+      (off: only bytes/blocks in use and cached and ``peak_bytes_total``).
     * ``event_log``: ``None``, a path (opened for append, closed by
       :meth:`drain`) or a text file object (flushed, not closed): one JSON
       object per line, see ``docs/memory-manager.md``.
@@ -230,111 +123,120 @@ class MemoryManager:
       turns pooling off so a use-after-free reaches the backend's checks
       (LLVM #214752 disables pooling under tracing); ``"poison"`` calls
       ``poison(ptr, block_size)`` on every block before caching it.
-    * ``device_label``: names the device in errors and events.
+    * ``device_label``: a str naming the device in errors and events.
     * ``poison``: ``poison(ptr, size) -> None``, required for ``"poison"``.
-    * ``bins_per_pow2``: classes per power of two for ``"binned"`` (a power
-      of two, default 8 -> waste <= 1/8 of the request).
+    * ``bins_per_pow2``: size classes per power of two for ``"binned"`` (a
+      power of two, default 8 -> waste below 1/8 of the request).
+    * ``strict``: the default of :meth:`free`'s ``strict``.
+    * ``guard``: ``None`` or a reusable context manager entered around every
+      path that calls the backend (not around cache hits and cached frees,
+      nor around :meth:`drain`); an exception from entering it propagates
+      and leaves the books unchanged.
+    * ``backend_key``: hashable identity of the device memory the backend
+      allocates from (default: ``backend_free`` itself).  Managers with
+      equal keys know each other's blocks (:mod:`offload_shim.memory.ownership`).
 
-    Raises ``ValueError``/``TypeError`` for bad arguments (including a bad
-    environment value, naming the variable).
+    Raises ``TypeError`` (wrong type, e.g. ``stats="yes"``) or
+    ``ValueError`` (bad value, including a bad environment value, naming
+    the variable) for bad arguments.
 
-    Thread-safe: see the module docstring.  The owner (the runtime's
-    Device) must call :meth:`drain` before ``deinit_device`` (prior-art I3,
-    B4); there is deliberately no finalizer that would call a plugin during
+    Thread-safe: see the module docstring.  The owner (the runtime's Device)
+    must call :meth:`drain` before ``deinit_device`` (prior-art I3, B4);
+    there is deliberately no finalizer that would call a plugin during
     interpreter shutdown.
     """
 
-    # slots: attribute access on the hit path is a slot read/write (issue 5;
-    # with more than 30 instance attributes CPython 3.11 gives up shared-key
+    # slots: attribute access on the hit path is a slot read/write (with
+    # more than 30 instance attributes CPython 3.11 gives up shared-key
     # instance dicts and its faster attribute specialisations)
-    __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_exact", "_bins_shift", "_bins",
-                 "_oom", "_cap", "_stats_on", "_debug", "_poison", "_label", "_pool",
-                 "_pool_max", "_lock", "_live", "_free", "_order", "_transit", "_in_use",
-                 "_held", "_plain", "_peak_in_use", "_peak_total", "_foreign", "_buckets",
-                 "_closed", "_log_lock", "_events", "_log_file", "_log_owned", "__weakref__")
+    __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_sizes", "_bins", "_oom",
+                 "_ladder", "_cap", "_stats_on", "_debug", "_poison", "_label", "_strict",
+                 "_guard", "_enabled", "_pool_max", "_plain", "_lock", "_lockq", "_live", "_free",
+                 "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
+                 "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets", "_closed",
+                 "_log", "__weakref__")
+
+    def __new__(cls, *args, policy="exact", **kwargs):
+        # the binned policy has its own hit path (_BinnedManager.allocate)
+        if cls is MemoryManager and policy == "binned":
+            cls = _BinnedManager
+        return object.__new__(cls)
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
-                 debug=None, device_label="", poison=None, bins_per_pow2=8):
+                 debug=None, device_label="", poison=None, bins_per_pow2=8,
+                 strict=False, guard=None, backend_key=None):
         if not callable(backend_alloc) or not callable(backend_free):
             raise TypeError("backend_alloc and backend_free must be callable")
         threshold = (read_threshold_env() if threshold is None
-                     else _nonneg_int(threshold, "threshold", MAX_SIZE))
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-        if oom not in OOM_LADDERS:
-            raise ValueError(f"oom must be one of {OOM_LADDERS}, got {oom!r}")
+                     else nonneg_int(threshold, "threshold", MAX_SIZE))
+        check_choice(policy, "policy", POLICIES)
+        check_choice(oom, "oom", OOM_LADDERS)
         if cache_limit is not None:
-            cache_limit = _nonneg_int(cache_limit, "cache_limit", MAX_SIZE)
-        bins = _nonneg_int(bins_per_pow2, "bins_per_pow2")
-        if bins < 1 or bins & (bins - 1):
-            raise ValueError(f"bins_per_pow2 must be a power of two >= 1, got {bins}")
-        mode = _resolve_debug(debug)
-        if mode == "poison" and not callable(poison):
-            raise ValueError("debug mode 'poison' needs a poison(ptr, size) callback")
+            cache_limit = nonneg_int(cache_limit, "cache_limit", MAX_SIZE)
+        check_flag(stats, "stats")
+        check_flag(strict, "strict")
+        bins = check_bins(bins_per_pow2)
+        if not isinstance(device_label, str):
+            raise TypeError(f"device_label must be a str, not {type(device_label).__name__}")
+        mode = resolve_debug(debug)
         if poison is not None and not callable(poison):
             raise TypeError("poison must be callable or None")
+        if mode == "poison" and poison is None:
+            raise ValueError("debug mode 'poison' needs a poison(ptr, size) callback")
+        if guard is not None and not (hasattr(guard, "__enter__") and hasattr(guard, "__exit__")):
+            raise TypeError("guard must be None or a context manager")
+        space = address_space(backend_free if backend_key is None else backend_key)
+        log = EventLog(event_log) if event_log is not None else None
 
         self._balloc = backend_alloc
         self._bfree = backend_free
         self._threshold = threshold
         self._policy = policy
-        self._exact = policy == "exact"
-        self._bins_shift = bins.bit_length() - 1
+        self._sizes = make_policy(policy, bins)
         self._bins = bins
         self._oom = oom
+        self._ladder = LADDERS[oom]
         self._cap = cache_limit
-        self._stats_on = bool(stats)
+        self._stats_on = stats
         self._debug = mode
         self._poison = poison if mode == "poison" else None
-        self._label = str(device_label)
-        self._pool = threshold > 0 and mode != "off-pool"
-        # largest pooled size; 0: none.  Under binned the size class of a
-        # pooled request must still fit in MAX_SIZE: requests whose class
-        # would not are bypassed (only reachable with thresholds near 2**63)
-        pool_max = threshold if self._pool else 0
-        if policy == "binned":
-            pool_max = min(pool_max, (1 << 63) - (1 << max(0, 62 - self._bins_shift)))
-        self._pool_max = pool_max
+        self._label = device_label
+        self._strict = strict
+        self._guard = _NO_GUARD if guard is None else guard
+        self._enabled = threshold > 0 and mode != "off-pool"
+        #: largest pooled request (bytes); 0: nothing is pooled
+        self._pool_max = threshold if self._enabled else 0
+        #: a free of a pooled block is one dict store: no cap, no events, no poison
+        self._plain = cache_limit is None and log is None and self._poison is None
 
-        self._lock = threading.Lock()
-        # a block's record (requested, block, key|None, _Counters|None) moves
-        # between the tables as it is: live -> cached -> live
-        self._live = {}             # ptr -> record
-        # key -> the one cached ptr (an int), or {ptr: None} for several,
-        # insertion ordered, popitem() = newest; empty ones are removed.  The
-        # int form spares a dict per free in the common one-block case (issue 5)
+        self._lock = TokenLock()
+        self._lockq = self._lock.queue             # the hot paths take it directly
+        self._live = {}
         self._free = {}
-        self._order = OrderedDict()  # ptr -> record of the cached blocks, oldest first
-        self._transit = {}          # ptr -> record of blocks being poisoned (debug "poison")
-        self._in_use = 0            # bytes handed out (block sizes)
-        self._held = 0              # bytes held from the backend; cached = held - in_use
-        # free() of a pooled block with no cap, no event log, no poisoning: the hot path
-        self._plain = cache_limit is None and event_log is None and self._poison is None
-        self._peak_in_use = 0
-        self._peak_total = 0
+        self._index = self._sizes.index()          # binned: class -> cached sizes
+        self._stamps = {} if cache_limit is not None else None
+        self._clock = 0
+        self._transit = {}                         # ptr -> record of blocks being poisoned
+        self._space = space
+        self._ref = weakref.ref(self)
+        # bytes handed out (block sizes) << 64 | hits: a hit books both with one
+        # addition of its record's step, so statistics cost no extra operation
+        self._acc = 0
+        self._hit_unit = 1 if stats else 0
+        self._held = 0                             # bytes held from the backend
+        # the peak of _acc's high part, low bits all set: hits never pass it
+        self._peak_acc = 0
+        self._peak_held = 0
         self._foreign = 0
-        self._buckets = {}          # bucket -> _Counters
+        self._buckets = {}                         # bucket -> BucketCounters
         self._closed = False
-
-        self._log_lock = threading.Lock()
-        self._events = None
-        self._log_file = None
-        self._log_owned = False
-        if event_log is not None:
-            if isinstance(event_log, (str, os.PathLike)):
-                self._log_file = open(event_log, "a", encoding="utf-8")
-                self._log_owned = True
-            elif hasattr(event_log, "write"):
-                self._log_file = event_log
-            else:
-                raise TypeError("event_log must be None, a path or a text file object")
-            self._events = deque()
-            self._events.append({
-                "op": "config", "policy": policy, "threshold": threshold, "oom": oom,
-                "cache_limit": cache_limit, "debug": mode or "", "bins_per_pow2": bins,
-                "dev": self._label, "t_ns": time.monotonic_ns()})
-            self._flush_events()
+        self._log = log
+        if log is not None:
+            log.append({"op": "config", "policy": policy, "threshold": threshold, "oom": oom,
+                        "cache_limit": cache_limit, "debug": mode or "",
+                        "bins_per_pow2": bins, "dev": device_label, "t_ns": now_ns()})
+            log.flush()
 
     # -- read-only configuration -------------------------------------------
 
@@ -362,7 +264,7 @@ class MemoryManager:
     def enabled(self) -> bool:
         """True when blocks are cached: threshold > 0 and debug mode is not
         ``off-pool`` (LLVM: no manager when the threshold is 0)."""
-        return self._pool
+        return self._enabled
 
     @property
     def debug(self):
@@ -381,7 +283,8 @@ class MemoryManager:
     def __repr__(self) -> str:
         return (f"MemoryManager(device_label={self._label!r}, policy={self._policy!r}, "
                 f"threshold={self._threshold}, oom={self._oom!r}, cache_limit={self._cap!r}, "
-                f"in_use={self._in_use}, cached={self._held - self._in_use}, closed={self._closed})")
+                f"in_use={self._acc >> _SHIFT}, cached={self._held - (self._acc >> _SHIFT)}, "
+                f"closed={self._closed})")
 
     # -- allocate ------------------------------------------------------------
 
@@ -389,10 +292,10 @@ class MemoryManager:
         """A device pointer for ``size`` bytes.
 
         * ``size == 0`` returns 0 without touching the backend (LLVM).
-        * ``size <= threshold`` with pooling on: a cached block of the same
-          size (``exact``) or size class (``binned``) is reused, the most
-          recently freed first; otherwise a block is obtained from the
-          backend.  Larger requests go straight to the backend.
+        * ``size <= threshold`` with pooling on: a cached block is reused
+          (the policy says which; the most recently freed first); otherwise
+          a block of ``size`` bytes is obtained from the backend.  Larger
+          requests go straight to the backend.
         * When the backend returns 0 the OOM ladder runs (``oom``).
 
         Raises ``ValueError`` (negative size, or more than :data:`MAX_SIZE`
@@ -400,209 +303,184 @@ class MemoryManager:
         hold; nothing is recorded), ``TypeError`` (not an int),
         :class:`OutOfDeviceMemoryError` (backend out of memory after the
         ladder; ``.requested``, ``.cached``, ``.in_use`` bytes, ``.device``),
-        :class:`LifecycleError` after :meth:`drain`, and whatever
-        ``backend_alloc`` raises.
+        :class:`LifecycleError` after :meth:`drain` or when ``guard``
+        refuses, and whatever ``backend_alloc`` raises.
         """
+        if type(size) is not int or size <= 0 or size > self._pool_max:
+            return self._allocate_other(size)
+        # The hit path (exact policy; the binned one is _BinnedManager's):
+        # one lock round trip, three dict operations, one counter.  The
+        # lock's queue is used directly (memory/locking.py), given back in
+        # finally.
+        # No closed check: drain() empties the free lists, so afterwards
+        # every request misses, and the miss path checks.
+        lockq = self._lockq
+        lockq.get()
+        try:
+            fl = self._free.get(size)
+            if fl:
+                ptr, rec = fl.popitem()
+                self._live[ptr] = rec
+                self._acc = acc = self._acc + rec[4]    # bytes in use and the hit
+                if acc > self._peak_acc:
+                    self._peak_acc = acc | _HITS
+                if self._log is None:
+                    return ptr
+                self._event_hit(size, ptr, rec)
+            else:
+                ptr = 0
+        finally:
+            lockq.put(TOKEN)
+        if ptr:
+            self._log.flush()
+            return ptr
+        return self._allocate_miss(size, True)
+
+    def _allocate_other(self, size):
+        """Requests that are not a pooled int size: checked, then size 0,
+        a pooled size given as another integer type, or a bypass."""
         if type(size) is not int:
-            size = _nonneg_int(size, "size")
+            if isinstance(size, bool):
+                raise TypeError("size must be an int (bytes), not bool")
+            try:
+                size = operator.index(size)
+            except TypeError:
+                raise TypeError(f"size must be an int (bytes), not "
+                                f"{type(size).__name__}") from None
         if size <= 0:
             if size == 0:
                 return 0
             raise ValueError(f"size must be >= 0 bytes, got {size}")
         if size <= self._pool_max:
-            if self._exact:
-                key = size
-            else:
-                b = size.bit_length() - 1 - self._bins_shift
-                key = size if b <= 0 else ((size + (1 << b) - 1) >> b) << b
-            # Hit path (issue 5): one lock round trip, O(1) dict operations,
-            # one counter.  acquire/release in try/finally: the same guarantee
-            # as `with`, about 80 ns less per call on CPython 3.11.  No closed
-            # check here: drain() empties the free lists, so after it every
-            # request takes the miss path, which checks.
-            lock = self._lock
-            lock.acquire()
-            try:
-                free = self._free
-                fl = free.get(key)
-                if fl is not None:
-                    if type(fl) is int:
-                        ptr = fl
-                        del free[key]
-                    else:
-                        ptr = fl.popitem()[0]
-                        if not fl:
-                            del free[key]
-                    rec = self._order.pop(ptr)
-                    if rec[0] != size:              # binned: another size of the class
-                        rec = (size, rec[1], key, rec[3])
-                    self._live[ptr] = rec
-                    self._in_use = in_use = self._in_use + rec[1]
-                    bc = rec[3]
-                    if bc is not None:
-                        bc.hits += 1
-                        if in_use > self._peak_in_use:
-                            self._peak_in_use = in_use
-                    if self._events is None:
-                        return ptr
-                    self._events.append({"op": "alloc", "size": size, "ptr": ptr, "hit": True,
-                                         "block": rec[1], "dev": self._label,
-                                         "t_ns": time.monotonic_ns()})
-                    hit = True
-                else:
-                    hit = False
-            finally:
-                lock.release()
-            if hit:
-                self._flush_events()
-                return ptr
-            block = key
-            bucket = (llvm_bucket(size) if self._exact else key)
-        else:
-            if size > MAX_SIZE:     # never on the pooled path: threshold <= MAX_SIZE
-                raise ValueError(
-                    f"size {size} bytes does not fit in the plugins' int64/size_t argument "
-                    f"(at most {MAX_SIZE}); device {self._label or '?'}")
-            key = None
-            block = size
-            bucket = _BYPASS
-        return self._allocate_miss(size, block, key, bucket)
+            return self.allocate(size)
+        if size > MAX_SIZE:         # never pooled: threshold <= MAX_SIZE
+            raise ValueError(
+                f"size {size} bytes does not fit in the plugins' int64/size_t argument "
+                f"(at most {MAX_SIZE}); device {self._label or '?'}")
+        return self._allocate_miss(size, False)
 
-    def _allocate_miss(self, size, block, key, bucket):
+    def _allocate_miss(self, size, pooled):
+        """Obtain ``size`` bytes from the backend (inside the guard) and
+        record them; ``pooled``: the block may be cached when freed."""
         if self._closed:                    # re-checked under the lock below
             raise self._closed_error("allocate")
-        ptr = self._balloc(block)
-        if not ptr:
-            ptr = self._oom_ladder(size, block, bucket)
-        elif type(ptr) is not int:
-            ptr = operator.index(ptr)
-        bad = None
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                if ptr in self._live or ptr in self._order or ptr in self._transit:
-                    bad = ptr
-                else:
-                    bc = None
-                    self._held = held = self._held + block
-                    self._in_use = in_use = self._in_use + block
-                    if self._stats_on:
-                        bc = self._buckets.get(bucket)
-                        if bc is None:
-                            bc = self._buckets[bucket] = _Counters(bucket)
-                        bc.misses += 1
-                        bc.backend_allocs += 1
-                        bc.held = t = bc.held + block
-                        if t > bc.peak_total:
-                            bc.peak_total = t
-                        if in_use > self._peak_in_use:
-                            self._peak_in_use = in_use
-                        if held > self._peak_total:
-                            self._peak_total = held
-                    self._live[ptr] = (size, block, key, bc)
-                    if self._events is not None:
-                        self._events.append({"op": "alloc", "size": size, "ptr": ptr, "hit": False,
-                                             "block": block, "dev": self._label,
-                                             "t_ns": time.monotonic_ns()})
+        bucket = self._sizes.bucket(size) if pooled else _BYPASS
+        bad = closed = False
+        with self._guard:
+            ptr = self._balloc(size)
+            if not ptr:
+                ptr = self._out_of_memory(size, bucket)
+            elif type(ptr) is not int:
+                ptr = operator.index(ptr)
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    if self._space.claim(ptr, self._ref):
+                        self._record_obtained(ptr, size, pooled, bucket)
+                    else:
+                        bad = True
+            if closed:
+                # drained while the backend call was in flight: give the block back
+                self._bfree(ptr)
         if closed:
-            # drained while the backend call was in flight: give the block back
-            self._bfree(ptr)
             raise self._closed_error("allocate")
-        if bad is not None:
+        if bad:
             raise OffloadError(
-                f"backend_alloc returned {bad:#x}, which this memory manager already holds "
-                f"(device {self._label or '?'}); the backend is corrupt",
+                f"backend_alloc returned {ptr:#x}, which a memory manager of this backend "
+                f"already holds (device {self._label or '?'}); the backend is corrupt or the "
+                f"block was freed behind the manager's back",
                 function="MemoryManager.allocate", device=self._label or None)
-        if self._events is not None:
-            self._flush_events()
+        if self._log is not None:
+            self._log.flush()
         return ptr
 
-    def _oom_ladder(self, size, block, bucket):
-        """Backend returned 0 for ``block`` bytes.  free-all: LLVM
-        ``freeAndAllocate`` (release every cached block, retry once, also
-        when nothing was cached: another thread may have freed).
-        incremental: seed 004 summary (release the largest cached block,
-        retry, repeat; one retry when nothing was cached)."""
-        released = 0
-        retries = 0
-        if self._oom == "free-all":
-            with self._lock:
-                victims = self._pop_all_cached_locked("evict", "oom")
-            released = self._release(victims)
-            retries += 1
-            ptr = self._retry(block, bucket)
-            if ptr:
-                return ptr
-        else:
-            while True:
-                with self._lock:
-                    victim = self._pop_largest_cached_locked()
-                if victim is None:
-                    break
-                released += self._release((victim,))
-                retries += 1
-                ptr = self._retry(block, bucket)
-                if ptr:
-                    return ptr
-            if retries == 0:
-                retries += 1
-                ptr = self._retry(block, bucket)
-                if ptr:
-                    return ptr
+    def _record_obtained(self, ptr, size, pooled, bucket):
+        """Book a block just obtained from the backend as live (locked)."""
+        fl = None
+        if pooled:
+            fl = self._free.get(size)
+            if fl is None:
+                fl = self._free[size] = {}
+                if self._index is not None:
+                    self._index.add(size)       # binned: a size its class can reuse
+        self._held = held = self._held + size
+        if held > self._peak_held:
+            self._peak_held = held
+        step = size << _SHIFT
+        self._acc = acc = self._acc + step
+        if acc > self._peak_acc:
+            self._peak_acc = acc | _HITS
+        bc = None
+        if self._stats_on:
+            bc = self._buckets.get(bucket)
+            if bc is None:
+                bc = self._buckets[bucket] = BucketCounters(bucket)
+            bc.obtained(size)
+        self._live[ptr] = (size, size, fl, bc, step + self._hit_unit, step)
+        if self._log is not None:
+            self._log.append({"op": "alloc", "size": size, "ptr": ptr, "hit": False,
+                              "block": size, "dev": self._label, "t_ns": now_ns()})
+
+    def _out_of_memory(self, size, bucket):
+        """The backend returned 0 for ``size`` bytes: run the OOM ladder;
+        raise OutOfDeviceMemoryError when it ends without memory."""
+        ptr, released, retries = self._ladder(
+            self._release_all_cached, self._release_largest_cached,
+            lambda: self._retry(size, bucket))
+        if ptr:
+            return ptr if type(ptr) is int else operator.index(ptr)
         with self._lock:
-            in_use = self._in_use
+            in_use = self._acc >> _SHIFT
             cached = self._held - in_use
-        label = self._label or None
-        blk = f" (block {block} bytes)" if block != size else ""
-        self._flush_events()
+        if self._log is not None:
+            self._log.flush()
         raise OutOfDeviceMemoryError(
-            f"out of device memory on device {self._label or '?'}: requested {size} bytes{blk}; "
+            f"out of device memory on device {self._label or '?'}: requested {size} bytes; "
             f"the backend returned no memory, also after the {self._oom!r} ladder released "
             f"{released} cached bytes and retried {retries} time(s); now {cached} bytes cached, "
             f"{in_use} bytes in use",
-            requested=size, cached=cached, in_use=in_use, device=label,
+            requested=size, cached=cached, in_use=in_use, device=self._label or None,
             function="MemoryManager.allocate")
 
-    def _retry(self, block, bucket):
-        if self._stats_on or self._events is not None:
+    def _retry(self, size, bucket):
+        if self._stats_on or self._log is not None:
             with self._lock:
                 if self._stats_on:
                     bc = self._buckets.get(bucket)
                     if bc is None:
-                        bc = self._buckets[bucket] = _Counters(bucket)
+                        bc = self._buckets[bucket] = BucketCounters(bucket)
                     bc.oom_retries += 1
-                if self._events is not None:
-                    self._events.append({"op": "oom_retry", "size": block, "ptr": 0, "hit": False,
-                                         "dev": self._label, "t_ns": time.monotonic_ns()})
-        ptr = self._balloc(block)
-        if ptr and type(ptr) is not int:
-            ptr = operator.index(ptr)
-        return ptr or 0
+                if self._log is not None:
+                    self._log.append({"op": "oom_retry", "size": size, "ptr": 0, "hit": False,
+                                      "dev": self._label, "t_ns": now_ns()})
+        return self._balloc(size) or 0
 
     # -- free ------------------------------------------------------------------
 
-    def free(self, ptr: int, strict: bool = False) -> None:
+    def free(self, ptr: int, strict=None) -> None:
         """Give back a pointer.
 
         * ``0``/``None``: no-op (``allocate(0)`` returns 0).
         * a live pointer of this manager: cached (pooled size, pooling on),
           else freed through the backend; caching past ``cache_limit``
-          evicts the oldest cached blocks; in debug ``poison`` the block is
-          poisoned (outside the lock) before it is cached.
-        * a pointer this manager does not know: straight to ``backend_free``
-          (LLVM ``MemoryManagerTy::free``), unless ``strict``.
+          releases cached blocks (see ``cache_limit``); in debug ``poison``
+          the block is poisoned (outside the lock) before it is cached.
+        * a pointer another manager of the same backend holds
+          (``backend_key``): that manager frees it (non-strict only).
+        * a pointer no manager of the backend holds: straight to
+          ``backend_free`` (LLVM ``MemoryManagerTy::free``), unless strict.
 
-        ``strict=True`` (what :class:`~offload_shim.Device` uses): a pointer
-        that is not live here raises :class:`UnknownPointerError` and never
-        reaches the backend; the check and the free are one lock round trip.
+        ``strict`` (default: the manager's ``strict`` option; what
+        :class:`~offload_shim.Device` uses): a pointer that is not live here
+        raises :class:`UnknownPointerError` and never reaches the backend.
 
         Raises :class:`UnknownPointerError` for a double free of a block
-        that is cached (or being poisoned), and with ``strict`` for any
+        this manager caches (or is poisoning), and with ``strict`` for any
         pointer that is not live: the cache is left untouched.
-        :class:`LifecycleError` after :meth:`drain`; ``TypeError`` for a
-        non-int; ``ValueError`` for a pointer that is not a 64-bit address
-        (negative or ``>= 2**64``; never passed to the backend);
-        whatever ``backend_free``/``poison`` raise.
+        :class:`LifecycleError` after :meth:`drain` or when ``guard``
+        refuses; ``TypeError`` for a non-int; ``ValueError`` for a pointer
+        that is not a 64-bit address (negative or ``>= 2**64``; never passed
+        to the backend); whatever ``backend_free``/``poison`` raise.
 
         If ``backend_free`` raises for a block of this manager, the plugin
         still holds it: the block stays (becomes again) a live allocation of
@@ -610,89 +488,103 @@ class MemoryManager:
         event log gets a ``free_failed`` event after the ``free``.  (If the
         manager was drained meanwhile the block is not recorded again.)
         """
-        if not ptr:
-            return
-        if type(ptr) is not int:
-            ptr = _nonneg_int(ptr, "ptr")
-        evicted = None
-        lock = self._lock
-        lock.acquire()      # see allocate: try/finally instead of `with`
+        lockq = self._lockq     # see allocate: the lock's queue, inlined
+        lockq.get()
         try:
             rec = self._live.pop(ptr, None)
             if rec is not None:
-                key = rec[2]
-                if key is not None and self._plain:
-                    # pooled, no cap/events/poison: cache it (the hot path).
-                    # No closed check: drain() empties the pointer table.
-                    self._in_use -= rec[1]
-                    free = self._free
-                    fl = free.get(key)
-                    if fl is None:
-                        free[key] = ptr
-                    elif type(fl) is int:
-                        free[key] = {fl: None, ptr: None}
-                    else:
-                        fl[ptr] = None
-                    self._order[ptr] = rec
+                fl = rec[2]
+                if fl is not None and self._plain:
+                    # a pooled block, no cap/events/poison: cache it (the hot
+                    # path).  No closed check: drain() empties _live.
+                    self._acc -= rec[5]
+                    fl[ptr] = rec
                     return
-                block, bc = rec[1], rec[3]
-                if key is not None and self._poison is None:
-                    self._in_use = in_use = self._in_use - block
-                    self._cache_locked(ptr, rec, key)
-                    if self._events is not None:
-                        self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": True,
-                                             "dev": self._label, "t_ns": time.monotonic_ns()})
-                    if self._cap is not None and self._held - in_use > self._cap:
-                        evicted = self._evict_locked(self._cap, "evict", "cap")
-                    action = 0
-                elif key is not None:
-                    self._transit[ptr] = rec     # still counted in use while poisoned
-                    action = 3
-                else:
-                    self._in_use -= block
-                    self._held -= block
-                    if bc is not None:
-                        bc._backend_freed(block)
-                    if self._events is not None:
-                        self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
-                                             "dev": self._label, "t_ns": time.monotonic_ns()})
-                    action = 2      # bypass / pooling off: straight to the backend
-            else:
-                if self._closed:
-                    raise self._closed_error("free")
-                if ptr in self._order or ptr in self._transit:
-                    raise self._double_free_error(ptr)
-                if strict:
-                    raise self._unknown_error(ptr)
-                if ptr < 0 or ptr >= PTR_LIMIT:
-                    raise ValueError(
-                        f"free of {ptr:#x}: not a 64-bit device address (0 <= ptr < 2**64); "
-                        f"device {self._label or '?'}")
-                if self._stats_on:
-                    self._foreign += 1
-                action = 1      # foreign: straight to the backend
+                self._live[ptr] = rec       # the other path books it
         finally:
-            lock.release()
-        if action == 0:
-            if evicted:
-                self._release(evicted)
-        elif action == 3:
-            self._free_poisoned(ptr, rec)
-        elif action == 2:
-            self._free_live_to_backend(ptr, rec)
-        else:
-            self._bfree(ptr)
-        if self._events is not None:
-            self._flush_events()
+            lockq.put(TOKEN)
+        self._free_other(ptr, strict)
 
-    def _free_live_to_backend(self, ptr, rec):
-        """``backend_free`` of a caller's block already taken out of the
-        tables; if it raises, the block is live again (see :meth:`free`)."""
-        try:
-            self._bfree(ptr)
-        except BaseException:
-            self._restore_live(ptr, rec)
-            raise
+    def _free_other(self, ptr, strict):
+        """Every free that is not a plain cached one: checked, then inside
+        the guard booked under the lock and finished outside it."""
+        if not ptr:
+            return
+        if type(ptr) is not int:
+            if isinstance(ptr, bool):
+                raise TypeError("ptr must be an int (device address), not bool")
+            try:
+                ptr = operator.index(ptr)
+            except TypeError:
+                raise TypeError(f"ptr must be an int (device address), not "
+                                f"{type(ptr).__name__}") from None
+        if strict is None:
+            strict = self._strict
+        owner = None
+        with self._guard:
+            evicted = None
+            with self._lock:
+                rec = self._live.pop(ptr, None)
+                if rec is None:
+                    if self._closed:
+                        raise self._closed_error("free")
+                    holder = self._space.holder(ptr)
+                    if holder is self:
+                        raise self._double_free_error(ptr)
+                    if strict:
+                        raise self._unknown_error(ptr)
+                    if not 0 <= ptr < PTR_LIMIT:
+                        raise ValueError(
+                            f"free of {ptr:#x}: not a 64-bit device address (0 <= ptr < "
+                            f"2**64); device {self._label or '?'}")
+                    if holder is not None:
+                        owner = holder          # the block goes back where it came from
+                        action = "owner"
+                    else:
+                        if self._stats_on:
+                            self._foreign += 1
+                        action = "foreign"
+                else:
+                    block, fl, bc = rec[1], rec[2], rec[3]
+                    if fl is not None and self._poison is None:
+                        self._acc = acc = self._acc - rec[5]
+                        in_use = acc >> _SHIFT
+                        self._cache_locked(ptr, rec)
+                        self._event("free", block, ptr, True)
+                        if self._cap is not None and self._held - in_use > self._cap:
+                            evicted = self._choose_locked(
+                                eviction.fewest_oldest(self._free, self._stamps,
+                                                       self._held - in_use - self._cap),
+                                "evict", "cap")
+                        action = "cached"
+                    elif fl is not None:
+                        self._transit[ptr] = rec     # still counted in use while poisoned
+                        action = "poison"
+                    else:
+                        self._acc -= rec[5]
+                        self._held -= block
+                        self._space.release(ptr)
+                        if bc is not None:
+                            bc.released(block)
+                        self._event("free", block, ptr, False)
+                        action = "backend"      # bypass / pooling off
+            if action == "cached":
+                if evicted:
+                    self._release(evicted)
+            elif action == "backend":
+                try:
+                    self._bfree(ptr)
+                except BaseException:
+                    self._restore_live(ptr, rec)
+                    raise
+            elif action == "poison":
+                self._free_poisoned(ptr, rec)
+            elif action == "foreign":
+                self._bfree(ptr)
+        if owner is not None:
+            owner.free(ptr, strict=False)
+        if self._log is not None:
+            self._log.flush()
 
     def _restore_live(self, ptr, rec):
         """Undo the bookkeeping of a free whose ``backend_free`` raised: the
@@ -702,237 +594,111 @@ class MemoryManager:
         with self._lock:
             if self._closed:
                 return      # drained meanwhile: the plugin frees it at deinit_device
+            self._space.claim(ptr, self._ref)
             self._live[ptr] = rec
-            self._in_use = in_use = self._in_use + block
+            self._acc = acc = self._acc + rec[5]
             self._held = held = self._held + block
-            if in_use > self._peak_in_use:
-                self._peak_in_use = in_use
-            if held > self._peak_total:
-                self._peak_total = held
+            if acc > self._peak_acc:
+                self._peak_acc = acc | _HITS
+            if held > self._peak_held:
+                self._peak_held = held
             if bc is not None:
-                bc.backend_frees -= 1
-                bc.held = t = bc.held + block
-                if t > bc.peak_total:
-                    bc.peak_total = t
-            if self._events is not None:
-                self._events.append({"op": "free_failed", "size": block, "ptr": ptr,
-                                     "hit": False, "requested": rec[0], "dev": self._label,
-                                     "t_ns": time.monotonic_ns()})
-        if self._events is not None:
-            self._flush_events()
-
-    def _cache_locked(self, ptr, rec, key):
-        """Put a block on its free list and at the young end of the age order."""
-        free = self._free
-        fl = free.get(key)
-        if fl is None:
-            free[key] = ptr
-        elif type(fl) is int:
-            free[key] = {fl: None, ptr: None}
-        else:
-            fl[ptr] = None
-        self._order[ptr] = rec
-
-    def _uncache_locked(self, ptr, key):
-        """Take ``ptr`` off its free list (the age order is the caller's)."""
-        free = self._free
-        fl = free[key]
-        if type(fl) is int:
-            del free[key]
-        else:
-            del fl[ptr]
-            if not fl:
-                del free[key]
+                bc.unreleased(block)
+            if self._log is not None:
+                self._log.append({"op": "free_failed", "size": block, "ptr": ptr,
+                                  "hit": False, "requested": rec[0], "dev": self._label,
+                                  "t_ns": now_ns()})
+        if self._log is not None:
+            self._log.flush()
 
     def _free_poisoned(self, ptr, rec):
-        block, key, bc = rec[1], rec[2], rec[3]
+        """Debug ``poison``: fill the block (outside the lock), then cache it;
+        if poisoning fails, the block is released to the backend instead."""
+        block, bc = rec[1], rec[3]
         try:
             self._poison(ptr, block)
         except BaseException:
             with self._lock:
                 del self._transit[ptr]
-                self._in_use -= block
+                self._acc -= rec[5]
                 self._held -= block
+                self._space.release(ptr)
                 if bc is not None:
-                    bc._backend_freed(block)
-                if self._events is not None:
-                    self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
-                                         "dev": self._label, "t_ns": time.monotonic_ns()})
-            self._free_live_to_backend(ptr, rec)
+                    bc.released(block)
+                self._event("free", block, ptr, False)
+            try:
+                self._bfree(ptr)
+            except BaseException:
+                self._restore_live(ptr, rec)    # the plugin still holds it
+                raise
             raise
         evicted = None
         with self._lock:
             del self._transit[ptr]
-            self._in_use = in_use = self._in_use - block
+            self._acc = acc = self._acc - rec[5]
+            in_use = acc >> _SHIFT
             if self._closed:
                 self._held -= block
+                self._space.release(ptr)
                 if bc is not None:
-                    bc._backend_freed(block)
-                if self._events is not None:
-                    self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
-                                         "dev": self._label, "t_ns": time.monotonic_ns()})
+                    bc.released(block)
+                self._event("free", block, ptr, False)
                 to_backend = True
             else:
                 to_backend = False
-                self._cache_locked(ptr, rec, key)
-                if self._events is not None:
-                    self._events.append({"op": "free", "size": block, "ptr": ptr, "hit": True,
-                                         "dev": self._label, "t_ns": time.monotonic_ns()})
+                self._cache_locked(ptr, rec)
+                self._event("free", block, ptr, True)
                 if self._cap is not None and self._held - in_use > self._cap:
-                    evicted = self._evict_locked(self._cap, "evict", "cap")
+                    evicted = self._choose_locked(
+                        eviction.fewest_oldest(self._free, self._stamps,
+                                               self._held - in_use - self._cap),
+                        "evict", "cap")
         if to_backend:
             self._bfree(ptr)
         elif evicted:
             self._release(evicted)
 
-    # -- releasing cached blocks ---------------------------------------------
+    # -- the cache -----------------------------------------------------------------
 
-    def trim(self, keep_bytes: int = 0) -> int:
-        """Release cached blocks, oldest first, until at most ``keep_bytes``
-        bytes stay cached (CuPy ``free_all_blocks``, RMM ``release``,
-        PyTorch ``empty_cache``; LLVM has no trim).  Returns the bytes
-        released through ``backend_free``; 0 after :meth:`drain`."""
-        keep = _nonneg_int(keep_bytes, "keep_bytes")
-        with self._lock:
-            if self._closed:
-                return 0
-            victims = self._evict_locked(keep, "trim", "trim")
-        released = self._release(victims)
-        self._flush_events()
-        return released
+    def _cache_locked(self, ptr, rec):
+        """Put a block on its free list (the young end)."""
+        rec[2][ptr] = rec
+        if self._stamps is not None:
+            self._clock = c = self._clock + 1
+            self._stamps[ptr] = c
 
-    def release_all(self) -> int:
-        """Release every cached block; returns the bytes released."""
-        return self.trim(0)
-
-    def drain(self) -> tuple:
-        """Teardown (prior-art I3, B4; seed 004 TODO "plugin destroyed
-        before the memory manager"): close the manager, then free every
-        cached block and every live block through the backend.
-
-        Returns ``(live_count, live_bytes)``: blocks (and their bytes, block
-        sizes) still in use by the caller, i.e. leaked.  Afterwards
-        :meth:`allocate`/:meth:`free` raise :class:`LifecycleError`; a second
-        ``drain`` returns ``(0, 0)``.  If ``backend_free`` raises, every
-        other block is still freed and the first exception is re-raised
-        (the manager stays closed; the plugin frees what it still holds at
-        ``deinit_device``).  Every live block freed here is logged as a
-        ``free`` event with ``"reason": "drain"``, cached ones as ``trim``
-        events with ``"reason": "drain"``.  A file ``event_log`` given as a
-        path is closed.
-        """
-        with self._lock:
-            if self._closed:
-                return (0, 0)
-            self._closed = True
-            victims = self._pop_all_cached_locked("trim", "drain")
-            live = list(self._live.items())
-            self._live.clear()
-            live_bytes = 0
-            events = self._events
-            t = time.monotonic_ns() if events is not None else 0
-            for ptr, rec in live:
-                block, bc = rec[1], rec[3]
-                live_bytes += block
-                if bc is not None:
-                    bc._backend_freed(block)
-                if events is not None:
-                    events.append({"op": "free", "size": block, "ptr": ptr, "hit": False,
-                                   "reason": "drain", "dev": self._label, "t_ns": t})
-                victims.append((ptr, rec))
-            self._in_use -= live_bytes
-            self._held -= live_bytes
-        try:
-            self._release(victims)
-        finally:
-            self._close_log()
-        return (len(live), live_bytes)
-
-    def close(self) -> None:
-        """Same as :meth:`drain`, discarding its result; idempotent."""
-        self.drain()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.drain()
-
-    def _pop_all_cached_locked(self, op, reason):
-        order = self._order
+    def _choose_locked(self, chosen, op, reason):
+        """Take the cached blocks ``[(ptr, size), ...]`` out of the cache and
+        book their release (counters, address space, events); returns the
+        ``[(ptr, record), ...]`` to pass to :meth:`_release`."""
         victims = []
-        if not order:
-            return victims
-        events = self._events
-        t = time.monotonic_ns() if events is not None else 0
+        free, stamps = self._free, self._stamps
         released = 0
-        for ptr, rec in order.items():
-            block, bc = rec[1], rec[3]
-            victims.append((ptr, rec))
-            released += block
+        for ptr, size in chosen:
+            rec = free[size].pop(ptr)
+            if stamps is not None:
+                stamps.pop(ptr, None)
+            released += size
+            self._space.release(ptr)
+            bc = rec[3]
             if bc is not None:
                 bc.evictions += 1
-                bc._backend_freed(block)
-            if events is not None:
-                events.append({"op": op, "size": block, "ptr": ptr, "hit": False,
-                               "reason": reason, "dev": self._label, "t_ns": t})
-        order.clear()
-        self._free.clear()
+                bc.released(size)
+            self._event(op, size, ptr, False, reason)
+            victims.append((ptr, rec))
         self._held -= released
         return victims
 
-    def _evict_locked(self, keep, op, reason):
-        victims = []
-        order = self._order
-        events = self._events
-        cached = self._held - self._in_use
-        while cached > keep and order:
-            ptr, rec = order.popitem(last=False)
-            _size, block, key, bc = rec
-            self._uncache_locked(ptr, key)
-            cached -= block
-            if bc is not None:
-                bc.evictions += 1
-                bc._backend_freed(block)
-            if events is not None:
-                events.append({"op": op, "size": block, "ptr": ptr, "hit": False,
-                               "reason": reason, "dev": self._label, "t_ns": time.monotonic_ns()})
-            victims.append((ptr, rec))
-        self._held = self._in_use + cached
-        return victims
-
-    def _pop_largest_cached_locked(self):
-        free = self._free
-        if not free:
-            return None
-        key = max(free)                 # O(distinct cached sizes); OOM path only
-        fl = free[key]
-        if type(fl) is int:
-            ptr = fl
-            del free[key]
-        else:
-            ptr = fl.popitem()[0]
-            if not fl:
-                del free[key]
-        rec = self._order.pop(ptr)
-        _size, block, _key, bc = rec
-        self._held -= block
-        if bc is not None:
-            bc.evictions += 1
-            bc._backend_freed(block)
-        if self._events is not None:
-            self._events.append({"op": "evict", "size": block, "ptr": ptr, "hit": False,
-                                 "reason": "oom", "dev": self._label,
-                                 "t_ns": time.monotonic_ns()})
-        return (ptr, rec)
+    def _all_cached_locked(self):
+        return [(ptr, size) for size, fl in self._free.items() for ptr in fl]
 
     def _release(self, victims) -> int:
-        """Free ``(ptr, record)`` pairs of cached blocks (and, from drain,
-        live ones) through the backend, outside the lock.  All are attempted;
-        the first exception is re-raised at the end.  A block whose
-        ``backend_free`` raised is still held by the plugin: unless the
-        manager is closed (drain) it goes back into the cache, its eviction
-        and backend free uncounted, so a later trim retries it."""
+        """Free ``(ptr, record)`` pairs already taken out of the tables
+        through the backend, outside the lock.  All are attempted; the first
+        exception is re-raised at the end.  A block whose ``backend_free``
+        raised is still held by the plugin: unless the manager is closed
+        (drain) it goes back into the cache, its release uncounted, so a
+        later trim retries it."""
         err = None
         failed = None
         released = 0
@@ -956,33 +722,154 @@ class MemoryManager:
             if self._closed:
                 return      # drain: the plugin frees them at deinit_device
             for ptr, rec in failed:
-                block, key, bc = rec[1], rec[2], rec[3]
-                self._cache_locked(ptr, rec, key)
+                block, bc = rec[1], rec[3]
+                self._space.claim(ptr, self._ref)
+                self._cache_locked(ptr, rec)
                 self._held = held = self._held + block
-                if held > self._peak_total:
-                    self._peak_total = held
+                if held > self._peak_held:
+                    self._peak_held = held
                 if bc is not None:
                     bc.evictions -= 1
-                    bc.backend_frees -= 1
-                    bc.held += block
+                    bc.unreleased(block)
+
+    def _release_all_cached(self) -> int:
+        """OOM ladder step: release every cached block."""
+        with self._lock:
+            victims = self._choose_locked(self._all_cached_locked(), "evict", "oom")
+        return self._release(victims)
+
+    def _release_largest_cached(self):
+        """OOM ladder step: release the largest cached block; None if none."""
+        with self._lock:
+            chosen = eviction.largest_first(self._free, 1)
+            if not chosen:
+                return None
+            victims = self._choose_locked(chosen, "evict", "oom")
+        return self._release(victims)
+
+    # -- releasing cached blocks ---------------------------------------------
+
+    def trim(self, keep_bytes: int = 0) -> int:
+        """Release cached blocks until at most ``keep_bytes`` bytes stay
+        cached: the fewest blocks that do it, largest sizes first, the least
+        recently freed of a size first (each release is a backend free);
+        the manager's tables shrink back after a burst of blocks.  CuPy
+        ``free_all_blocks``, RMM ``release``, PyTorch ``empty_cache`` for
+        ``keep_bytes=0``; LLVM has no trim.  Returns the bytes released
+        through ``backend_free``; 0 after :meth:`drain` or when ``guard``
+        refuses (the device is being torn down: its drain releases them)."""
+        keep = nonneg_int(keep_bytes, "keep_bytes")
+        if self._closed:
+            return 0
+        guard = self._guard
+        try:
+            guard.__enter__()
+        except LifecycleError:
+            return 0
+        try:
+            with self._lock:
+                if self._closed:
+                    return 0
+                need = self._held - (self._acc >> _SHIFT) - keep
+                if need <= 0:
+                    return 0
+                chosen = (self._all_cached_locked() if keep == 0
+                          else eviction.largest_first(self._free, need))
+                victims = self._choose_locked(chosen, "trim", "trim")
+                self._compact_locked()
+            released = self._release(victims)
+        finally:
+            guard.__exit__(None, None, None)
+            if self._log is not None:
+                self._log.flush()
+        return released
+
+    def _compact_locked(self):
+        """Give back the memory of tables a burst left sparse: a dict keeps
+        its table size after deletions, and a hit on a pointer table once
+        sized for 100,000 blocks touches more cache lines than one sized for
+        its live blocks.  Free lists emptied by the trim shrink in place
+        (records hold them); the pointer table is copied when it is mostly
+        empty slots."""
+        for fl in self._free.values():
+            if not fl:
+                fl.clear()
+        live = self._live
+        if sys.getsizeof(live) > 4096 + 128 * len(live):
+            self._live = dict(live)
+
+    def release_all(self) -> int:
+        """Release every cached block; returns the bytes released."""
+        return self.trim(0)
+
+    def drain(self) -> tuple:
+        """Teardown (prior-art I3, B4; seed 004 TODO "plugin destroyed
+        before the memory manager"): close the manager, then free every
+        cached block and every live block through the backend.
+
+        Returns ``(live_count, live_bytes)``: blocks (and their bytes, block
+        sizes) still in use by the caller, i.e. leaked.  Afterwards
+        :meth:`allocate`/:meth:`free` raise :class:`LifecycleError`; a second
+        ``drain`` returns ``(0, 0)``.  If ``backend_free`` raises, every
+        other block is still freed and the first exception is re-raised
+        (the manager stays closed; the plugin frees what it still holds at
+        ``deinit_device``).  Every live block freed here is logged as a
+        ``free`` event with ``"reason": "drain"``, cached ones as ``trim``
+        events with ``"reason": "drain"``.  A file ``event_log`` given as a
+        path is closed.  ``guard`` is not entered: the owner drains while
+        it tears the device down.
+        """
+        with self._lock:
+            if self._closed:
+                return (0, 0)
+            self._closed = True
+            victims = self._choose_locked(self._all_cached_locked(), "trim", "drain")
+            self._free.clear()
+            if self._index is not None:
+                self._index.clear()
+            if self._stamps is not None:
+                self._stamps.clear()
+            live = list(self._live.items())
+            self._live.clear()
+            live_bytes = 0
+            for ptr, rec in live:
+                block, bc = rec[1], rec[3]
+                live_bytes += block
+                self._space.release(ptr)
+                if bc is not None:
+                    bc.released(block)
+                self._event("free", block, ptr, False, "drain")
+                victims.append((ptr, rec))
+            self._acc -= live_bytes << _SHIFT
+            self._held -= live_bytes
+        try:
+            self._release(victims)
+        finally:
+            if self._log is not None:
+                self._log.close()
+        return (len(live), live_bytes)
+
+    def close(self) -> None:
+        """Same as :meth:`drain`, discarding its result; idempotent."""
+        self.drain()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.drain()
 
     # -- queries -----------------------------------------------------------------
 
     def owns(self, ptr) -> bool:
         """True if ``ptr`` is a live allocation handed out by this manager
         (cached blocks are not live)."""
-        with self._lock:
-            return ptr in self._live
+        return ptr in self._live            # one dict lookup: atomic
 
     def size_of(self, ptr, default=_NO_DEFAULT) -> int:
         """Requested size in bytes of a live allocation.  If ``ptr`` is not
         live here: ``default`` when given, else ``KeyError``."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            rec = self._live.get(ptr)
-        finally:
-            lock.release()
+        rec = self._live.get(ptr)           # one dict lookup: atomic
         if rec is None:
             if default is _NO_DEFAULT:
                 raise KeyError(ptr)
@@ -990,10 +877,10 @@ class MemoryManager:
         return rec[0]
 
     def block_size_of(self, ptr) -> int:
-        """Bytes held from the backend for a live allocation (the size class
-        under ``binned``); ``KeyError`` if ``ptr`` is not live here."""
-        with self._lock:
-            rec = self._live.get(ptr)
+        """Bytes held from the backend for a live allocation (under
+        ``binned`` at least the requested size); ``KeyError`` if ``ptr`` is
+        not live here."""
+        rec = self._live.get(ptr)
         if rec is None:
             raise KeyError(ptr)
         return rec[1]
@@ -1011,97 +898,54 @@ class MemoryManager:
         are copied under the lock; gauges (per-bucket bytes and blocks in use
         and cached) are then derived outside it, O(live + cached blocks)."""
         with self._lock:
-            in_use, held = self._in_use, self._held
-            live_n, cached_n = len(self._live) + len(self._transit), len(self._order)
-            peak_in_use, peak_total, foreign = self._peak_in_use, self._peak_total, self._foreign
+            cached = list(chain.from_iterable(fl.values() for fl in self._free.values()))
+            acc = self._acc
+            figures = dict(in_use=acc >> _SHIFT, hits=acc & _HITS, held=self._held,
+                           peak_in_use=self._peak_acc >> _SHIFT, peak_held=self._peak_held,
+                           foreign=self._foreign,
+                           live_blocks=len(self._live) + len(self._transit),
+                           cached_blocks=len(cached))
             if self._stats_on:
-                counters = [(bc, bc.hits, bc.misses, bc.evictions, bc.oom_retries,
-                             bc.backend_allocs, bc.backend_frees, bc.peak_total)
-                            for bc in self._buckets.values()]
+                counters = [(bc, bc.counts()) for bc in self._buckets.values()]
                 live = list(self._live.values())
                 live += self._transit.values()
-                cached = list(self._order.values())
-        per = {}
-        tot = [0] * 6
-        if self._stats_on:
-            # (bc, block) -> count, at C speed; then per bucket in Python over
-            # the distinct block sizes only
-            pick = operator.itemgetter(3, 1)
-            gauges = {}
-            for i, recs in ((0, live), (2, cached)):
-                for (bc, block), n in Counter(map(pick, recs)).items():
-                    g = gauges.get(bc)
-                    if g is None:
-                        g = gauges[bc] = [0, 0, 0, 0]
-                    g[i] += n
-                    g[i + 1] += n * block
-            zero = (0, 0, 0, 0)
-            for bc, *ev, pt in counters:
-                ln, lb, cn, cb = gauges.get(bc, zero)
-                for i, v in enumerate(ev):
-                    tot[i] += v
-                per[bc.bucket] = PoolStats(
-                    bytes_in_use=lb, bytes_cached=cb, bytes_total=lb + cb,
-                    peak_bytes_in_use=0, peak_bytes_total=pt, hits=ev[0], misses=ev[1],
-                    evictions=ev[2], oom_retries=ev[3], backend_allocs=ev[4],
-                    backend_frees=ev[5], live_blocks=ln, cached_blocks=cn)
-        hits, misses, evictions, oom_retries, backend_allocs, backend_frees = tot
-        return PoolStats(bytes_in_use=in_use, bytes_cached=held - in_use, bytes_total=held,
-                         peak_bytes_in_use=peak_in_use, peak_bytes_total=peak_total,
-                         hits=hits, misses=misses, evictions=evictions, oom_retries=oom_retries,
-                         backend_allocs=backend_allocs, backend_frees=backend_frees,
-                         foreign_frees=foreign, live_blocks=live_n, cached_blocks=cached_n,
-                         per_bucket=per)
+            else:
+                counters, live, cached = None, (), ()
+        return snapshot(counters=counters, live=live, cached=cached, **figures)
 
     # -- event log ---------------------------------------------------------------
 
     def flush_event_log(self) -> None:
         """Write pending events and flush the event log file."""
-        self._flush_events()
-        with self._log_lock:
-            if self._log_file is not None:
-                self._log_file.flush()
+        if self._log is not None:
+            self._log.flush(sync=True)
 
-    def _flush_events(self):
-        # Events are appended under the manager lock (so their order is the
-        # bookkeeping order) and written here, outside it, by one writer at
-        # a time in that order.
-        events = self._events
-        if not events:
-            return
-        with self._log_lock:
-            f = self._log_file
-            while True:
-                try:
-                    ev = events.popleft()
-                except IndexError:
-                    break
-                if f is not None:
-                    f.write(json.dumps(ev, separators=(",", ":")) + "\n")
+    def _event_hit(self, size, ptr, rec):
+        self._log.append({"op": "alloc", "size": size, "ptr": ptr, "hit": True,
+                          "block": rec[1], "dev": self._label, "t_ns": now_ns()})
 
-    def _close_log(self):
-        if self._events is None:
-            return
-        self._flush_events()
-        with self._log_lock:
-            f, self._log_file = self._log_file, None
-            if f is not None:
-                if self._log_owned:
-                    f.close()
-                else:
-                    f.flush()
+    def _event(self, op, size, ptr, hit, reason=None):
+        """Queue an event (called under the lock); no-op without a log."""
+        log = self._log
+        if log is not None:
+            ev = {"op": op, "size": size, "ptr": ptr, "hit": hit, "dev": self._label,
+                  "t_ns": now_ns()}
+            if reason is not None:
+                ev["reason"] = reason
+            log.append(ev)
 
     # -- errors / test hooks -----------------------------------------------------
 
     def _closed_error(self, op):
         return LifecycleError(
-            f"{op} on the memory manager of device {self._label or '?'} after drain(): "
-            f"the pool is closed", function=f"MemoryManager.{op}", device=self._label or None)
+            f"{op} on the memory manager of device {self._label or '?'}, which is closed "
+            f"(drained when its device was deinitialised or closed)",
+            function=f"MemoryManager.{op}", device=self._label or None)
 
     def _double_free_error(self, ptr):
         return UnknownPointerError(
-            f"double free of device pointer {ptr:#x} on device {self._label or '?'}: the memory "
-            f"manager already holds it as a freed (cached) block",
+            f"double free of device pointer {ptr:#x} on device {self._label or '?'}: it was "
+            f"already freed and the memory manager caches it",
             function="MemoryManager.free", device=self._label or None)
 
     def _unknown_error(self, ptr):
@@ -1112,4 +956,48 @@ class MemoryManager:
 
     def _locks(self):
         """The manager's locks (for tests that check none is left held)."""
-        return (self._lock, self._log_lock)
+        locks = [self._lock]
+        if self._log is not None:
+            locks.append(self._log.lock())
+        return tuple(locks)
+
+
+class _BinnedManager(MemoryManager):
+    """A :class:`MemoryManager` with the binned policy (what
+    ``MemoryManager(..., policy="binned")`` makes): its hit path reuses a
+    cached block of exactly the request's size first, else the smallest
+    larger cached block of the request's size class
+    (:class:`~offload_shim.memory.policies.SizeClassIndex`)."""
+
+    __slots__ = ()
+
+    def allocate(self, size: int) -> int:
+        if type(size) is not int or size <= 0 or size > self._pool_max:
+            return self._allocate_other(size)
+        lockq = self._lockq
+        lockq.get()
+        try:
+            fl = self._free.get(size)
+            if not fl:
+                fl = self._index.larger(size, self._free)
+            if fl:
+                ptr, rec = fl.popitem()
+                if rec[0] != size:          # a larger block, or one a smaller request had
+                    rec = (size,) + rec[1:]
+                self._live[ptr] = rec
+                self._acc = acc = self._acc + rec[4]    # bytes in use and the hit
+                if acc > self._peak_acc:
+                    self._peak_acc = acc | _HITS
+                if self._log is None:
+                    return ptr
+                self._event_hit(size, ptr, rec)
+            else:
+                ptr = 0
+        finally:
+            lockq.put(TOKEN)
+        if ptr:
+            self._log.flush()
+            return ptr
+        return self._allocate_miss(size, True)
+
+    allocate.__doc__ = MemoryManager.allocate.__doc__

@@ -1,26 +1,64 @@
-"""Statistics snapshot of a :class:`~offload_shim.memory.MemoryManager`.
+"""Statistics of a :class:`~offload_shim.memory.MemoryManager`.
 
 Names follow what users of other pools already know: CuPy ``used_bytes`` /
 ``total_bytes``, RMM statistics adaptor ``current/peak``, PyTorch
 ``memory_stats`` "allocated / reserved" (docs/prior-art.md section 2,
 "statistics" row).  LLVM's MemoryManager keeps none.
+
+How they are kept: per operation the manager counts only what cannot be
+derived.  A cache hit adds one precomputed step to a single integer that
+holds the bytes in use and the number of hits, and compares it with its
+peak; a cached free subtracts the bytes.  Misses, evictions, backend frees
+and OOM retries (the slow paths, each next to a backend call) count in
+:class:`BucketCounters`.  Everything else (per-bucket bytes and blocks in use
+and cached) is derived by :func:`snapshot` from the manager's tables when
+``stats`` is read.
 """
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
-__all__ = ["PoolStats"]
+__all__ = ["PoolStats", "BucketStats", "BucketCounters", "snapshot"]
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """Counters of one statistics bucket (bytes are bytes held from the
+    backend).  The fields mean what they mean in :class:`PoolStats`.  A
+    bucket has no ``hits`` and no ``peak_bytes_in_use``: keeping them would
+    cost an update of the bucket on every hit (and every cached free), and
+    the pool's own ``hits`` and ``peak_bytes_in_use`` are exact; nor
+    ``foreign_frees`` (a foreign pointer has no bucket).  ``peak_bytes_total``
+    is exact: a bucket's bytes held change on backend calls only."""
+
+    bytes_in_use: int = 0
+    bytes_cached: int = 0
+    bytes_total: int = 0
+    peak_bytes_total: int = 0
+    misses: int = 0
+    evictions: int = 0
+    oom_retries: int = 0
+    backend_allocs: int = 0
+    backend_frees: int = 0
+    live_blocks: int = 0
+    cached_blocks: int = 0
+
+    def as_dict(self) -> dict:
+        """Plain ``dict`` (JSON-ready)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
 class PoolStats:
     """Immutable snapshot of pool counters.  All ``bytes_*`` are bytes.
 
-    Block sizes are what the manager holds from the backend: the requested
-    size under the ``exact`` policy, the rounded size-class size under
-    ``binned``, the requested size for blocks above the threshold.
+    Block sizes are what the manager holds from the backend: the size of
+    the request that first obtained the block (a binned hit may hand a
+    block to a slightly smaller request of its class).
 
     * ``bytes_in_use``: bytes of blocks handed out and not yet freed.
     * ``bytes_cached``: bytes of freed blocks kept for reuse.
@@ -37,33 +75,21 @@ class PoolStats:
     * ``backend_allocs`` / ``backend_frees``: blocks obtained from / returned
       to the backend by this manager.  Invariant:
       ``backend_allocs - backend_frees == live_blocks + cached_blocks``.
-    * ``foreign_frees``: frees of pointers this manager never handed out,
-      passed straight to the backend (LLVM behaviour); not in
+    * ``foreign_frees``: frees of pointers no manager of the backend handed
+      out, passed straight to the backend (LLVM behaviour); not in
       ``backend_frees``.
     * ``live_blocks`` / ``cached_blocks``: block counts.
-    * ``per_bucket``: ``{bucket: PoolStats}`` with the same counters per
-      bucket (their own ``per_bucket`` is empty), except that a bucket's
-      ``peak_bytes_in_use`` is not kept and reads 0 (it would cost a
-      per-bucket update on every hit and every free; issue 5) and its
-      ``foreign_frees`` is 0 (a foreign pointer has no bucket).  A bucket's
-      ``peak_bytes_total`` is exact: its bytes held only change on backend
-      calls.  Buckets are the LLVM buckets ``0, 4, 8, ..., 8192`` under
-      ``exact``, the size-class size under ``binned``, and
-      :attr:`BYPASS_BUCKET` (``-1``) for blocks above the threshold or with
-      pooling off.
+    * ``per_bucket``: ``{bucket: BucketStats}`` (the same figures per bucket,
+      without ``hits``, ``peak_bytes_in_use`` and ``foreign_frees``).
+      Buckets are the LLVM
+      buckets ``0, 4, 8, ..., 8192`` under ``exact``, the size class under
+      ``binned``, and :attr:`BYPASS_BUCKET` (``-1``) for blocks above the
+      threshold or with pooling off.
 
-    How they are kept (issue 5): per operation the manager counts only what
-    cannot be derived (a hit adds 1 to its bucket's ``hits``; a miss, an
-    eviction, a backend free or an OOM retry add to their counters) and the
-    global bytes in use and held from the backend with their peaks.  Bytes
-    and blocks in use and cached per bucket are derived from the pointer
-    table and the free lists when the snapshot is taken (O(live + cached
-    blocks), copied under the lock, counted outside it).
-
-    With ``stats=False`` only ``bytes_in_use``, ``bytes_cached``,
-    ``bytes_total``, ``live_blocks`` and ``cached_blocks`` are kept (the
-    manager needs them itself); every other counter reads 0 and
-    ``per_bucket`` is empty.
+    With ``stats=False`` only the gauges are kept: ``bytes_in_use``,
+    ``bytes_cached``, ``bytes_total``, their peaks ``peak_bytes_in_use`` and
+    ``peak_bytes_total``, ``live_blocks`` and ``cached_blocks``; every
+    counter reads 0 and ``per_bucket`` is empty.
     """
 
     BYPASS_BUCKET: ClassVar[int] = -1
@@ -97,3 +123,87 @@ class PoolStats:
         """``hits / (hits + misses)``; 0.0 before any allocation."""
         n = self.hits + self.misses
         return self.hits / n if n else 0.0
+
+
+class BucketCounters:
+    """Event counters of one statistics bucket, mutated under the manager's
+    lock.  ``held`` is the bytes obtained from the backend for the bucket
+    and not yet returned; it and its high-water mark ``peak_held`` change
+    on backend calls only."""
+
+    __slots__ = ("bucket", "misses", "evictions", "oom_retries", "backend_allocs",
+                 "backend_frees", "held", "peak_held")
+
+    def __init__(self, bucket):
+        self.bucket = bucket
+        self.misses = self.evictions = self.oom_retries = 0
+        self.backend_allocs = self.backend_frees = self.held = self.peak_held = 0
+
+    def obtained(self, block: int) -> None:
+        """A block of ``block`` bytes came from the backend (a miss)."""
+        self.misses += 1
+        self.backend_allocs += 1
+        self.held = held = self.held + block
+        if held > self.peak_held:
+            self.peak_held = held
+
+    def released(self, block: int) -> None:
+        """A block went back to the backend."""
+        self.backend_frees += 1
+        self.held -= block
+
+    def unreleased(self, block: int) -> None:
+        """Undo :meth:`released`: the backend free failed, the block is held."""
+        self.backend_frees -= 1
+        self.held = held = self.held + block
+        if held > self.peak_held:
+            self.peak_held = held
+
+    def counts(self) -> tuple:
+        """``(misses, evictions, oom_retries, backend_allocs, backend_frees,
+        peak_held)``, read under the manager's lock."""
+        return (self.misses, self.evictions, self.oom_retries, self.backend_allocs,
+                self.backend_frees, self.peak_held)
+
+
+_PICK = operator.itemgetter(3, 1)       # record -> (BucketCounters, block bytes)
+_ZERO = (0, 0, 0, 0)
+
+
+def snapshot(*, in_use: int, hits: int, held: int, peak_in_use: int, peak_held: int,
+             foreign: int, live_blocks: int, cached_blocks: int, counters=None, live=(),
+             cached=()):
+    """A :class:`PoolStats` from the manager's figures, copied under its
+    lock by the caller: the global bytes, hits and peaks, block counts, and, with
+    statistics on, ``counters`` (``[(BucketCounters, counts()), ...]``) and
+    the records of the live and cached blocks (``(requested, block,
+    free_list, BucketCounters)``).  Per-bucket gauges are counted here,
+    outside the lock: O(live + cached blocks), at C speed per record and in
+    Python per distinct (bucket, block size)."""
+    per = {}
+    tot = [0] * 5
+    if counters is not None:
+        gauges = {}
+        for i, recs in ((0, live), (2, cached)):
+            for (bc, block), n in Counter(map(_PICK, recs)).items():
+                g = gauges.get(bc)
+                if g is None:
+                    g = gauges[bc] = [0, 0, 0, 0]
+                g[i] += n
+                g[i + 1] += n * block
+        for bc, counts in counters:
+            ln, lb, cn, cb = gauges.get(bc, _ZERO)
+            ev = counts[:5]
+            for i, v in enumerate(ev):
+                tot[i] += v
+            per[bc.bucket] = BucketStats(
+                bytes_in_use=lb, bytes_cached=cb, bytes_total=lb + cb,
+                peak_bytes_total=counts[5], misses=ev[0], evictions=ev[1], oom_retries=ev[2],
+                backend_allocs=ev[3], backend_frees=ev[4], live_blocks=ln, cached_blocks=cn)
+    misses, evictions, oom_retries, backend_allocs, backend_frees = tot
+    return PoolStats(bytes_in_use=in_use, bytes_cached=held - in_use, bytes_total=held,
+                     peak_bytes_in_use=peak_in_use, peak_bytes_total=peak_held,
+                     hits=hits, misses=misses, evictions=evictions, oom_retries=oom_retries,
+                     backend_allocs=backend_allocs, backend_frees=backend_frees,
+                     foreign_frees=foreign, live_blocks=live_blocks,
+                     cached_blocks=cached_blocks, per_bucket=per)

@@ -1,0 +1,137 @@
+"""Options of the memory manager and the environment variables it reads.
+
+``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` is LLVM's own variable (abi-reference
+1.9/1.10): the LLVM 16 nextgen plugins read it when a device initialises, the
+classic CUDA plugins when they are loaded, each with ``std::stoul``, which
+aborts the process on a value that is not a number.  :func:`read_threshold_env`
+is the one place that reads it in Python; the runtime calls it before any
+plugin can read the variable, so a bad value is a ``ValueError`` naming the
+variable instead of a C++ abort.
+
+``OFFLOAD_SHIM_POOL_DEBUG`` selects a debug mode of the pool (see
+:mod:`offload_shim.memory.plugin_cache` for what it does to plugins that keep
+their own cache).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+
+__all__ = ["THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "MAX_SIZE", "PTR_LIMIT",
+           "DEBUG_MODES", "read_threshold_env", "resolve_debug", "nonneg_int", "check_bins",
+           "check_flag", "check_choice"]
+
+#: Environment variable read by LLVM ``DeviceTy::init`` / nextgen plugins.
+THRESHOLD_ENV = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
+#: Environment variable selecting a debug mode (``off-pool`` or ``poison``).
+DEBUG_ENV = "OFFLOAD_SHIM_POOL_DEBUG"
+#: LLVM ``SizeThreshold = 1 << 13``: 8 KiB.
+DEFAULT_THRESHOLD = 1 << 13
+#: Largest size (bytes) the plugins can take: their size arguments are
+#: ``int64_t`` (LLVM) or ``size_t`` (GOMP); a larger Python int would wrap.
+MAX_SIZE = (1 << 63) - 1
+#: Device pointers are 64-bit addresses: ``0 <= ptr < PTR_LIMIT``.
+PTR_LIMIT = 1 << 64
+#: The debug modes (``None``: normal pooling).
+DEBUG_MODES = ("off-pool", "poison")
+
+_THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
+_DEBUG_OFF = ("", "0", "off", "none", "false", "no")
+
+
+def read_threshold_env(environ=None) -> int:
+    """Threshold in bytes from ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, as
+    LLVM reads it (abi-reference 1.9): unset -> 8192; ``"0"`` -> 0 (manager
+    off); ``"N"`` -> N.  ``environ`` defaults to :data:`os.environ`.
+
+    Raises ``ValueError`` naming the variable and the value for anything
+    that is not a non-negative decimal integer of at most ``2**63 - 1``
+    (surrounding blanks and a leading ``+`` are accepted).  LLVM's
+    ``std::stoul`` aborts the program on an empty or non-numeric value and
+    on one beyond 64 bits; it would also take the numeric prefix of
+    ``"12abc"`` and wrap ``"-1"``; all are rejected here instead.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(THRESHOLD_ENV)
+    if value is None:
+        return DEFAULT_THRESHOLD
+    if not _THRESHOLD_RE.fullmatch(value):
+        raise ValueError(
+            f"{THRESHOLD_ENV}={value!r} is not a non-negative decimal integer "
+            f"(bytes; 0 disables the memory manager); LLVM's std::stoul would abort here")
+    v = int(value)
+    if v > MAX_SIZE:
+        raise ValueError(
+            f"{THRESHOLD_ENV}={value!r} does not fit in 64 bits (int64): at most {MAX_SIZE} "
+            f"bytes")
+    return v
+
+
+def resolve_debug(debug, environ=None):
+    """The debug mode: ``None`` (normal pooling), ``"off-pool"`` or
+    ``"poison"``.  ``debug=None`` reads ``OFFLOAD_SHIM_POOL_DEBUG``; ``""``,
+    ``"0"``, ``"off"``, ``"none"``, ``"false"``, ``"no"`` mean no mode.
+    Raises ``TypeError`` for a non-str, ``ValueError`` (naming the option or
+    the variable) for any other value."""
+    source = "debug"
+    if debug is None:
+        debug = (os.environ if environ is None else environ).get(DEBUG_ENV, "")
+        source = DEBUG_ENV
+    if not isinstance(debug, str):
+        raise TypeError(f"debug must be a str or None, not {type(debug).__name__}")
+    d = debug.strip().lower()
+    if d in _DEBUG_OFF:
+        return None
+    if d in DEBUG_MODES:
+        return d
+    raise ValueError(f"{source}={debug!r}: expected 'off-pool', 'poison' or '' (no debug mode)")
+
+
+def nonneg_int(value, name: str, limit=None, unit: str = "bytes") -> int:
+    """``value`` as an int ``>= 0`` (and ``<= limit``).  ``TypeError`` for a
+    non-int or a bool, ``ValueError`` out of range; messages name the option
+    and its ``unit``."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int ({unit}), not bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int ({unit}), not {type(value).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0 {unit}, got {v}")
+    if limit is not None and v > limit:
+        raise ValueError(f"{name} must be at most {limit} {unit} (2**63 - 1: the plugins take "
+                         f"int64/size_t sizes), got {v}")
+    return v
+
+
+def check_bins(value) -> int:
+    """``bins_per_pow2``: the number of size classes per power of two, a
+    power of two >= 1.  ``TypeError`` for a non-int, ``ValueError`` else."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"bins_per_pow2 must be an int (size classes per power of two), not "
+                        f"{type(value).__name__}")
+    v = operator.index(value)
+    if v < 1 or v & (v - 1):
+        raise ValueError(f"bins_per_pow2 must be a power of two >= 1 (size classes per power "
+                         f"of two), got {v}")
+    return v
+
+
+def check_flag(value, name: str) -> bool:
+    """``value`` must be a bool (``stats="yes"`` is a ``TypeError``)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """``value`` must be one of the strings ``choices``: ``TypeError`` for a
+    non-str, ``ValueError`` for another string."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {choices}, not {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value

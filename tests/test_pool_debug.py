@@ -1,0 +1,229 @@
+"""Debug modes of the pool (``off-pool``, ``poison``): directly, through a
+runtime device, and on plugins that keep a cache of their own.
+
+Sources: docs/memory-manager.md "Debug modes"; LLVM #214752 (no pooling
+under tracing); abi-reference 1.9/1.10 (which plugins read
+``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, and when).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.errors import OffloadError, UnknownPointerError
+from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, MemoryManager
+from offload_shim.memory.fake import FakeBackend, FakeBackendError
+
+from offload_shim.memory import plugin_cache
+from offload_shim.plugins.plugin import load_plugin
+
+from helpers import assert_conserved, make_pool, run_child
+
+DELETE = "__tgt_rtl_data_delete"
+
+make = make_pool
+
+
+@pytest.fixture(autouse=True)
+def _no_pool_env(monkeypatch):
+    """Tests here set the pool options they rely on; the caller's environment
+    must not turn pooling off or change the threshold behind them."""
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+def test_debug_off_pool_really_frees():
+    b, mm = make(debug="off-pool")
+    assert not mm.enabled and mm.debug == "off-pool"
+    p = mm.allocate(64)
+    mm.free(p)
+    assert p in b.freed and mm.stats.bytes_cached == 0
+    with pytest.raises(FakeBackendError, match="double free"):
+        mm.free(p)                                # use-after-free reaches the backend
+
+
+def test_debug_from_env(monkeypatch):
+    monkeypatch.setenv(DEBUG_ENV, "off-pool")
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free)
+    assert not mm.enabled
+    monkeypatch.setenv(DEBUG_ENV, "shout")
+    with pytest.raises(ValueError, match=DEBUG_ENV):
+        MemoryManager(b.alloc, b.free)
+    monkeypatch.setenv(DEBUG_ENV, "poison")
+    with pytest.raises(ValueError, match="poison"):
+        MemoryManager(b.alloc, b.free)             # no callback given
+    assert MemoryManager(b.alloc, b.free, poison=lambda p, n: None).debug == "poison"
+
+
+@pytest.mark.parametrize("policy", ["exact", "binned"])
+def test_debug_poison_called_with_block_size(policy):
+    seen = []
+    b, mm = make(debug="poison", poison=lambda p, n: seen.append((p, n)), policy=policy)
+    p = mm.allocate(100)
+    big = mm.allocate(10000)
+    mm.free(p)
+    mm.free(big)                                  # bypass: freed, not poisoned
+    assert seen == [(p, b.live[p])]
+    assert b.live[p] == 100                       # the block is the request, both policies
+    assert mm.allocate(100) == p                  # still pooled
+    with pytest.raises(KeyError):
+        mm.size_of(big)
+    assert_conserved(mm, b)
+
+
+def test_debug_poison_double_free_and_error():
+    def bad_poison(p, n):
+        raise OffloadError("data_submit failed", code=1)
+    b, mm = make(debug="poison", poison=bad_poison)
+    p = mm.allocate(64)
+    with pytest.raises(OffloadError, match="data_submit"):
+        mm.free(p)
+    assert p in b.freed and mm.stats.bytes_total == 0   # released, not cached
+    assert_conserved(mm, b)
+    seen = []
+    b, mm = make(debug="poison", poison=lambda p, n: seen.append(p))
+    p = mm.allocate(64)
+    mm.free(p)
+    with pytest.raises(UnknownPointerError):
+        mm.free(p)
+    assert seen == [p]
+
+
+# -- through a runtime device --------------------------------------------------
+
+
+def test_poison_fills_freed_blocks_through_the_plugin(bundled_path, ctl):
+    with osh.Runtime([bundled_path], pool={"debug": "poison"}) as rt:
+        dev = rt.devices[0]
+        p = dev.alloc(256)
+        dev.submit(p, bytes(range(256)))
+        s0 = ctl.call_count("__tgt_rtl_data_submit")
+        dev.free(p)
+        assert ctl.call_count("__tgt_rtl_data_submit") == s0 + 1
+        assert ctl.live_allocs(dev.index) == 1          # cached, not freed
+        raw = bytearray(256)
+        dev.plugin.retrieve(dev.index, ctypes_addr(raw), p, 256)   # behind the runtime
+        assert raw == b"\xdb" * 256
+        q = dev.alloc(256)
+        assert q == p and dev.pool.stats.hits == 1
+        out = bytearray(256)
+        dev.retrieve(out, q)
+        assert out == b"\xdb" * 256                     # a stale read shows the pattern
+        big = dev.alloc(10000)                          # bypassed: freed, not poisoned
+        dev.free(big)
+        assert ctl.call_count("__tgt_rtl_data_submit") == s0 + 1
+        dev.free(q)
+
+
+def ctypes_addr(buf: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_off_pool_every_free_reaches_the_plugin(bundled_path, ctl, monkeypatch, how):
+    opts = {"debug": "off-pool"} if how == "option" else {}
+    if how == "env":
+        monkeypatch.setenv(DEBUG_ENV, "off-pool")
+    with osh.Runtime([bundled_path], pool=opts) as rt:
+        dev = rt.devices[0]
+        d0 = ctl.call_count(DELETE)
+        for s in (8, 100, 8192):
+            dev.free(dev.alloc(s))
+        assert ctl.call_count(DELETE) - d0 == 3
+        assert ctl.live_allocs(dev.index) == 0
+        st = dev.pool.stats
+        assert not dev.pool.enabled and dev.pool.debug == "off-pool"
+        assert st.hits == 0 and st.misses == 3 and st.cached_blocks == 0
+
+
+# -- plugins with a cache of their own ------------------------------------------------
+
+def test_which_plugins_keep_a_cache_of_their_own(bundled_path, nextgen16, classic16):
+    assert plugin_cache.own_cache(load_plugin(nextgen16)) == plugin_cache.AT_DEVICE_INIT
+    assert plugin_cache.own_cache(load_plugin(classic16)) is None
+    assert plugin_cache.own_cache(load_plugin(bundled_path)) is None
+    assert plugin_cache.own_cache(load_plugin(bundled_path, abi="gomp")) is None
+    cuda = "/usr/lib/llvm-16/lib/libomptarget.rtl.cuda.so.16"
+    if os.path.exists(cuda):
+        assert plugin_cache.own_cache(load_plugin(cuda)) == plugin_cache.AT_LOAD
+
+
+# glibc mallinfo2().uordblks: bytes malloc'ed.  The LLVM 16 nextgen x86_64
+# plugin's "device memory" is libc malloc, so a block its own memory manager
+# keeps stays counted; a block really freed does not.
+_MALLINFO = """
+import ctypes, os, sys
+class MI2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
+                "keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MI2
+def held():
+    return libc.mallinfo2().uordblks
+os.environ.pop("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", None)
+os.environ.pop("OFFLOAD_SHIM_POOL_DEBUG", None)
+import offload_shim as osh
+"""
+
+
+@pytest.mark.parametrize("mode", ["", "off-pool", "poison"])
+def test_debug_modes_see_through_the_nextgen_plugins_cache(nextgen16, mode):
+    """A debug mode initialises the nextgen device with the plugin's own
+    memory manager off (LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=0 during
+    init_device, restored after): blocks the pool gives back (off-pool: every
+    free; poison: a trim of the poisoned blocks) really return to libc.
+    Without a mode the plugin keeps them (LLVM's default)."""
+    r = run_child(_MALLINFO + f"""
+with osh.Runtime([{nextgen16!r}], pool={{"debug": {mode!r}}}) as rt:
+    dev = rt.devices[0]
+    dev.init()
+    assert "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD" not in os.environ
+    ps = [dev.alloc(4096) for _ in range(64)]
+    before = held()
+    for p in ps:
+        dev.free(p)
+    dev.pool.trim(0)
+    print("RESULT", before - held())
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    released = int(r.stdout.split("RESULT")[-1])
+    if mode:
+        assert released >= 60 * 4096               # really back to libc
+    else:
+        assert released < 16 * 4096                # kept by LLVM's manager
+
+
+def test_debug_mode_refused_on_a_nextgen_device_already_initialised_with_its_cache(nextgen16):
+    r = run_child(_MALLINFO + f"""
+rt1 = osh.Runtime([{nextgen16!r}])
+rt1.devices[0].init()                          # the plugin's cache on
+rt2 = osh.Runtime([{nextgen16!r}], pool={{"debug": "off-pool"}})
+try:
+    rt2.devices[0].init()
+except ValueError as e:
+    print("REFUSED", e)
+print("STATE", rt2.devices[0].state.value)
+rt1.close()
+rt2.devices[0].init()                          # the device was released: now it works
+print("AFTER", rt2.devices[0].state.value, rt2.devices[0].pool.debug)
+rt2.close()
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "REFUSED" in r.stdout and "already initialised" in r.stdout
+    assert "STATE uninit" in r.stdout and "AFTER ready off-pool" in r.stdout
+
+
+def test_threshold_variable_is_restored_after_a_debug_init(nextgen16, monkeypatch):
+    monkeypatch.setenv(THRESHOLD_ENV, "4096")
+    with osh.Runtime([nextgen16], pool={"debug": "off-pool"}) as rt:
+        dev = rt.devices[1]
+        dev.init()
+        assert os.environ[THRESHOLD_ENV] == "4096"
+        assert dev.pool.debug == "off-pool" and not dev.pool.enabled
+        dev.free(dev.alloc(64))

@@ -1,0 +1,316 @@
+"""Which block serves a request: LLVM's buckets, the threshold, the exact
+and binned policies, sizes and options the manager refuses.
+
+Sources: seed 004 / LLVM ``MemoryManager.h`` (abi-reference 1.9); the binned
+policy's rule (docs/memory-manager.md "Policies"): rounding never costs device
+memory, a request the device can hold is served.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offload_shim.errors import OutOfDeviceMemoryError
+from offload_shim.memory import (DEBUG_ENV, LLVM_BUCKET_SIZES, THRESHOLD_ENV, MemoryManager,
+                                 PoolStats, binned_size, llvm_bucket, read_threshold_env)
+from offload_shim.memory.config import MAX_SIZE
+from offload_shim.memory.fake import FakeBackend
+from offload_shim.memory.policies import llvm_find_bucket_index
+
+from helpers import assert_conserved, make_pool
+
+POW2 = [1 << k for k in range(2, 14)]     # 4 .. 8192
+
+make = make_pool
+
+
+@pytest.fixture(autouse=True)
+def _bundled_plugin_stays_clean():
+    """Pure-Python tests: no plugin is loaded, so conftest's check of the
+    bundled host plugin does not apply here."""
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+# -- LLVM's buckets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", POW2)
+def test_bucket_at_every_power_of_two_boundary(n):
+    below = 0 if n == 4 else n // 2
+    assert llvm_bucket(n - 1) == below
+    assert llvm_bucket(n) == n
+    assert llvm_bucket(n + 1) == n
+    assert {llvm_bucket(n - 1), llvm_bucket(n), llvm_bucket(n + 1)} <= set(LLVM_BUCKET_SIZES)
+
+
+def test_bucket_small_and_large():
+    assert [llvm_bucket(s) for s in (1, 2, 3)] == [0, 0, 0]
+    assert llvm_bucket(16384) == llvm_bucket(1 << 30) == 8192     # last bucket
+
+
+def test_llvm_find_bucket_port_quirk():
+    # the real LLVM binary search puts these floor-pow2 sizes one bucket low
+    low = {4: 0, 64: 32, 512: 256, 8192: 4096, 16384: 4096}
+    for size in range(1, 20000):
+        got = LLVM_BUCKET_SIZES[llvm_find_bucket_index(size)]
+        f = 1 << (size.bit_length() - 1)
+        assert got == low.get(f, llvm_bucket(size)), size
+
+
+# -- threshold -----------------------------------------------------------------
+
+
+def test_threshold_edges_default():
+    b, mm = make()
+    assert mm.threshold == 8192 and mm.enabled
+    p = mm.allocate(8192)
+    q = mm.allocate(8193)
+    mm.free(p)
+    mm.free(q)
+    assert p in b.live and q in b.freed          # 8192 pooled, 8193 bypassed
+    assert mm.stats.per_bucket[PoolStats.BYPASS_BUCKET].backend_frees == 1
+    assert mm.allocate(8192) == p
+    q2 = mm.allocate(8193)
+    assert q2 != q and mm.owns(q2)               # bypassed blocks are still tracked
+    assert_conserved(mm, b)
+
+
+@pytest.mark.parametrize("thr", [1, 100, 8192, 1 << 20])
+def test_threshold_custom(thr):
+    b, mm = make(threshold=thr)
+    p, q = mm.allocate(thr), mm.allocate(thr + 1)
+    mm.free(p)
+    mm.free(q)
+    assert p in b.live and q in b.freed
+
+
+def test_threshold_zero_turns_pooling_off():
+    b, mm = make(threshold=0)
+    assert not mm.enabled
+    p = mm.allocate(64)
+    assert mm.owns(p)
+    mm.free(p)
+    assert p in b.freed and mm.stats.bytes_cached == 0
+
+
+@pytest.mark.parametrize("env,want", [(None, 8192), ("0", 0), ("1024", 1024), (" 64 ", 64),
+                                      ("+16", 16), ("8192", 8192)])
+def test_read_threshold_env(env, want):
+    environ = {} if env is None else {THRESHOLD_ENV: env}
+    assert read_threshold_env(environ) == want
+
+
+@pytest.mark.parametrize("bad", ["abc", "", "12abc", "-1", "1.5", "0x10", "1e3", "٣"])
+def test_read_threshold_env_garbage(bad):
+    with pytest.raises(ValueError) as ei:
+        read_threshold_env({THRESHOLD_ENV: bad})
+    assert THRESHOLD_ENV in str(ei.value) and repr(bad) in str(ei.value)
+
+
+def test_threshold_from_process_env(monkeypatch):
+    monkeypatch.setenv(THRESHOLD_ENV, "0")
+    assert not make()[1].enabled
+    monkeypatch.setenv(THRESHOLD_ENV, "100")
+    assert make()[1].threshold == 100
+    monkeypatch.setenv(THRESHOLD_ENV, "lots")
+    with pytest.raises(ValueError, match=THRESHOLD_ENV):
+        make()
+    assert make(threshold=5)[1].threshold == 5      # explicit value wins, env not read
+
+
+# -- exact policy --------------------------------------------------------------
+
+
+def test_exact_reuse_same_size_only():
+    b, mm = make()
+    p = mm.allocate(100)
+    mm.free(p)
+    assert mm.allocate(100) == p                  # hit: same pointer
+    q = mm.allocate(101)                          # same bucket (64), other size: miss
+    assert q != p and q in b.live
+    mm.free(q)
+    assert mm.allocate(100) != q                  # still no cross-size reuse
+    s = mm.stats
+    assert (s.hits, s.misses, s.backend_allocs) == (1, 3, 3)
+    assert_conserved(mm, b)
+
+
+def test_reuse_takes_most_recently_freed():
+    b, mm = make()
+    a, c = mm.allocate(32), mm.allocate(32)
+    mm.free(a)
+    mm.free(c)
+    assert mm.allocate(32) == c
+    assert mm.allocate(32) == a
+
+
+def test_many_cached_blocks_hit_path_uses_size_index():
+    # 100k cached blocks of distinct sizes: each request finds the block of
+    # its own size (the free lists are a dict keyed by size; this checks
+    # behaviour, not time), and a size that is not cached misses.
+    b, mm = make(threshold=1 << 20)
+    ps = [mm.allocate(s) for s in range(1, 100_001)]
+    for p in ps:
+        mm.free(p)
+    assert mm.stats.cached_blocks == 100_000
+    assert mm.allocate(54321) == ps[54320]
+    assert mm.allocate(1) == ps[0]
+    q = mm.allocate(100_001)
+    assert q not in ps and mm.stats.hits == 2 and mm.stats.cached_blocks == 99_998
+
+
+# -- binned policy -------------------------------------------------------------
+
+
+@settings(max_examples=400)
+@given(st.integers(1, 8192) | st.integers(1, 1 << 40))
+def test_binned_waste_bound(size):
+    r = binned_size(size)
+    assert r >= size
+    assert (r - size) * 8 <= size
+    assert binned_size(r) == r                    # classes are fixed points
+    assert binned_size(size + 1) >= r             # monotone
+
+
+@given(st.sampled_from([1, 2, 4, 16, 32]), st.integers(1, 1 << 30))
+def test_binned_waste_bound_other_bin_counts(bins, size):
+    r = binned_size(size, bins)
+    assert size <= r and (r - size) * bins <= size
+
+
+@settings(max_examples=200)
+@given(sizes=st.lists(st.integers(1, 1 << 20), min_size=1, max_size=30),
+       thr=st.sampled_from([8192, 1 << 16, 1 << 20]))
+def test_binned_asks_the_backend_for_the_requested_size(sizes, thr):
+    b, mm = make(policy="binned", threshold=thr)
+    for s in sizes:
+        p = mm.allocate(s)
+        blk = mm.block_size_of(p)
+        assert mm.size_of(p) == s and blk == s == b.live[p]    # a miss: exactly the request
+        mm.free(p)
+        mm.trim()                                 # the next request misses again
+        if s <= thr:
+            q = mm.allocate(s)
+            mm.free(q)
+            r = mm.allocate(max(1, s - s // 9))   # a smaller request of the same class?
+            if binned_size(s - s // 9 or 1) == binned_size(s):
+                assert r == q and mm.block_size_of(r) == s and (s - mm.size_of(r)) * 8 <= s
+            mm.free(r)
+            mm.trim()
+    assert_conserved(mm, b)
+
+
+def test_binned_reuses_a_block_of_the_class_that_holds_the_request():
+    b, mm = make(policy="binned")
+    assert binned_size(95) == 96 and binned_size(97) == binned_size(100) == 104
+    p = mm.allocate(100)
+    mm.free(p)
+    assert mm.allocate(98) == p                   # a larger block of the class
+    assert mm.size_of(p) == 98 and mm.block_size_of(p) == 100
+    assert mm.stats.hits == 1 and mm.stats.per_bucket[104].cached_blocks == 0
+    mm.free(p)
+    q = mm.allocate(102)                          # 100 does not hold 102: a miss
+    assert q != p and mm.block_size_of(q) == 102
+    r = mm.allocate(95)                           # another class: no reuse of p
+    assert r not in (p, q)
+    for x in (q, r):
+        mm.free(x)
+    assert mm.allocate(100) == p                  # exactly its size first
+    assert mm.allocate(99) == q                   # then the smallest larger block
+    assert mm.size_of(q) == 99 and mm.block_size_of(q) == 102
+    assert mm.stats.hits == 3
+    assert_conserved(mm, b)
+
+
+@pytest.mark.parametrize("policy", ["exact", "binned"])
+def test_two_requests_that_fill_the_device_are_served(policy):
+    # ../shared/cases/pool/binned_growth.py without a plugin: 2 x 1000 bytes on
+    # a 2000-byte device.  Rounding 1000 up to its class (1024) would leave 976.
+    b, mm = make(FakeBackend(capacity=2000), policy=policy)
+    a, c = mm.allocate(1000), mm.allocate(1000)
+    assert b.held_bytes == 2000 and mm.stats.bytes_in_use == 2000
+    mm.free(a)
+    mm.free(c)
+    assert_conserved(mm, b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(policy=st.sampled_from(["exact", "binned"]),
+       oom=st.sampled_from(["free-all", "incremental"]),
+       cap=st.none() | st.integers(0, 6000), capacity=st.integers(2000, 20000),
+       ops=st.lists(st.tuples(st.booleans(), st.integers(1, 3000)), max_size=60))
+def test_every_request_that_fits_next_to_the_blocks_in_use_is_served(policy, oom, cap,
+                                                                     capacity, ops):
+    """Whatever a policy rounds or caches, a request the device can hold (its
+    size fits next to the bytes of the blocks in use) is served: cached
+    blocks are released by the ladder and no backend allocation is rounded."""
+    b, mm = make(FakeBackend(capacity=capacity), policy=policy, oom=oom, cache_limit=cap)
+    live = []
+    for is_free, size in ops:
+        if is_free and live:
+            mm.free(live.pop(size % len(live)))
+            continue
+        fits = mm.stats.bytes_in_use + size <= capacity
+        try:
+            live.append(mm.allocate(size))
+        except OutOfDeviceMemoryError:
+            assert not fits, f"{size} bytes fit next to {mm.stats.bytes_in_use} in use"
+        assert_conserved(mm, b)
+    for p in live:
+        mm.free(p)
+    mm.drain()
+    assert b.live == {}
+
+
+def test_bad_arguments():
+    b = FakeBackend()
+    for kw, exc in [({"policy": "best"}, ValueError), ({"oom": "pray"}, ValueError),
+                    ({"cache_limit": -1}, ValueError), ({"threshold": -1}, ValueError),
+                    ({"threshold": 1.5}, TypeError), ({"bins_per_pow2": 3}, ValueError),
+                    ({"debug": "loud"}, ValueError), ({"debug": "poison"}, ValueError),
+                    ({"event_log": 42}, TypeError)]:
+        with pytest.raises(exc):
+            MemoryManager(b.alloc, b.free, **kw)
+    with pytest.raises(TypeError):
+        MemoryManager(None, b.free)
+
+
+@pytest.mark.parametrize("kw,exc,words", [
+    ({"stats": "yes"}, TypeError, "stats must be True or False"),
+    ({"stats": 1}, TypeError, "stats must be True or False"),
+    ({"strict": "no"}, TypeError, "strict must be True or False"),
+    ({"policy": 1}, TypeError, "policy must be a str"),
+    ({"oom": None}, TypeError, "oom must be a str"),
+    ({"device_label": 3}, TypeError, "device_label must be a str"),
+    ({"poison": 5}, TypeError, "poison must be callable"),
+    ({"guard": object()}, TypeError, "guard must be None or a context manager"),
+    ({"backend_key": []}, TypeError, "unhashable"),
+    ({"bins_per_pow2": 3}, ValueError, "size classes per power of two"),
+    ({"bins_per_pow2": 0}, ValueError, "size classes per power of two"),
+    ({"bins_per_pow2": "8"}, TypeError, "size classes per power of two"),
+    ({"bins_per_pow2": 8.0}, TypeError, "size classes per power of two"),
+])
+def test_option_types_and_wording(kw, exc, words):
+    b = FakeBackend()
+    with pytest.raises(exc) as ei:
+        MemoryManager(b.alloc, b.free, debug="", **kw)
+    assert words in str(ei.value)
+    if "bins_per_pow2" in kw:
+        assert "bytes" not in str(ei.value)           # classes, not bytes
+
+
+def test_runtime_checks_pool_option_types_at_construction(bundled_path):
+    import offload_shim as osh
+    with pytest.raises(TypeError, match="stats must be True or False"):
+        osh.Runtime([bundled_path], pool={"stats": "yes"})
+    for reserved in ("strict", "guard", "backend_key", "device_label", "poison"):
+        with pytest.raises(TypeError, match="set by the device"):
+            osh.Runtime([bundled_path], pool={reserved: None})

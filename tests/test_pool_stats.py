@@ -1,0 +1,173 @@
+"""The statistics of a pool: what each figure counts, the per-bucket
+figures derived at snapshot time, ``stats=False``.
+
+Sources: docs/memory-manager.md "Statistics" (names after CuPy, RMM,
+PyTorch; prior-art section 2).  No timing is asserted (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, BucketStats, MemoryManager
+from offload_shim.memory.fake import FakeBackend
+
+from helpers import make_pool
+
+POW2 = [1 << k for k in range(2, 14)]     # 4 .. 8192
+
+make = make_pool
+
+
+@pytest.fixture(autouse=True)
+def _bundled_plugin_stays_clean():
+    """Pure-Python tests: no plugin is loaded, so conftest's check of the
+    bundled host plugin does not apply here."""
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+@pytest.mark.parametrize("n", POW2)
+def test_per_bucket_stats_use_the_llvm_buckets(n):
+    b, mm = make(threshold=1 << 20)
+    for s in (n - 1, n, n + 1):
+        mm.free(mm.allocate(s))
+    per = mm.stats.per_bucket
+    assert set(per) == {0 if n == 4 else n // 2, n}
+    assert per[n].misses == 2 and per[n].cached_blocks == 2
+    assert sum(p.bytes_cached for p in per.values()) == 3 * n
+
+
+def test_stats_peaks_and_as_dict():
+    b, mm = make()
+    ps = [mm.allocate(1000) for _ in range(3)]
+    for p in ps:
+        mm.free(p)
+    mm.allocate(1000)
+    s = mm.stats
+    assert s.peak_bytes_in_use == 3000 and s.peak_bytes_total == 3000
+    assert s.bytes_in_use == 1000 and s.bytes_cached == 2000
+    assert s.hits == 1 and s.misses == 3 and s.hit_rate == 0.25
+    d = json.loads(json.dumps(s.as_dict()))
+    assert d["per_bucket"]["512"]["misses"] == 3 and "hits" not in d["per_bucket"]["512"]
+
+
+def test_stats_off_keeps_only_the_gauges():
+    b, mm = make(stats=False)
+    p = mm.allocate(64)
+    mm.free(mm.allocate(32))
+    s = mm.stats
+    assert (s.bytes_in_use, s.bytes_cached, s.live_blocks, s.cached_blocks) == (64, 32, 1, 1)
+    assert (s.peak_bytes_in_use, s.peak_bytes_total) == (96, 96)
+    assert s.hits == s.misses == s.backend_allocs == 0 and s.per_bucket == {}
+    mm.free(p)
+    assert mm.allocate(64) == p
+
+
+def test_a_bucket_has_no_peak_in_use_and_no_hits():
+    # A per-bucket peak of bytes in use, or count of hits, would cost an
+    # update of the bucket on every hit (and every cached free); a figure
+    # that always read 0 was wrong, so the buckets do not have them.  The
+    # pool's own peak and hits are exact.
+    b, mm = make()
+    ps = [mm.allocate(100) for _ in range(3)]
+    for p in ps:
+        mm.free(p)
+    s = mm.stats
+    x = s.per_bucket[64]
+    assert isinstance(x, BucketStats)
+    assert not hasattr(x, "peak_bytes_in_use") and not hasattr(x, "hits")
+    assert "peak_bytes_in_use" not in s.as_dict()["per_bucket"][64]
+    assert "peak_bytes_in_use" in s.as_dict() and s.peak_bytes_in_use == 300
+    mm.free(mm.allocate(100))
+    assert mm.stats.hits == 1
+    assert x.peak_bytes_total == 300 and x.bytes_cached == 300
+
+
+def _check_snapshot(mm, b, model_hits, model_misses):
+    s = mm.stats
+    assert s.bytes_total == s.bytes_in_use + s.bytes_cached == b.held_bytes
+    assert s.live_blocks + s.cached_blocks == len(b.live)
+    assert s.hits == model_hits and s.misses == model_misses
+    assert s.backend_allocs - s.backend_frees == s.live_blocks + s.cached_blocks
+    per = s.per_bucket
+    for k in ("bytes_in_use", "bytes_cached", "bytes_total", "live_blocks", "cached_blocks",
+              "misses", "evictions", "oom_retries", "backend_allocs", "backend_frees"):
+        assert sum(getattr(x, k) for x in per.values()) == getattr(s, k), k
+    for x in per.values():
+        assert x.bytes_total == x.bytes_in_use + x.bytes_cached <= x.peak_bytes_total
+        assert x.backend_allocs - x.backend_frees == x.live_blocks + x.cached_blocks
+    assert s.peak_bytes_total >= s.bytes_total and s.peak_bytes_in_use >= s.bytes_in_use
+    return s
+
+
+@pytest.mark.parametrize("policy", ["exact", "binned"])
+@pytest.mark.parametrize("cap", [None, 4096])
+def test_derived_gauges_are_conserved_on_a_random_trace(policy, cap):
+    rng = random.Random(5)
+    b, mm = make(FakeBackend(capacity=1 << 16), policy=policy, cache_limit=cap,
+                 threshold=2048, oom="incremental")
+    live = []
+    hits = misses = 0
+    for step in range(3000):
+        if live and rng.random() < 0.45:
+            mm.free(live.pop(rng.randrange(len(live))))
+        else:
+            size = rng.choice((8, 24, 100, 130, 512, 700, 2048, 3000))
+            before = mm.stats
+            try:
+                live.append(mm.allocate(size))
+            except osh.OutOfDeviceMemoryError:
+                pass
+            after = mm.stats
+            hits += after.hits - before.hits
+            misses += after.misses - before.misses
+        if step % 250 == 0:
+            mm.trim(rng.choice((0, 1000)))
+        if step % 50 == 0:
+            _check_snapshot(mm, b, hits, misses)
+    _check_snapshot(mm, b, hits, misses)
+    mm.drain()
+    s = mm.stats
+    assert s.bytes_total == 0 and b.held_bytes == 0
+    assert all(x.live_blocks == x.cached_blocks == 0 for x in s.per_bucket.values())
+
+
+def test_per_bucket_peak_total_is_kept_on_backend_calls():
+    b, mm = make()
+    ps = [mm.allocate(100) for _ in range(3)]       # bucket 64: 300 bytes held
+    for p in ps:
+        mm.free(p)
+    mm.free(mm.allocate(100))                       # a hit: held unchanged
+    mm.trim()
+    q = mm.allocate(100)
+    x = mm.stats.per_bucket[64]
+    assert x.peak_bytes_total == 300 and x.bytes_total == 100 and mm.stats.hits == 1
+    assert mm.stats.peak_bytes_in_use == 300 and mm.stats.peak_bytes_total == 300
+    mm.free(q)
+
+
+def test_poisoned_blocks_stay_counted_in_use_in_their_bucket():
+    seen = []
+    b = FakeBackend()
+    mm = None
+
+    def poison(ptr, size):
+        s = mm.stats
+        seen.append((s.live_blocks, s.bytes_in_use, s.per_bucket[128].live_blocks))
+
+    mm = MemoryManager(b.alloc, b.free, debug="poison", poison=poison, threshold=8192)
+    mm.free(mm.allocate(200))
+    assert seen == [(1, 200, 1)]
+    s = mm.stats
+    assert (s.live_blocks, s.cached_blocks, s.per_bucket[128].cached_blocks) == (0, 1, 1)
+    mm.drain()
