@@ -227,3 +227,99 @@ def test_threshold_variable_is_restored_after_a_debug_init(nextgen16, monkeypatc
         assert os.environ[THRESHOLD_ENV] == "4096"
         assert dev.pool.debug == "off-pool" and not dev.pool.enabled
         dev.free(dev.alloc(64))
+
+
+# -- the LLVM 16 CUDA plugins, on the CUDA driver stand-in (NOT A GPU) -----------------------
+
+_CUDA16 = {"nextgen": "/usr/lib/llvm-16/lib/libomptarget.rtl.cuda.nextgen.so.16",
+           "classic": "/usr/lib/llvm-16/lib/libomptarget.rtl.cuda.so.16"}
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    import cuda_standin
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler to build the CUDA driver stand-in")
+    return cuda_standin.build(tmp_path_factory.mktemp("cuda-standin"))
+
+
+def _on_standin(standin, tmp_path, code, env=None):
+    """Run ``code`` in a child whose libcuda is the stand-in (tests/cuda_standin);
+    returns (completed process, [(entry point, args, rc)] of its driver calls)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import cuda_standin
+    log = tmp_path / f"calls{len(list(tmp_path.iterdir()))}.log"
+    e = cuda_standin.env(standin, log=log, base={**os.environ, **(env or {})})
+    for k in (THRESHOLD_ENV, DEBUG_ENV):
+        if k not in (env or {}):
+            e.pop(k, None)
+    # the LLVM 16 CUDA plugins dlopen "libcuda.so": the stand-in's folder has that link
+    r = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(code)], env=e,
+                       capture_output=True, text=True, timeout=120)
+    return r, cuda_standin.read_log(log)
+
+
+_CUDA_CHILD = """
+import offload_shim as osh
+with osh.Runtime([{path!r}], pool={pool!r}) as rt:
+    devs = rt.devices
+    assert devs, "no device on the stand-in"
+    dev = devs[0]
+    for _ in range(8):
+        dev.free(dev.alloc(4096))
+    print("POOL", dev.pool.debug, dev.pool.stats.cached_blocks)
+"""
+
+
+@pytest.mark.parametrize("mode", ["", "off-pool"])
+def test_debug_mode_switches_the_cuda_nextgen_plugins_cache_off(standin, tmp_path, mode):
+    """STAND-IN, NOT A GPU.  Off-pool on the LLVM 16 CUDA nextgen plugin: every
+    free reaches cuMemFree (the plugin made no memory manager for the device).
+    Without a mode the pool caches the block: one cuMemAlloc, no cuMemFree
+    before the teardown."""
+    path = need_path(_CUDA16["nextgen"])
+    r, log = _on_standin(standin, tmp_path, _CUDA_CHILD.format(path=path,
+                                                               pool={"debug": mode}))
+    assert r.returncode == 0, r.stderr[-2000:]
+    allocs = [c for c in log if c[0] in ("cuMemAlloc", "cuMemAlloc_v2") and c[2] == 0]
+    frees = [c for c in log if c[0] in ("cuMemFree", "cuMemFree_v2") and c[2] == 0]
+    if mode:
+        assert "POOL off-pool 0" in r.stdout
+        assert len(allocs) >= 8 and len(frees) >= 8
+    else:
+        assert "POOL None 1" in r.stdout
+        assert len(allocs) == 1
+
+
+def test_debug_mode_refused_on_the_classic_cuda_plugin_unless_loaded_without_its_cache(
+        standin, tmp_path):
+    """STAND-IN, NOT A GPU.  The LLVM 16 classic CUDA plugin makes its memory
+    manager when it is loaded (``DeviceRTLTy`` constructor): a debug mode is
+    refused with a ValueError unless the variable was 0 at load."""
+    path = need_path(_CUDA16["classic"])
+    code = _CUDA_CHILD.format(path=path, pool={"debug": "off-pool", "threshold": 8192})
+    r, _ = _on_standin(standin, tmp_path, code)
+    assert r.returncode == 1 and "ValueError" in r.stderr and "when it is loaded" in r.stderr
+    r, log = _on_standin(standin, tmp_path, code, env={THRESHOLD_ENV: "0"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "POOL off-pool 0" in r.stdout
+
+
+def test_bad_threshold_never_reaches_the_classic_cuda_plugins_stoul(standin, tmp_path):
+    """STAND-IN, NOT A GPU.  The classic CUDA plugin parses the variable when it
+    is loaded; with a driver present a bad value used to abort the process
+    (std::stoul).  The runtime refuses it before loading any plugin."""
+    path = need_path(_CUDA16["classic"])
+    r, _ = _on_standin(standin, tmp_path, _CUDA_CHILD.format(path=path, pool={}),
+                       env={THRESHOLD_ENV: "abc"})
+    assert r.returncode == 1 and "terminate called" not in r.stderr
+    assert f"ValueError: {THRESHOLD_ENV}='abc'" in r.stderr
+
+
+def need_path(p):
+    if not os.path.exists(p):
+        pytest.skip(f"{p} not installed (libomp5-16)")
+    return p
