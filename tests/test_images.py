@@ -114,9 +114,15 @@ def test_address_map_edges():
     assert m.lookup(0x2000) == 0xC000
     with pytest.raises(KeyError):
         m.lookup(0x2001)
+    with pytest.raises(ValueError):
+        m.insert(0x1105, 4, 0xB000, b)                     # inside the third of three
     assert len(m) == 4
+    with pytest.raises(KeyError) as ei:
+        m.lookup(0x3000)
+    assert ei.value.args == ("0x3000",)
     assert m.remove_owner(b) == 3
     assert m.items() == [(0x1000, 0x1100, 0x9000)]
+    assert m.lookup(0x1080) == 0x9080                      # still found after the removal
     with pytest.raises(KeyError):
         m.lookup(0x1100)
     m.insert(0x1100, 0x10, 0xD000, a)                      # the start table follows removals

@@ -45,22 +45,53 @@ def test_last_release_with_a_device_held_deinits_the_device_first(plugin, ctl):
     assert not ctl.is_device_initialized(ABI_LLVM, 2)
     assert not ctl.is_plugin_initialized()
     assert not plugin.device_initialized(0) and not plugin.device_initialized(2)
-    assert not plugin.initialized and plugin.users == 0
+    assert plugin.initialized is False and plugin.users == 0
 
 
 def test_release_that_is_not_the_last_keeps_plugin_and_devices(plugin, ctl):
     plugin.acquire()
     plugin.acquire()
-    plugin.acquire_device(1)
+    assert plugin.acquire_device(1) is True
+    assert plugin.acquire_device(1) is False
     before = ctl.call_counts(ORDER)
     plugin.release()
     assert _delta(ctl, before)["__tgt_rtl_deinit_device"] == 0
     assert _delta(ctl, before)["__tgt_rtl_deinit_plugin"] == 0
     assert plugin.device_initialized(1) and ctl.is_device_initialized(ABI_LLVM, 1)
-    plugin.release_device(1)
+    assert plugin.release_device(1) is False          # one user left
+    assert plugin.device_initialized(1)
+    assert plugin.release_device(1) is True           # the last: deinit_device ran
+    assert not plugin.device_initialized(1)
     plugin.release()
     assert _delta(ctl, before) == {"__tgt_rtl_init_plugin": 0, "__tgt_rtl_init_device": 0,
                                    "__tgt_rtl_deinit_device": 1, "__tgt_rtl_deinit_plugin": 1}
+
+
+@pytest.mark.parametrize("dev", [4, -1, 99, "0", 1.0, None])
+def test_device_numbers_outside_the_plugin_are_refused_before_it(plugin, ctl, dev):
+    plugin.acquire()
+    before = ctl.call_counts(ORDER)
+    try:
+        with pytest.raises(ValueError, match="out of range"):
+            plugin.acquire_device(dev)
+        assert _delta(ctl, before)["__tgt_rtl_init_device"] == 0
+    finally:
+        plugin.release()
+
+
+def test_a_plugin_with_no_device_refuses_device_0(plugin, ctl):
+    plugin.acquire()
+    n = plugin.num_devices                            # restored afterwards
+    plugin.release()
+    ctl.set_num_devices(0)
+    try:
+        plugin.acquire()
+        assert plugin.num_devices == 0
+        with pytest.raises(ValueError, match="out of range"):
+            plugin.acquire_device(0)
+        plugin.release()
+    finally:
+        ctl.set_num_devices(n)
 
 
 def test_reacquire_after_the_last_release_initialises_again(plugin, ctl):

@@ -604,3 +604,68 @@ def test_pool_options_checked_at_construction_without_reading_the_environment(
     with osh.Runtime([bundled_path], pool={"policy": "binned"}) as rt:   # env read later
         with pytest.raises(ValueError, match="OFFLOAD_SHIM_POOL_DEBUG"):
             rt.devices[0].alloc(8)
+
+
+# -- found by `make mutation` (docs/testing.md) ------------------------------------------------
+
+def test_pool_options_the_device_sets_itself_are_refused(bundled_path):
+    for key in ("poison", "device_label"):
+        with pytest.raises(TypeError, match=key):
+            osh.Runtime([bundled_path], pool={key: None})
+
+
+def test_pool_event_log_may_be_a_path_object(bundled_path, tmp_path):
+    log = tmp_path / "events.jsonl"
+    with osh.Runtime([bundled_path], pool={"event_log": log}) as rt:
+        p = rt.devices[0].alloc(64)
+        rt.devices[0].free(p)
+    assert log.exists()
+    with pytest.raises(TypeError, match="event_log"):
+        osh.Runtime([bundled_path], pool={"event_log": 42})
+
+
+def test_pool_options_are_checked_without_reading_the_threshold_variable(bundled_path,
+                                                                         monkeypatch):
+    """A bad LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD is an error of the device that reads it
+    at its first use, not of ``Runtime(pool=...)``."""
+    monkeypatch.setenv("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "not a number")
+    rt = osh.Runtime([bundled_path], pool={"policy": "exact"})
+    rt.close()
+
+
+def test_a_plugin_judges_an_image_once(bundled_path, ctl):
+    img = osh.OffloadImage.sample()
+    with osh.Runtime([bundled_path]) as rt:
+        n = ctl.call_count("__tgt_rtl_is_valid_binary")
+        rt.register_image(img)
+        rt.devices[0].init()
+        rt.devices[1].init()
+        rt.register_image(img)                    # again: a no-op
+        assert ctl.call_count("__tgt_rtl_is_valid_binary") - n == 1
+        rt.unregister_image(img)
+
+
+def test_abi_applies_to_the_bundled_plugin_path_only(bundled_path, nextgen16):
+    with osh.Runtime([bundled_path], abi="gomp") as rt:
+        assert [p.abi for p in rt.plugins] == ["gomp"]
+    with osh.Runtime([nextgen16], abi="gomp") as rt:
+        assert [p.abi for p in rt.plugins] == ["llvm"]
+
+
+@pytest.mark.allow_violations
+def test_close_finishes_the_teardown_and_raises_the_first_plugin_error(bundled_path, ctl):
+    """A failing deinit_device does not stop the teardown (I1-I7): the other device and
+    the plugin are still torn down, then the first error is raised."""
+    rt = osh.Runtime([bundled_path])
+    rt.devices[0].init()
+    rt.devices[1].init()
+    plugin = rt.plugins[0]
+    ctl.fail_nth("__tgt_rtl_deinit_device", 1)
+    try:
+        with pytest.raises(osh.PluginCallError) as ei:
+            rt.close()
+        assert "deinit_device" in (ei.value.function or "")
+    finally:
+        ctl.fail_nth("__tgt_rtl_deinit_device", 0)
+    assert rt.closed and plugin.users == 0
+    assert rt.close() == {}                           # idempotent after the error
