@@ -624,15 +624,6 @@ def test_pool_event_log_may_be_a_path_object(bundled_path, tmp_path):
         osh.Runtime([bundled_path], pool={"event_log": 42})
 
 
-def test_pool_options_are_checked_without_reading_the_threshold_variable(bundled_path,
-                                                                         monkeypatch):
-    """A bad LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD is an error of the device that reads it
-    at its first use, not of ``Runtime(pool=...)``."""
-    monkeypatch.setenv("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "not a number")
-    rt = osh.Runtime([bundled_path], pool={"policy": "exact"})
-    rt.close()
-
-
 def test_a_plugin_judges_an_image_once(bundled_path, ctl):
     img = osh.OffloadImage.sample()
     with osh.Runtime([bundled_path]) as rt:
