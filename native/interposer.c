@@ -60,6 +60,9 @@ typedef int (*osh_cb_memcpy)(void *dst, const void *src, uint64_t len, uint64_t 
                              uint64_t src_off, int32_t dst_dev, int32_t src_dev);
 typedef int (*osh_cb_present)(const void *ptr, int32_t dev);      /* returns 0/1 */
 typedef int (*osh_cb_num_devices)(void);
+/* One construct, described in a frame (struct osh_frame below); same return protocol as
+ * target_kernel / target_data.  NULL: those two are called instead. */
+typedef int (*osh_cb_construct)(void *frame);
 struct osh_interposer_callbacks {
   uint64_t size;                 /* sizeof(struct osh_interposer_callbacks) */
   osh_cb_desc register_lib;
@@ -72,6 +75,7 @@ struct osh_interposer_callbacks {
   osh_cb_memcpy target_memcpy;
   osh_cb_present target_is_present;
   osh_cb_num_devices num_devices;
+  osh_cb_construct construct;
 };
 
 static struct osh_interposer_callbacks cbs;
@@ -169,12 +173,18 @@ static void embed_start(void)
       ".split(os.pathsep) if p and p not in sys.path]\n"
       "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
+  /* no `site`: the run command passes its own complete sys.path (site-packages and
+   * what .pth files added) in OFFLOAD_SHIM_PYTHONPATH, and `site` would only add the
+   * base interpreter's site-packages and run its .pth hooks (start-up time) */
+  int *no_site = (int *)dlsym(h, "Py_NoSiteFlag");
   int rc;
   if (is_init()) {                        /* the program is itself a Python */
     int st = p_gil_ensure();
     rc = p_run(boot);
     p_gil_release(st);
   } else {
+    if (no_site)
+      *no_site = 1;
     init_ex(0);                           /* no signal handlers: the program keeps its own */
     rc = p_run(boot);
     save();                               /* release the GIL for good */
@@ -258,6 +268,94 @@ OSH_EXPORT uint64_t osh_interposer_calls(int which)
                                           : 0;
 }
 
+/* ---- one crossing per construct ---------------------------------------------------- */
+/* A construct's arguments as one array of 64-bit words in a per-thread frame, so that
+ * Python reads them from one memoryview it keeps per frame (offload_shim/interposer/
+ * plan.py) instead of one ctypes conversion per argument and array element.  The C
+ * side only copies: what to do with the construct is decided in Python.
+ *
+ *   [0] kind (0 data begin, 1 data end, 2 data update, 3 kernel)   [1] n
+ *   [2] device (int64; -1, the default device, is resolved with libomp's
+ *   omp_get_default_device() when the process has it)  [3] loc  [4] host_ptr  [5] kernel args  [6] teams  [7] threads
+ *   [8..13] the arrays as passed: bases, args, sizes, types, names, mappers
+ *   [14] KernelArgsTy version (kernels; 0 otherwise)  [15] 1 when [16..] hold copies
+ *   [16 + i], [16 + n + i], [16 + 2n + i], [16 + 3n + i]: bases[i], args[i],
+ *   sizes[i], types[i] (only when n <= OSH_FRAME_MAX)
+ *
+ * KernelArgsTy (LLVM 16 omptarget.h, versions 1..3 share this prefix): uint32_t
+ * Version, NumArgs; void **ArgBasePtrs, **ArgPtrs; int64_t *ArgSizes, *ArgTypes;
+ * void **ArgNames, **ArgMappers. */
+#define OSH_FRAME_HEAD 16
+#define OSH_FRAME_MAX 256
+#define OSH_FRAME_WORDS (OSH_FRAME_HEAD + 4 * OSH_FRAME_MAX)
+
+static pthread_key_t frame_key;
+static pthread_once_t frame_once = PTHREAD_ONCE_INIT;
+static __thread uint64_t *tframe;         /* this thread's frame (malloc'ed) */
+static __thread int tframe_busy;          /* a construct is using it (no nesting) */
+
+static int (*p_omp_default_device)(void);  /* libomp's, resolved once */
+static void frame_key_make(void)
+{
+  pthread_key_create(&frame_key, free);
+  p_omp_default_device = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_default_device");
+}
+
+static uint64_t *frame_get(void)
+{
+  if (tframe_busy)
+    return NULL;
+  if (!tframe) {
+    pthread_once(&frame_once, frame_key_make);
+    tframe = calloc(OSH_FRAME_WORDS, sizeof(uint64_t));
+    if (!tframe)
+      return NULL;
+    pthread_setspecific(frame_key, tframe);
+  }
+  return tframe;
+}
+
+static void frame_fill(uint64_t *f, int kind, void *loc, int64_t dev, int64_t n,
+                       void **bases, void **args, int64_t *sizes, int64_t *types,
+                       void **names, void **mappers)
+{
+  f[0] = (uint64_t)kind;
+  f[1] = (uint64_t)n;
+  /* the default device, as libomptarget's checkDeviceAndCtors resolves it: the
+   * calling thread's default-device ICV */
+  if (dev == -1 && p_omp_default_device)
+    dev = p_omp_default_device();
+  f[2] = (uint64_t)dev;
+  f[3] = (uint64_t)(uintptr_t)loc;
+  f[8] = (uint64_t)(uintptr_t)bases;
+  f[9] = (uint64_t)(uintptr_t)args;
+  f[10] = (uint64_t)(uintptr_t)sizes;
+  f[11] = (uint64_t)(uintptr_t)types;
+  f[12] = (uint64_t)(uintptr_t)names;
+  f[13] = (uint64_t)(uintptr_t)mappers;
+  int copy = n >= 0 && n <= OSH_FRAME_MAX && (n == 0 || (bases && args && sizes && types));
+  f[15] = (uint64_t)copy;
+  if (copy && n > 0) {
+    memcpy(&f[OSH_FRAME_HEAD], bases, (size_t)n * 8);
+    memcpy(&f[OSH_FRAME_HEAD + n], args, (size_t)n * 8);
+    memcpy(&f[OSH_FRAME_HEAD + 2 * n], sizes, (size_t)n * 8);
+    memcpy(&f[OSH_FRAME_HEAD + 3 * n], types, (size_t)n * 8);
+  }
+}
+
+/* the construct callback on a filled frame: its return code, or INT32_MIN when there is
+ * no construct callback or no free frame (the caller uses the per-kind callback) */
+static int frame_call(uint64_t *f)
+{
+  osh_cb_construct g = cbs.construct;
+  if (!g)
+    return INT32_MIN;
+  tframe_busy = 1;
+  int rc = CB(g(f));
+  tframe_busy = 0;
+  return rc;
+}
+
 /* ---- libomptarget 16 interface (VERS1.0) ------------------------------------------ */
 OSH_EXPORT void __tgt_register_requires(int64_t flags)
 {
@@ -312,7 +410,26 @@ OSH_EXPORT int __tgt_target_kernel(void *loc, int64_t dev, int32_t teams, int32_
     count(C_FALLBACK);
     return OMP_TGT_FAIL;
   }
-  int rc = CB(f(loc, dev, teams, threads, host_ptr, args));
+  int rc = INT32_MIN;
+  uint64_t *fr = cbs.construct && args ? frame_get() : NULL;
+  if (fr) {
+    const unsigned char *ka = (const unsigned char *)args;
+    uint32_t version, nargs;
+    void *arr[6];
+    memcpy(&version, ka, 4);
+    memcpy(&nargs, ka + 4, 4);
+    memcpy(arr, ka + 8, sizeof arr);
+    frame_fill(fr, 3, loc, dev, nargs, (void **)arr[0], (void **)arr[1], (int64_t *)arr[2],
+               (int64_t *)arr[3], (void **)arr[4], (void **)arr[5]);
+    fr[4] = (uint64_t)(uintptr_t)host_ptr;
+    fr[5] = (uint64_t)(uintptr_t)args;
+    fr[6] = (uint64_t)(int64_t)teams;
+    fr[7] = (uint64_t)(int64_t)threads;
+    fr[14] = version;
+    rc = frame_call(fr);
+  }
+  if (rc == INT32_MIN)
+    rc = CB(f(loc, dev, teams, threads, host_ptr, args));
   fatal_if(rc);
   if (rc != 0)
     count(C_FALLBACK);
@@ -337,8 +454,18 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
   count(C_DATA);
   ensure_python();
   osh_cb_data f = cbs.target_data;
-  if (f)
-    fatal_if(CB(f(kind, loc, dev, n, bases, args, sizes, types, names, mappers)));
+  if (!f)
+    return;
+  int rc = INT32_MIN;
+  uint64_t *fr = cbs.construct ? frame_get() : NULL;
+  if (fr) {
+    frame_fill(fr, kind, loc, dev, n, bases, args, sizes, types, names, mappers);
+    fr[4] = fr[5] = fr[6] = fr[7] = fr[14] = 0;
+    rc = frame_call(fr);
+  }
+  if (rc == INT32_MIN)
+    rc = CB(f(kind, loc, dev, n, bases, args, sizes, types, names, mappers));
+  fatal_if(rc);
 }
 
 #define DATA_FORMS(NAME, KIND)                                                              \

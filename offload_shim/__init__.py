@@ -15,13 +15,39 @@ through ctypes.  Importing the package loads nothing and calls nothing
 
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
-from .core.images import AddressMap, HostEntry, OffloadImage
-from .plugins.plugin import Plugin, load_plugin
-from .core.device import Device, DeviceState
-from .core.runtime import Runtime
-from .interposer import interpose  # issue 7: compiled code through the runtime
+
+TYPE_CHECKING = False      # typing.TYPE_CHECKING without importing typing (start-up)
+if TYPE_CHECKING:
+    from .core.device import Device, DeviceState
+    from .core.images import AddressMap, HostEntry, OffloadImage
+    from .core.runtime import Runtime
+    from .interposer import interpose
+    from .plugins.plugin import Plugin, load_plugin
+
+#: public name -> the module defining it, imported on first access (PEP 562): the
+#: embedded runtime of ``offload-shim run`` and the command line import only what
+#: they use
+_LAZY = {"AddressMap": ".core.images", "HostEntry": ".core.images",
+         "OffloadImage": ".core.images", "Plugin": ".plugins.plugin",
+         "load_plugin": ".plugins.plugin", "Device": ".core.device",
+         "DeviceState": ".core.device", "Runtime": ".core.runtime",
+         "interpose": ".interposer"}          # issue 7: compiled code through the runtime
 
 __version__ = "0.1.0"
 
 __all__ = ["AddressMap", "Device", "DeviceState", "HostEntry", "OffloadImage", "Plugin",
            "Runtime", "interpose", "load_plugin", *_errors_all]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'offload_shim' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

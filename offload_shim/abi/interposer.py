@@ -48,12 +48,16 @@ MEMCPY_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_uint64, c_uint64, c_uint64, c
 PRESENT_CB = CFUNCTYPE(c_int, c_void_p, c_int32)
 # int (*)(void)
 NUMDEV_CB = CFUNCTYPE(c_int)
+# int (*)(void *frame)                                 one construct (FRAME_* layout)
+CONSTRUCT_CB = CFUNCTYPE(c_int, c_void_p)
+
 #: (field, prototype) of ``struct osh_interposer_callbacks`` after ``size``, in order
 CALLBACK_FIELDS = (
     ("register_lib", DESC_CB), ("unregister_lib", DESC_CB), ("register_requires", REQ_CB),
     ("target_kernel", KERNEL_CB), ("target_data", DATA_CB), ("target_alloc", ALLOC_CB),
     ("target_free", FREE_CB), ("target_memcpy", MEMCPY_CB),
-    ("target_is_present", PRESENT_CB), ("num_devices", NUMDEV_CB))
+    ("target_is_present", PRESENT_CB), ("num_devices", NUMDEV_CB),
+    ("construct", CONSTRUCT_CB))
 
 
 class Callbacks(Structure):
@@ -193,12 +197,20 @@ def loaded_libomptarget() -> tuple[int, str] | None:
     return best
 
 
+_libomp = None
+
+
 def libomp() -> ctypes.CDLL | None:
-    """``libomp.so.5`` if it is already loaded (``RTLD_NOLOAD``), else None."""
+    """``libomp.so.5`` if it is already loaded (``RTLD_NOLOAD``), else None.  The
+    handle is kept once found (ctypes never closes one; asked per construct)."""
+    global _libomp
+    if _libomp is not None:
+        return _libomp
     try:
-        return ctypes.CDLL("libomp.so.5", mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        _libomp = ctypes.CDLL("libomp.so.5", mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
     except OSError:
         return None
+    return _libomp
 
 
 def kmpc_target_offload(omp) -> int | None:
@@ -376,7 +388,48 @@ def cdll_from_handle(path: str, handle: int) -> ctypes.CDLL:
     return ctypes.CDLL(path, handle=handle)
 
 
-__all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
+# -- the construct frame (native/interposer.c, "one crossing per construct") ------------
+#: word indices of the frame header
+(FRAME_KIND, FRAME_N, FRAME_DEV, FRAME_LOC, FRAME_HOST_PTR, FRAME_KARGS, FRAME_TEAMS,
+ FRAME_THREADS, FRAME_BASES_P, FRAME_ARGS_P, FRAME_SIZES_P, FRAME_TYPES_P, FRAME_NAMES_P,
+ FRAME_MAPPERS_P, FRAME_KARGS_VERSION, FRAME_COPIED) = range(16)
+FRAME_HEAD = 16
+#: most arguments copied into a frame (OSH_FRAME_MAX)
+FRAME_MAX = 256
+FRAME_WORDS = FRAME_HEAD + 4 * FRAME_MAX
+#: frame kinds: data begin / end / update (``__tgt_target_data_*_mapper``), kernel
+FRAME_BEGIN, FRAME_END, FRAME_UPDATE, FRAME_KERNEL = 0, 1, 2, 3
+
+
+def frame_view(addr: int) -> memoryview:
+    """The ``uint64_t`` words of the construct frame at ``addr`` as a memoryview of
+    format ``Q`` (the frame stays valid for the thread's life; keep the view)."""
+    return memoryview((ctypes.c_uint64 * FRAME_WORDS).from_address(addr)).cast("B").cast("Q")
+
+
+def frame_map_args(v: memoryview) -> "MapArgs":
+    """The :class:`MapArgs` of a frame's construct, read from the arrays it points
+    to (the general path)."""
+    n = int(v[FRAME_N])
+
+    def ptr(i, t):
+        return ctypes.cast(v[i], POINTER(t)) if v[i] else None
+    return MapArgs(n, ptr(FRAME_BASES_P, c_void_p), ptr(FRAME_ARGS_P, c_void_p),
+                   ptr(FRAME_SIZES_P, c_int64), ptr(FRAME_TYPES_P, c_int64),
+                   ptr(FRAME_NAMES_P, c_void_p), ptr(FRAME_MAPPERS_P, c_void_p))
+
+
+def frame_pointer_args(v: memoryview) -> tuple:
+    """(bases, args, sizes, types, names, mappers) of a frame as the ctypes pointer
+    objects the ``target_data`` callback receives (NULL as a NULL pointer)."""
+    protos = (c_void_p, c_void_p, c_int64, c_int64, c_void_p, c_void_p)
+    return tuple(ctypes.cast(v[FRAME_BASES_P + k] or 0, POINTER(t))
+                 for k, t in enumerate(protos))
+
+
+__all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "FRAME_BEGIN", "FRAME_END",
+           "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",
+           "frame_map_args", "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",

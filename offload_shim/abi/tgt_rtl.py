@@ -127,6 +127,13 @@ class KernelArgs(Structure):
     ]
 
 
+#: ``int32_t __tgt_rtl_launch_kernel(int32_t ID, void *TgtEntryPtr, void **TgtArgs,
+#: ptrdiff_t *TgtOffsets, KernelArgsTy *KernelArgs, __tgt_async_info *AsyncInfo)``
+#: (LLVM 16) with every pointer passed as an address: for a caller that keeps its
+#: argument blocks and launches again and again (Plugin.launcher)
+LAUNCH_BY_ADDRESS = ctypes.CFUNCTYPE(c_int32, c_int32, c_void_p, c_void_p, c_void_p,
+                                     c_void_p, c_void_p)
+
 # Opaque-ish pointer types so crossed pointers fail in ctypes (style.md).
 OffloadEntryP = POINTER(OffloadEntry)
 DeviceImageP = POINTER(DeviceImage)

@@ -36,7 +36,8 @@ def _add_arguments(p: argparse.ArgumentParser, default_profile: str) -> None:
     p.add_argument("--latency-free-ns", type=int, default=DEFAULT_FREE_LATENCY_NS,
                    help="emulated device-synchronising free latency, ns (default %(default)s)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help="comma-separated subset of " + ",".join(WORKLOADS))
+                   help="comma-separated subset of " + ",".join(WORKLOADS)
+                   + " (or run: offload-shim run against libomptarget, run_overhead.py)")
     p.add_argument("--only", action="append", metavar="ROW",
                    help="rows whose name contains ROW (repeatable)")
     p.add_argument("--no-gpu", action="store_true", help="do not try the CUDA rows")
@@ -52,7 +53,7 @@ def _check_args(args) -> tuple:
     Raises UsageError."""
     wls = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     for w in wls:
-        if w not in WORKLOADS:
+        if w not in WORKLOADS and w != "run":
             raise UsageError(f"--workloads: unknown workload {w!r} "
                              f"(choose from {', '.join(WORKLOADS)})")
     if not wls:
@@ -86,6 +87,12 @@ def _cmd(args, on_result=None) -> int:
     except UsageError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
+    if "run" in wls:     # whole programs under offload-shim run vs libomptarget
+        from .run_overhead import main_from_bench
+        rc = main_from_bench(args)
+        wls = tuple(w for w in wls if w != "run")
+        if rc or not wls:
+            return rc
     try:
         with deferred_signals():
             out = run(args.profile, alloc_ns=args.latency_alloc_ns,

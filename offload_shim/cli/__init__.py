@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
-from array import array
+
+# ctypes, subprocess, signal, tempfile, time and array are imported where they are used:
+# `offload-shim run` starts every program through this module (start-up time)
 
 
 def _capture_c_stdout(fn):
     """Run fn() with file descriptor 1 redirected; returns (result, text)."""
+    import ctypes
+    import tempfile
     libc = ctypes.CDLL(None)
     sys.stdout.flush()
     libc.fflush(None)
@@ -195,6 +194,9 @@ def cmd_info(args) -> int:
 
 def _demo_one(path: str, abi: str | None) -> int:
     """The main job on one plugin view; prints one line per step; exit 0 if verified."""
+    import time
+    from array import array
+
     import offload_shim as osh
 
     def step(msg):
@@ -284,6 +286,8 @@ def cmd_demo(args) -> int:
         except Exception as exc:  # report, as a failed row
             print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
             return 1
+    import signal
+    import subprocess
     targets = demo_targets(args.plugins, system=not args.no_system)
     if not targets:
         print("no plugin with a device found")
@@ -321,6 +325,11 @@ _SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        # the start-up of every `offload-shim run`: only its own parser and module
+        from .run import main_run
+        return main_run(argv[1:])
     ap = argparse.ArgumentParser(prog="offload-shim", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     pi = sub.add_parser("info", help="list plugins, ABIs and devices")

@@ -40,12 +40,19 @@ def _os_error_text(exc: OSError) -> str:
 
 def check_plugins(paths) -> str | None:
     """Load every ``--plugin`` path with :func:`offload_shim.plugins.plugin.load_plugin`
-    (nothing is initialised); the first failure's one-line text, or None."""
+    (nothing is initialised); the first failure's one-line text, or None.  A file whose
+    bytes loaded as a plugin in an earlier run is not loaded again
+    (:func:`offload_shim.plugins.isolation.plugin_known_good`): the program's own
+    process loads it anyway."""
     from ..errors import OffloadError
-    from ..plugins.plugin import load_plugin
+    from ..plugins.isolation import plugin_known_good, remember_good_plugin
     for path in paths:
+        if plugin_known_good(path):   # these bytes loaded as a plugin before
+            continue
+        from ..plugins.plugin import load_plugin
         try:
             load_plugin(path)
+            remember_good_plugin(path)
         except OffloadError as exc:
             return f"--plugin {path}: {exc}"
         except OSError as exc:
@@ -126,8 +133,8 @@ def cmd_run_library(args) -> int:
 def libpython_path() -> str:
     """The shared libpython of this interpreter (``LIBDIR/INSTSONAME``); RuntimeError
     with the reason when CPython was not built with ``--enable-shared``."""
+    import os
     import sysconfig
-    from pathlib import Path
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise RuntimeError(f"{sys.executable} is not built with --enable-shared (no "
                            "libpython*.so to embed in the program): use an interpreter "
@@ -135,9 +142,22 @@ def libpython_path() -> str:
                            "--enable-shared, Debian's python3)")
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     for name in (sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LDLIBRARY")):
-        if name and (Path(libdir) / name).is_file():
-            return str(Path(libdir) / name)
+        if name and os.path.isfile(os.path.join(libdir, name)):
+            return os.path.join(libdir, name)
     raise RuntimeError(f"libpython not found in {libdir}")
+
+
+def _interposer_path():
+    """:func:`offload_shim.interposer.interposer_path` without importing the interposer
+    package (the launcher only needs the file; the program's process imports it)."""
+    import os
+    d = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
+    p = os.path.join(d, "libosh_interposer.so")
+    if not os.path.isfile(p):               # elsewhere (plugins.hostplugin knows where)
+        from ..interposer import interposer_path
+        return interposer_path()            # or FileNotFoundError with the advice
+    return p
 
 
 def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
@@ -148,21 +168,19 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     offload_shim is imported from, then this interpreter's ``sys.path``) and
     ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.interposer.embed`).  Raises
     FileNotFoundError (interposer not built), RuntimeError (no shared libpython)."""
-    import os
-    from pathlib import Path
+    import os                   # os.path, not pathlib: start-up of every run
     import offload_shim
-    from ..interposer import interposer_path
     env = dict(os.environ if base is None else base)
     pre = env.get("LD_PRELOAD", "")
-    env["LD_PRELOAD"] = str(interposer_path()) + (":" + pre if pre else "")
+    env["LD_PRELOAD"] = str(_interposer_path()) + (":" + pre if pre else "")
     env["OFFLOAD_SHIM_EMBED"] = "1"
     env["OFFLOAD_SHIM_LIBPYTHON"] = libpython_path()
-    here = str(Path(offload_shim.__file__).resolve().parent.parent)
-    paths = [here] + [p for p in sys.path if p and p != here and Path(p).is_absolute()]
+    here = os.path.dirname(os.path.dirname(os.path.realpath(offload_shim.__file__)))
+    paths = [here] + [p for p in sys.path if p and p != here and os.path.isabs(p)]
     env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)
     env["OFFLOAD_SHIM_RUN_OPTIONS"] = json.dumps(
-        {"plugins": [str(Path(p).resolve()) for p in plugins], "bundled": bool(bundled),
-         "policy": policy, "report": str(Path(report).resolve()) if report else None,
+        {"plugins": [os.path.realpath(p) for p in plugins], "bundled": bool(bundled),
+         "policy": policy, "report": os.path.realpath(report) if report else None,
          "gomp_host_device": bool(gomp_host_device)})
     return env
 
@@ -171,7 +189,6 @@ def cmd_run(args) -> int:
     """exec the program with :func:`run_environment`: its output and exit status are
     its own."""
     import os
-    import shutil
     bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
     if bad:
         _error(bad)
@@ -184,6 +201,7 @@ def cmd_run(args) -> int:
         return 2
     prog = args.program
     if os.sep not in prog:
+        import shutil
         prog = shutil.which(prog) or prog
     sys.stdout.flush()
     sys.stderr.flush()
@@ -229,6 +247,15 @@ def register_cli(subparsers) -> None:
                    "libgomp 12's mapping (default: its own libgomp)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run_library)
+
+
+def main_run(argv) -> int:
+    """``offload-shim run ARGV...`` without building the other subcommands' parsers
+    (they import the whole package): same options, errors and exit statuses."""
+    ap = argparse.ArgumentParser(prog="offload-shim")
+    register_cli(ap.add_subparsers(dest="cmd", required=True, prog="offload-shim"))
+    args = ap.parse_args(["run", *argv])
+    return args.func(args)
 
 
 if __name__ == "__main__":

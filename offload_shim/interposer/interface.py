@@ -34,6 +34,7 @@ from .bridge import Bridge, guard
 from .gomp import GompSide
 from .library import LoadedLibrary, open_library
 from .mapping import DeviceMapper, MapEntry, MapError
+from .plan import FastPath
 from .rtl import Registrations
 
 OFFLOAD_DEVICE_DEFAULT = -1
@@ -70,6 +71,13 @@ class Interposer:
         self._closed = False
         self._bridge = Bridge()
         self._host_runtime: int | None = None
+        # per-region plans and the cheap path of common constructs (plan.py); it calls
+        # back into the general code below for everything else
+        self.fast = FastPath(lock=self._lock, check_device=self._check_device,
+                             default_device=self._default_device,
+                             slow_kernel=self._on_kernel, slow_data=self._on_data,
+                             failed=self._construct_failed,
+                             requires=lambda: self.rtls.requires_flags)
 
     # -- views ------------------------------------------------------------------------
     @property
@@ -132,6 +140,7 @@ class Interposer:
             "target_memcpy": guard(self._on_memcpy, plain),
             "target_is_present": guard(self._on_is_present, plain, fail=0),
             "num_devices": guard(self.num_devices, plain, fail=0),
+            "construct": guard(self.fast.on_construct, construct),
         })
         self.gomp.install(self._bridge.lib)
         # libraries registered before the callbacks existed (e.g. preloaded)
@@ -158,6 +167,7 @@ class Interposer:
                 self._on_unregister(desc)
             for dm in self._mappers.values():
                 dm.release_all()
+            self.fast.invalidate()
             self._bridge.uninstall()
             self.gomp.uninstall()
             self._closed = True
@@ -242,6 +252,14 @@ class Interposer:
         if omp is not None:
             return _abi.omp_default_device(omp)
         return int(os.environ.get("OMP_DEFAULT_DEVICE", "0") or 0)
+
+    def _construct_failed(self, kind: int, exc: Exception, loc: int | None) -> int:
+        """The return code of a construct (kind as in the frame: 0..2 data, 3 kernel)
+        that failed with ``exc`` (a MapError or OffloadError): the general code and
+        the cheap path (plan.py) report it the same way."""
+        if kind == 3:
+            return self._outcome_fail(f"{type(exc).__name__}: {exc}", loc)
+        return self._outcome_fail(str(exc), loc)
 
     def _check_device(self, dev_id: int, loc: int | None) -> DeviceMapper | int:
         """The DeviceMapper to offload to, or a callback return code (fallback /
@@ -336,11 +354,13 @@ class Interposer:
     # -- registration (rtl.cpp) --------------------------------------------------------
     def _on_requires(self, flags: int) -> int:
         self.rtls.requires_flags = int(flags)
+        self.fast.invalidate()
         return CB_OK
 
     def _on_register(self, desc: int) -> int:
         """``__tgt_register_lib``."""
         with self._lock:
+            self.fast.invalidate()
             try:
                 self.rtls.register_lib(desc)
             finally:
@@ -351,6 +371,7 @@ class Interposer:
         """``__tgt_unregister_lib``: the images' declare-target rows leave the mapping
         tables, then the images are unregistered from the runtime."""
         with self._lock:
+            self.fast.invalidate()
             for img in self.libraries.get(desc, ()):
                 for dm in self._mappers.values():
                     dm.drop_image(img)
@@ -373,7 +394,7 @@ class Interposer:
                 else:
                     omptarget.target_data_update(chk, m)
             except (MapError, OffloadError) as exc:
-                return self._outcome_fail(str(exc), loc)
+                return self._construct_failed(kind, exc, loc)
             return CB_OK
 
     def _on_kernel(self, loc, dev_id, teams, threads, host_ptr, kargs) -> int:
@@ -400,7 +421,7 @@ class Interposer:
             try:
                 launch.target(chk, entry, m, implicit)
             except (MapError, OffloadError) as exc:
-                return self._outcome_fail(f"{type(exc).__name__}: {exc}", loc)
+                return self._construct_failed(3, exc, loc)
             return CB_OK
 
     # -- API routines (api.cpp) -----------------------------------------------------------

@@ -15,6 +15,7 @@ infinite reference count).  Device memory comes from :meth:`Device.alloc` /
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_right
 
 from ..abi import interposer as _abi
 from ..errors import OffloadError
@@ -82,17 +83,11 @@ class MappingTable:
 
     def __init__(self):
         self.entries: list[MapEntry] = []
+        self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
 
     def _index(self, hp: int) -> int:
-        lo, hi = 0, len(self.entries)
-        while lo < hi:                      # upper_bound on begin
-            mid = (lo + hi) // 2
-            if self.entries[mid].begin <= hp:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_right(self._begins, hp)       # upper_bound on begin
 
     def lookup(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
         """(entry, contained, extends_before, extends_after), libomptarget 16 rules
@@ -124,15 +119,22 @@ class MappingTable:
     def insert(self, entry: MapEntry) -> None:
         i = self._index(entry.begin)
         self.entries.insert(i, entry)
+        self._begins.insert(i, entry.begin)
 
     def remove(self, entry: MapEntry) -> None:
-        with contextlib.suppress(ValueError):
-            self.entries.remove(entry)
+        i = self._index(entry.begin) - 1          # rows with this begin end at i
+        while i >= 0 and self._begins[i] == entry.begin:
+            if self.entries[i] is entry:
+                del self.entries[i]
+                del self._begins[i]
+                break
+            i -= 1
         for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
             del self.shadow[addr]
 
     def clear(self) -> None:
         self.entries.clear()
+        self._begins.clear()
         self.shadow.clear()
 
     def __len__(self):

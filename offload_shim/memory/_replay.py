@@ -18,7 +18,6 @@ event, never a silently replayed zero.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -171,6 +170,7 @@ def format_table(results: dict) -> str:
 
 
 def main(argv=None) -> int:
+    import argparse                 # only for the command line (start-up of the runtime)
     ap = argparse.ArgumentParser(
         prog="python -m offload_shim.memory.replay",
         description="Replay a MemoryManager event log against pool policies and print "

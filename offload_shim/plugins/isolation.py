@@ -10,11 +10,12 @@ caller go on in-process.
 
 * :func:`verify_image` -- ``dlopen`` the image bytes (``RTLD_NOW |
   RTLD_LOCAL``, as the host plugins do) from a temporary file in a child;
-  verdicts are cached process-wide by the SHA-256 of the bytes.
+  verdicts are cached process-wide and across runs (:mod:`offload_shim.core.verdicts`)
+  by the SHA-256 of the bytes.
 * :func:`probe_plugin` -- load a plugin file in a child with
   :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
   GOMP version/caps probes); verdicts are cached per ``(realpath, size,
-  mtime)``.
+  mtime)`` in the process and by the SHA-256 of the file across runs.
 
 Both raise a typed :class:`~offload_shim.errors.OffloadError`; they never
 let the bytes or the file reach this process.
@@ -22,15 +23,18 @@ let the bytes or the file reach this process.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 
+from ..core import verdicts as _verdicts
 from ..errors import InvalidImageError, PluginDlopenError
+
+#: the modules whose code decides the verdicts stored across runs (core/verdicts.py)
+_CHECKERS = ("offload_shim.plugins.isolation",)
+_PLUGIN_CHECKERS = ("offload_shim.plugins.isolation", "offload_shim.plugins.plugin",
+                    "offload_shim.abi.tgt_rtl", "offload_shim.abi.gomp",
+                    "offload_shim.abi.liboffload")
 
 #: seconds a child may take before its work counts as hung
 IMAGE_TIMEOUT_S = 60.0
@@ -45,6 +49,7 @@ _plugin_verdicts: dict[tuple[str, int, int], tuple[str, str] | None] = {}
 
 def signal_name(rc: int) -> str:
     """``SIGSEGV`` for a child return code of -11."""
+    import signal
     try:
         return signal.Signals(-rc).name
     except ValueError:
@@ -69,6 +74,8 @@ sys.exit(0)          # a normal exit also runs the image's destructors
 
 
 def _run_image_child(data: bytes) -> str | None:
+    import subprocess
+    import tempfile
     fd, path = tempfile.mkstemp(prefix="osh_verify_", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -107,19 +114,25 @@ def verify_image(data: bytes, *, name: str = "image") -> None:
     loader (SIGSEGV) ...", a dlopen error -> its message.  Costs one
     interpreter start (measured ~12 ms for the sample image) the first time
     a given content is seen; ~30 us for a cached verdict."""
-    key = hashlib.sha256(data).hexdigest()
+    key = _verdicts.sha256(data)
     with _lock:
         if key in _image_verdicts:
             verdict = _image_verdicts[key]
         else:
-            verdict = _image_verdicts[key] = _run_image_child(bytes(data))
+            stored = _verdicts.get("image-dlopen", _CHECKERS, key)
+            if stored is not None and "verdict" in stored:
+                verdict = stored["verdict"]
+            else:
+                verdict = _run_image_child(bytes(data))
+                _verdicts.put("image-dlopen", _CHECKERS, key, {"verdict": verdict})
+            _image_verdicts[key] = verdict
     if verdict is not None:
         raise InvalidImageError(f"image {name!r}: {verdict}")
 
 
 def image_verdict_cached(data: bytes) -> bool:
     """True when :func:`verify_image` already ran for this content."""
-    return hashlib.sha256(data).hexdigest() in _image_verdicts
+    return _verdicts.sha256(data) in _image_verdicts
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -144,6 +157,7 @@ def _package_root() -> str:
 
 
 def _run_plugin_child(real: str, abi: str | None) -> tuple[str, str] | None:
+    import subprocess                   # children only when a verdict is not known
     try:
         proc = subprocess.run([sys.executable, "-P", "-c", _PLUGIN_CHILD, _package_root(),
                                real, abi or ""], capture_output=True, text=True,
@@ -178,10 +192,40 @@ def probe_plugin(real: str, abi: str | None = None) -> None:
         if key in _plugin_verdicts:
             verdict = _plugin_verdicts[key]
         else:
-            verdict = _plugin_verdicts[key] = _run_plugin_child(real, abi)
+            content = f"{_verdicts.file_sha256(real)}:{abi or ''}"
+            stored = _verdicts.get("plugin-probe", _PLUGIN_CHECKERS, content)
+            if stored is not None and "verdict" in stored:
+                verdict = tuple(stored["verdict"]) if stored["verdict"] else None
+            else:
+                verdict = _run_plugin_child(real, abi)
+                _verdicts.put("plugin-probe", _PLUGIN_CHECKERS, content,
+                              {"verdict": list(verdict) if verdict else None})
+            _plugin_verdicts[key] = verdict
     if verdict is not None:
         short, msg = verdict
         raise PluginDlopenError(f"{real}: {msg}", path=real, dlerror=short)
+
+
+def plugin_known_good(path: str, abi: str | None = None) -> bool:
+    """True when an earlier process loaded the plugin file at ``path`` (same bytes,
+    same checking code) with :func:`~offload_shim.plugins.plugin.load_plugin` and got
+    a plugin (:func:`remember_good_plugin`): ``offload-shim run`` then skips its own
+    test load of ``--plugin`` files.  False when unknown or unreadable."""
+    try:
+        content = f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}"
+    except OSError:
+        return False
+    stored = _verdicts.get("plugin-load", _PLUGIN_CHECKERS, content)
+    return bool(stored and stored.get("ok"))
+
+
+def remember_good_plugin(path: str, abi: str | None = None) -> None:
+    """Record that ``load_plugin(path)`` succeeded for these bytes."""
+    try:
+        content = f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}"
+    except OSError:
+        return
+    _verdicts.put("plugin-load", _PLUGIN_CHECKERS, content, {"ok": True})
 
 
 def mapped_in_process(real: str) -> bool:

@@ -319,6 +319,30 @@ class Plugin:
         :class:`MissingEntryPointError` if the plugin does not export it."""
         return self._need(name)
 
+    def submit_many(self, dev: int, ops) -> None:
+        """:meth:`submit` of each ``(tgt, host_addr, size)`` in order; stops at the
+        first failure (raised).  A plugin family may do them with less overhead."""
+        for tgt, host_addr, size in ops:
+            self.submit(dev, tgt, host_addr, size)
+
+    def retrieve_many(self, dev: int, ops) -> None:
+        """:meth:`retrieve` of each ``(host_addr, tgt, size)`` in order (see
+        :meth:`submit_many`)."""
+        for host_addr, tgt, size in ops:
+            self.retrieve(dev, host_addr, tgt, size)
+
+    def launcher(self, dev: int, entry: int, nargs: int):
+        """A callable ``launch(args, offsets)`` for repeated synchronous launches of
+        the kernel ``entry`` of device ``dev`` with ``nargs`` pointer-sized
+        arguments: what :meth:`launch` does, for callers that launch the same kernel
+        many times (compiled code's target regions).  This base version calls
+        :meth:`launch`; a plugin family may prepare its argument blocks once.
+        ``args``/``offsets``: lists of ``nargs`` ints within 64 bits (not checked
+        again per item: the caller validates).  Raises like :meth:`launch`."""
+        def launch(args, offsets, _launch=self.launch):
+            _launch(dev, entry, args, offsets)
+        return launch
+
     def _need(self, name: str):
         fn = self._fn.get(name)
         if fn is None:
@@ -466,6 +490,7 @@ class LLVMPlugin(Plugin):
                 f"(supported: {', '.join(_tgt.SUPPORTED)})")
         protos, required = _tgt.GENERATIONS[self.generation]
         self._bind(protos, required)
+        self._addr: dict[str, int] = {}         # entry point -> address (batched calls)
 
     # lifecycle -------------------------------------------------------------
     def _init_plugin(self):
@@ -606,6 +631,40 @@ class LLVMPlugin(Plugin):
                                   + self._detail(), code=rc,
                                   function="__tgt_rtl_data_retrieve", device=self._label(dev))
 
+    def submit_many(self, dev: int, ops) -> None:
+        """:meth:`Plugin.submit_many`: the ``data_submit`` calls in one foreign call
+        (:mod:`offload_shim.abi.batch`), or one by one without it."""
+        self._many(dev, ops, "data_submit")
+
+    def retrieve_many(self, dev: int, ops) -> None:
+        """:meth:`Plugin.retrieve_many`: the ``data_retrieve`` calls in one foreign
+        call (:mod:`offload_shim.abi.batch`), or one by one without it."""
+        self._many(dev, ops, "data_retrieve")
+
+    def _many(self, dev: int, ops, name: str) -> None:
+        fn = self._fn[name]
+        if len(ops) > 1:
+            from ..abi import batch
+            addr = self._addr.get(name)
+            if addr is None:
+                addr = self._addr[name] = batch.function_address(fn)
+            res = batch.call4(addr, dev, ops)
+            if res is not None:
+                done, rc = res
+                if done != len(ops):
+                    raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"
+                                          + self._detail(), code=rc,
+                                          function=f"__tgt_rtl_{name}",
+                                          device=self._label(dev))
+                return
+        ok = _tgt.OFFLOAD_SUCCESS
+        for a, b, size in ops:
+            rc = fn(dev, a, b, size)
+            if rc != ok:
+                raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"
+                                      + self._detail(), code=rc, function=f"__tgt_rtl_{name}",
+                                      device=self._label(dev))
+
     def lock(self, dev: int, host_addr: int, size: int) -> int:
         """``data_lock`` (LLVM 16+: ``int32_t (ID, HstPtr, Size, void **LockedPtr)``,
         verified against the Debian 16.0.6 plugins): returns the locked address.
@@ -667,6 +726,49 @@ class LLVMPlugin(Plugin):
         if rc != _tgt.OFFLOAD_SUCCESS:
             raise PluginCallError(f"{self._label(dev)}: {fname} failed ({rc}){self._detail()}",
                                   code=rc, function=fname, device=self._label(dev))
+
+    def launcher(self, dev: int, entry: int, nargs: int):
+        """:meth:`Plugin.launcher`: for the LLVM 16 plugins that take a NULL async
+        info (nextgen; classic host plugins) the argument and offset arrays and the
+        ``KernelArgsTy`` are made once, and each launch fills them and calls
+        ``__tgt_rtl_launch_kernel``, as :meth:`launch` does (one team, one thread);
+        a lock keeps concurrent users apart.  Other generations use :meth:`launch`."""
+        if nargs > MAX_KERNEL_ARGS:
+            raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
+        if self.generation == "llvm14" or (self.generation == "llvm16-classic"
+                                           and self._fn.get("synchronize") is not None):
+            return super().launcher(dev, entry, nargs)
+        n = max(nargs, 1)
+        argv = (c_void_p * n)()
+        offs = (_tgt.c_ptrdiff_t * n)()
+        ka = _tgt.KernelArgs()
+        ka.Version = _tgt.KERNEL_ARGS_VERSION
+        ka.NumArgs = nargs
+        ka.ArgBasePtrs = argv
+        ka.ArgPtrs = argv
+        ka.NumTeams[0] = 1
+        ka.ThreadLimit[0] = 1
+        # the same entry point through a prototype of plain addresses: the blocks are
+        # fixed, so each call converts ints only
+        call = _tgt.LAUNCH_BY_ADDRESS(cast(self._fn["launch_kernel"], c_void_p).value)
+        a_argv, a_offs, a_ka = (ctypes.addressof(argv), ctypes.addressof(offs),
+                                ctypes.addressof(ka))
+        lock = threading.Lock()
+        ok = _tgt.OFFLOAD_SUCCESS
+
+        def launch(args, offsets):
+            with lock:
+                if nargs:
+                    argv[:nargs] = args
+                    offs[:nargs] = offsets
+                rc = call(dev, entry, a_argv, a_offs, a_ka, None)
+            if rc != ok:
+                raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_launch_kernel failed "
+                                      f"({rc}){self._detail()}", code=rc,
+                                      function="__tgt_rtl_launch_kernel",
+                                      device=self._label(dev))
+        launch.keep = (argv, offs, ka, call)    # the blocks live as long as the function
+        return launch
 
     def print_device_info(self, dev: int) -> None:
         fn = self._fn.get("print_device_info")

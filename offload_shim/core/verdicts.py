@@ -1,0 +1,179 @@
+"""Verdicts of the checks that guard against hostile input, kept across runs.
+
+Some checks exist only because a file could be hostile: the structural ELF checks
+of an offload image (:func:`offload_shim.elf.machine`), the test ``dlopen`` of an
+image in a child process (:func:`offload_shim.plugins.isolation.verify_image`) and
+the probe of a plugin file in a child process
+(:func:`offload_shim.plugins.isolation.probe_plugin`).  Their outcome depends only
+on the bytes checked and on the code that checks them, so it is stored here under
+
+    sha256(kind, fingerprint of the checking code, sha256 of the bytes)
+
+and a later process (the next ``offload-shim run`` of the same program) reads it
+instead of running the check again.  The fingerprint is the SHA-256 of the source
+files of the modules doing the check, so any change to a check invalidates what it
+decided before.
+
+Storage: one small JSON file per verdict in ``$OFFLOAD_SHIM_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/offload_shim/verdicts``, else ``~/.cache/offload_shim/verdicts``),
+written atomically (temporary file + ``os.replace``).  A verdict can only make a
+later process skip a check, so the directory must not be writable by anyone else:
+it is created mode 0700, and a directory that is not owned by this user or is
+group/world-writable is not used at all (every check then runs, as with
+``OFFLOAD_SHIM_NO_CACHE=1``).  Reading and writing never raise: a cache that cannot
+be used only costs the checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+
+try:                        # the built-in SHA-256: loads no OpenSSL (start-up time)
+    from _sha256 import sha256 as _new_sha256
+except ImportError:         # pragma: no cover - other Pythons (3.12: _sha2)
+    try:
+        from _sha2 import sha256 as _new_sha256
+    except ImportError:
+        from hashlib import sha256 as _new_sha256
+
+CACHE_DIR_VAR = "OFFLOAD_SHIM_CACHE_DIR"
+NO_CACHE_VAR = "OFFLOAD_SHIM_NO_CACHE"
+
+_lock = threading.Lock()
+_fingerprints: dict[tuple[str, ...], str] = {}
+_dir_checked: dict[str, bool] = {}
+
+
+def cache_dir() -> str | None:
+    """The verdict directory, or None when caching is off
+    (``OFFLOAD_SHIM_NO_CACHE`` set to anything but ``""``/``0``)."""
+    if os.environ.get(NO_CACHE_VAR, "") not in ("", "0"):
+        return None
+    d = os.environ.get(CACHE_DIR_VAR)
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "offload_shim", "verdicts")
+    return d
+
+
+def _usable(d: str, create: bool) -> bool:
+    """``d`` exists (created 0700 when ``create``), is a directory owned by this user
+    and writable by nobody else."""
+    ok = _dir_checked.get(d)
+    if ok:
+        return True
+    try:
+        if create and not os.path.isdir(d):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+    except OSError:
+        return False
+    ok = (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+          and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    _dir_checked[d] = ok
+    return ok
+
+
+def fingerprint(modules: tuple[str, ...]) -> str:
+    """SHA-256 over the source files of ``modules`` (dotted names of this package's
+    modules; read without importing them): what makes a stored verdict stale when a
+    check changes."""
+    fp = _fingerprints.get(modules)
+    if fp is not None:
+        return fp
+    h = _new_sha256()
+    for name in modules:
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None) if mod is not None else None
+        if mod is None:             # the file, without importing the module
+            path = _source_path(name)
+        h.update(name.encode() + b"\0")
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    h.update(f.read())
+            except OSError:
+                h.update(b"?")
+    fp = _fingerprints[modules] = h.hexdigest()
+    return fp
+
+
+def _source_path(name: str) -> str | None:
+    """The source file of module ``name`` of this package (None when not found)."""
+    parts = name.split(".")
+    if parts[0] != "offload_shim":
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = os.path.join(root, *parts[1:])
+    for cand in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def key(kind: str, modules: tuple[str, ...], content_sha256: str) -> str:
+    """The storage key of the verdict of check ``kind`` (done by ``modules``) on
+    bytes whose SHA-256 is ``content_sha256``."""
+    h = _new_sha256()
+    h.update(kind.encode() + b"\0" + fingerprint(modules).encode() + b"\0"
+             + content_sha256.encode())
+    return h.hexdigest()
+
+
+def get(kind: str, modules: tuple[str, ...], content_sha256: str) -> dict | None:
+    """The stored verdict (a dict) or None."""
+    d = cache_dir()
+    if d is None or not _usable(d, create=False):
+        return None
+    path = os.path.join(d, f"{kind}-{key(kind, modules, content_sha256)}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def put(kind: str, modules: tuple[str, ...], content_sha256: str, value: dict) -> None:
+    """Store ``value`` (JSON-ready dict) as the verdict; errors are ignored."""
+    d = cache_dir()
+    if d is None:
+        return
+    with _lock:
+        if not _usable(d, create=True):
+            return
+        name = f"{kind}-{key(kind, modules, content_sha256)}.json"
+        tmp = os.path.join(d, f".{name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(value, f)
+            os.replace(tmp, os.path.join(d, name))
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def sha256(data: bytes) -> str:
+    """SHA-256 of ``data`` (hex)."""
+    return _new_sha256(data).hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    h = _new_sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["CACHE_DIR_VAR", "NO_CACHE_VAR", "cache_dir", "file_sha256", "fingerprint", "get",
+           "key", "put", "sha256"]

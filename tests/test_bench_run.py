@@ -1,0 +1,91 @@
+"""The ``run`` workload of ``offload-shim bench`` (offload-shim run against the real
+libomptarget 16) runs end to end on two of its programs and reports every figure.
+No timing is asserted: the targets live only in the benchmark's output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from offload_shim import bench
+from offload_shim.bench import run_overhead as ro
+
+from conftest import NEXTGEN16, need
+
+RT_SLOPE_KEYS = {"wall_us", "wall_us_spread", "cpu_us", "cpu_us_spread", "loop_us",
+                 "startup_wall_s"}
+RT_WHOLE_KEYS = {"wall_s", "wall_s_spread", "cpu_s", "cpu_s_spread", "loop_s"}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    if not shutil.which("clang-16"):
+        pytest.skip("clang-16 not installed")
+    need(NEXTGEN16, "the LLVM 16 x86_64 nextgen plugin")
+    return ro.run("tiny", only=["startup", "data-1"])
+
+
+def test_rows_and_fields(tiny):
+    assert tiny["skipped"] is None
+    assert set(tiny["rows"]) == {"startup", "data-1"}
+    d1 = tiny["rows"]["data-1"]
+    assert len(d1["counts"]) == 2 and d1["counts"][0] < d1["counts"][1]
+    for rt in ro.RUNTIMES:
+        assert RT_SLOPE_KEYS <= set(d1[rt]), rt
+        assert RT_WHOLE_KEYS <= set(tiny["rows"]["startup"][rt]), rt
+        assert tiny["rows"]["startup"][rt]["wall_s"] > 0
+    assert {"ratio", "ratio_spread", "cpu_ratio", "loop_ratio", "same_result",
+            "errors"} <= set(d1)
+    json.dumps(tiny)
+
+
+def test_both_runtimes_print_the_same_result(tiny):
+    # the programs print what their regions computed: the offload-shim run must agree
+    for name, row in tiny["rows"].items():
+        assert row["same_result"], (name, row["errors"])
+        assert not row["errors"], (name, row["errors"])
+
+
+def test_targets_and_tables(tiny):
+    statuses = {t["row"]: t["status"] for t in tiny["targets"]}
+    assert set(statuses) == {"startup", "data-1", "maps-16", "copy-64M"}
+    assert statuses["maps-16"] == "N/A"                 # row not run
+    assert set(statuses.values()) <= {"PASS", "MISS", "N/A"}
+    md = ro.format_markdown(tiny)
+    assert "`data-1`" in md and "`startup`" in md and "Targets" in md
+
+
+def test_docs_block_is_replaced(tiny, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nintro\n")
+    ro.update_docs(tiny, doc)
+    ro.update_docs(tiny, doc)
+    text = doc.read_text()
+    assert text.count(ro.BEGIN_MARK) == 1 and text.count(ro.END_MARK) == 1
+    assert text.startswith("# Benchmarks\n\nintro\n")
+
+
+def test_programs_are_distinct_per_map_count():
+    srcs = {k: ro.source(f"maps-{k}") for k in (1, 4, 16, 64)}
+    for k, src in srcs.items():
+        assert src.count("a%d += " % (k - 1)) == 1
+        assert f"a{k} " not in src
+    assert {r.name for r in ro.rows_for("quick")} >= {
+        "startup", "data-1", "maps-1", "maps-4", "maps-16", "maps-64", "enter-exit",
+        "update", "copy-64M"}
+
+
+def test_cli_accepts_the_run_workload(monkeypatch, capsys):
+    seen = {}
+
+    def fake_run(profile, **kw):
+        seen["profile"] = profile
+        return {"meta": {"machine": {"cpu": "x", "cores": 1, "python": "3", "date": "d"},
+                         "profile": profile, "repeats": 1, "plugin": "p"},
+                "rows": {}, "targets": [], "skipped": "nothing to run here"}
+    monkeypatch.setattr(ro, "run", fake_run)
+    assert bench.main(["--workloads", "run", "--profile", "tiny", "--no-progress"]) == 0
+    assert seen["profile"] == "tiny"
+    assert "nothing to run here" in capsys.readouterr().out
