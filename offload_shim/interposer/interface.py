@@ -77,7 +77,8 @@ class Interposer:
                              default_device=self._default_device,
                              slow_kernel=self._on_kernel, slow_data=self._on_data,
                              failed=self._construct_failed,
-                             requires=lambda: self.rtls.requires_flags)
+                             requires=lambda: self.rtls.requires_flags,
+                             saw_kernel=self.rtls.saw_kernel_args)
 
     # -- views ------------------------------------------------------------------------
     @property

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 
+from ..abi import clang as _clang
 from ..abi import interposer as _abi
 from ..errors import OffloadError
 from .mapping import MapEntry
@@ -57,8 +58,6 @@ REQ_USM = 0x008
 #: libomptarget pads a new allocation so the device copy keeps the host address
 #: modulo 16 (:meth:`.mapping.DeviceMapper.get_target_pointer`)
 ALIGN = 16
-#: KernelArgsTy versions whose array prefix the C bridge copies (LLVM 16: 1, 2)
-KARGS_VERSIONS = (1, 2)
 #: most plans kept (distinct constant map-type arrays of a program are far fewer)
 MAX_PLANS = 4096
 #: a kernel plan keeps the device memory of its new rows when each block is at most
@@ -79,13 +78,14 @@ class Plan:
     ``(i, k)`` of every kernel argument (``target_param``, not ``member_of``), in
     order, ``k`` its position in ``maps`` (-1 for a literal); ``launcher``/``entry_key``: the kernel's
     :class:`~offload_shim.core.device.KernelLauncher` and what it is valid for."""
-    __slots__ = ("types", "simple", "maps", "params", "launcher", "entry_key", "lease",
-                 "lease_dev")
+    __slots__ = ("types", "simple", "maps", "params", "launcher", "entry_key", "implicit",
+                 "lease", "lease_dev")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
         self.launcher = None
         self.entry_key = None
+        self.implicit = ()                      # leading kernel arguments (dyn_ptr)
         self.lease = None                       # device memory of the new rows (kernels)
         self.lease_dev = None
         simple = not has_mappers
@@ -121,11 +121,13 @@ class FastPath:
     (the general code, same signatures as the bridge callbacks), ``failed(kind, exc,
     loc)`` (the return code of a construct that failed after the point of no
     return, as the general code reports it), ``requires()`` (the
-    ``__tgt_register_requires`` flags) and ``tracing()`` (True while diagnostics are
-    printed per construct: the general code prints them)."""
+    ``__tgt_register_requires`` flags), ``tracing()`` (True while diagnostics are
+    printed per construct: the general code prints them) and ``saw_kernel(host_ptr,
+    version)`` (a region's first launch showed this ``KernelArgsTy`` version)."""
 
     def __init__(self, *, lock, check_device, default_device, slow_kernel, slow_data,
-                 failed, requires=lambda: 0, tracing=lambda: False):
+                 failed, requires=lambda: 0, tracing=lambda: False,
+                 saw_kernel=lambda host_ptr, version: None):
         self._lock = lock
         self._check_device = check_device
         self._default_device = default_device
@@ -134,6 +136,7 @@ class FastPath:
         self._failed = failed
         self._requires = requires
         self._tracing = tracing
+        self._saw_kernel = saw_kernel
         self._views: dict[int, memoryview] = {}
         self._plans: dict[tuple, Plan] = {}
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
@@ -176,7 +179,7 @@ class FastPath:
             v = self._views[addr] = _abi.frame_view(addr)
         kind = v[0]
         with self._lock:
-            if v[15] and self._enabled and (kind != KERNEL or v[14] in KARGS_VERSIONS):
+            if v[15] and self._enabled and (kind != KERNEL or v[14] in _clang.KERNEL_ARGS):
                 rc = self._serve(v, kind)
                 if rc is not None:
                     return rc
@@ -236,7 +239,7 @@ class FastPath:
         if dm.table.shadow:
             return None
         if kind == KERNEL:
-            launch = self._launcher(plan, dm, v[4])
+            launch = self._launcher(plan, dm, v[4], v[14])
             if launch is None:
                 return None
             return self._kernel(v, n, plan, dm, launch)
@@ -326,8 +329,8 @@ class FastPath:
                     except OffloadError:
                         pass
                 return None
-        args = []
-        offsets = []
+        args = list(plan.implicit)
+        offsets = [0] * len(args)
         for i, k in plan.params:
             if k < 0:                           # a literal: the value itself
                 args.append(v[a0 + i])
@@ -452,18 +455,25 @@ class FastPath:
         for plan in list(self._leased.values()):
             self._drop_lease(plan)
 
-    def _launcher(self, plan: Plan, dm, host_ptr: int):
+    def _launcher(self, plan: Plan, dm, host_ptr: int, version: int):
         """The region's KernelLauncher (Device.translate of its id, then
-        Device.kernel_launcher), kept in the plan; None when there is none (the
-        general code reports why)."""
+        Device.kernel_launcher), kept in the plan with the implicit leading arguments
+        of its ``KernelArgsTy`` version (clang 18-22: ``dyn_ptr``, abi/clang.py); None
+        when there is none (the general code reports why).  Made once per plan, when
+        the launch is also reported (``saw_kernel``)."""
         dev = dm.device
-        key = (self.generation, dev, dev.init_count)
+        key = (self.generation, dev, dev.init_count, version)
         if plan.entry_key != key:
+            kv = _clang.KERNEL_ARGS[version]
+            implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
             try:
-                plan.launcher = dev.kernel_launcher(dev.translate(host_ptr), len(plan.params))
+                plan.launcher = dev.kernel_launcher(dev.translate(host_ptr),
+                                                    len(implicit) + len(plan.params))
             except (KeyError, ValueError, OffloadError):
                 return None
+            plan.implicit = implicit
             plan.entry_key = key
+            self._saw_kernel(host_ptr, version)
         return plan.launcher
 
     def _begin(self, v, n: int, plan: Plan, dm) -> list:
