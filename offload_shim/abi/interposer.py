@@ -407,18 +407,6 @@ def frame_view(addr: int) -> memoryview:
     return memoryview((ctypes.c_uint64 * FRAME_WORDS).from_address(addr)).cast("B").cast("Q")
 
 
-def frame_map_args(v: memoryview) -> "MapArgs":
-    """The :class:`MapArgs` of a frame's construct, read from the arrays it points
-    to (the general path)."""
-    n = int(v[FRAME_N])
-
-    def ptr(i, t):
-        return ctypes.cast(v[i], POINTER(t)) if v[i] else None
-    return MapArgs(n, ptr(FRAME_BASES_P, c_void_p), ptr(FRAME_ARGS_P, c_void_p),
-                   ptr(FRAME_SIZES_P, c_int64), ptr(FRAME_TYPES_P, c_int64),
-                   ptr(FRAME_NAMES_P, c_void_p), ptr(FRAME_MAPPERS_P, c_void_p))
-
-
 def frame_pointer_args(v: memoryview) -> tuple:
     """(bases, args, sizes, types, names, mappers) of a frame as the ctypes pointer
     objects the ``target_data`` callback receives (NULL as a NULL pointer)."""
@@ -429,7 +417,7 @@ def frame_pointer_args(v: memoryview) -> tuple:
 
 __all__ = ["CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "FRAME_BEGIN", "FRAME_END",
            "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",
-           "frame_map_args", "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
+           "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",

@@ -35,15 +35,23 @@ _ELF_CHECKERS = ("offload_shim.elf",)
 
 def _checked_elf(data: bytes) -> tuple[str, str]:
     """(``e_machine``, ``e_type``) of ``data`` after :func:`offload_shim.elf.machine`'s
-    structural checks, which guard against hostile bytes only: a pass is stored by
-    content hash across runs (:mod:`offload_shim.core.verdicts`), so the next process
-    that registers the same image skips them.  Raises InvalidImageError."""
+    structural checks, which guard against hostile bytes only: the verdict (a pass or
+    the refusal's message) is stored by content hash across runs
+    (:mod:`offload_shim.core.verdicts`), so the next process that registers the same
+    image skips them.  Raises InvalidImageError."""
     from . import verdicts
     digest = verdicts.sha256(data)
     stored = verdicts.get("elf", _ELF_CHECKERS, digest)
-    if stored and isinstance(stored.get("machine"), str) and isinstance(stored.get("type"), str):
-        return stored["machine"], stored["type"]
-    machine = elf.machine(data)
+    if stored:
+        if isinstance(stored.get("error"), str):
+            raise InvalidImageError(stored["error"])
+        if isinstance(stored.get("machine"), str) and isinstance(stored.get("type"), str):
+            return stored["machine"], stored["type"]
+    try:
+        machine = elf.machine(data)
+    except InvalidImageError as exc:
+        verdicts.put("elf", _ELF_CHECKERS, digest, {"error": str(exc)})
+        raise
     etype = elf.file_type(data)
     verdicts.put("elf", _ELF_CHECKERS, digest, {"machine": machine, "type": etype})
     return machine, etype

@@ -76,8 +76,11 @@ class Plan:
     ``simple``: the cheap path applies; ``maps``: ``(i, to, from, implicit)`` of
     every argument that is mapped (not a literal), in argument order; ``params``:
     ``(i, k)`` of every kernel argument (``target_param``, not ``member_of``), in
-    order, ``k`` its position in ``maps`` (-1 for a literal); ``launcher``/``entry_key``: the kernel's
-    :class:`~offload_shim.core.device.KernelLauncher` and what it is valid for."""
+    order, ``k`` its position in ``maps`` (-1 for a literal); ``launcher`` /
+    ``entry_key`` / ``implicit``: the kernel's
+    :class:`~offload_shim.core.device.KernelLauncher`, what it is valid for and the
+    leading arguments of its ``KernelArgsTy`` version; ``lease``: the device memory
+    of the rows the kernel creates (:meth:`FastPath._lease`)."""
     __slots__ = ("types", "simple", "maps", "params", "launcher", "entry_key", "implicit",
                  "lease", "lease_dev")
 
@@ -101,7 +104,8 @@ class Plan:
             if t & MAP_TARGET_PARAM and not t & MAP_MEMBER_OF:
                 params.append((i, -1 if literal else len(maps)))
             if not literal:
-                maps.append((i, bool(t & MAP_TO), bool(t & MAP_FROM), bool(t & MAP_IMPLICIT)))
+                maps.append((i, bool(t & MAP_TO), bool(t & MAP_FROM),
+                             bool(t & MAP_IMPLICIT)))
         self.simple = simple
         self.maps = tuple(maps)
         self.params = tuple(params)
