@@ -748,51 +748,27 @@ class Device:
 
     # -- several at once, for the interposer's constructs -------------------------------
     def alloc_many(self, sizes: Sequence[int]) -> list[int]:
-        """:meth:`alloc` of each of ``sizes`` (bytes) in order, with one in-flight
-        round trip: the device pointers.  On an error the ones already allocated are
-        freed again and the error is raised (same errors as :meth:`alloc`)."""
-        for size in sizes:
-            if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
-                raise TypeError("size must be an int (bytes)")
-            if size < 0 or size > MAX_SIZE:
-                raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")
-        self._enter()
+        """:meth:`alloc` of each of ``sizes`` (bytes) in order: the device pointers.
+        On an error the ones already allocated are freed again and the error is
+        raised (same errors as :meth:`alloc`)."""
+        out: list[int] = []
+        alloc = self.alloc
         try:
-            pool = self._pool
-            out: list[int] = []
-            try:
-                for size in sizes:
-                    out.append(pool.allocate(size))
-            except BaseException:
-                for ptr in out:
-                    with contextlib.suppress(OffloadError):
-                        pool.free(ptr, True)
-                raise
-            return out
-        finally:
-            self._exit()
+            for size in sizes:
+                out.append(alloc(size))
+        except BaseException:
+            for ptr in out:
+                with contextlib.suppress(OffloadError):
+                    self.free(ptr)
+            raise
+        return out
 
     def free_many(self, ptrs: Sequence[int]) -> None:
-        """:meth:`free` of each of ``ptrs`` in order with one in-flight round trip;
-        stops at the first error, which is raised (same errors as :meth:`free`)."""
-        if self._state is not _READY:
-            for ptr in ptrs:
-                self.free(ptr)
-            return
-        self._enter()
-        try:
-            pool = self._pool
-            for ptr in ptrs:
-                if not ptr:
-                    continue
-                try:
-                    pool.free(ptr, True)                # strict
-                except UnknownPointerError:
-                    self._unknown_pointer(ptr)
-                if self._pin_mapped_policy:
-                    self._pinned.on_unmap(self, ptr)
-        finally:
-            self._exit()
+        """:meth:`free` of each of ``ptrs`` in order; stops at the first error, which
+        is raised (same errors as :meth:`free`)."""
+        free = self.free
+        for ptr in ptrs:
+            free(ptr)
 
     def submit_many(self, ops: Sequence[tuple[int, int, int, int]]) -> None:
         """:meth:`submit_in` of each ``(block, tgt, host_addr, nbytes)`` in order, with

@@ -877,11 +877,9 @@ class MemoryManager:
         return rec[0]
 
     def sizes_of(self, ptrs) -> list:
-        """:meth:`size_of` of each pointer (None for one that is not live here), in
-        one lock round trip."""
-        with self._lock:
-            live = self._live
-            recs = [live.get(p) for p in ptrs]
+        """:meth:`size_of` of each pointer (None for one that is not live here)."""
+        live = self._live
+        recs = [live.get(p) for p in ptrs]          # one dict lookup each: atomic
         return [None if rec is None else rec[0] for rec in recs]
 
     def block_size_of(self, ptr) -> int:

@@ -218,10 +218,14 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
         candidates.append("llvm")
     if abi in (None, "gomp") and "version" in gomp_syms | set():
         candidates.append("gomp")
-    from ..abi import liboffload as _olabi      # the third family (plugins/liboffload.py)
-    ol_syms = _exported(lib, "", _olabi.all_names())
-    if abi in (None, "liboffload") and _olabi.classify(ol_syms) is not None:
-        candidates.append("liboffload")
+    ol_syms: set = set()
+    if abi == "liboffload" or (abi is None and not candidates):
+        # the third family (plugins/liboffload.py), looked at only when it could be
+        # the one chosen (its tables are large: start-up of every run)
+        from ..abi import liboffload as _olabi
+        ol_syms = _exported(lib, "", _olabi.all_names())
+        if _olabi.classify(ol_syms) is not None:
+            candidates.append("liboffload")
     if not candidates and abi == "liboffload":
         missing = _olabi.missing(ol_syms)
         raise NotAPluginError(f"{real} is not a liboffload (ol*): it lacks {', '.join(missing)}",
