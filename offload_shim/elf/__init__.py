@@ -297,8 +297,20 @@ def _check_loader_tables(elf, data: bytes, dyn, tags: dict, strings) -> None:
             r_offset, r_info, r_addend = struct.unpack_from("<QQq", data, off + i * RELA_SIZE)
             relocs.append((tab, i, r_offset, r_info & 0xFFFFFFFF, r_info >> 32, r_addend))
     max_sym = max((r[4] for r in relocs), default=0)
-    if nsyms is None:
-        nsyms = sec_count if sec_count is not None else max_sym + 1
+    if "DT_HASH" not in tags:
+        # DT_GNU_HASH only bounds the table from below: the symbols before symoffset
+        # (undefined ones, which lld and ld put there) are not hashed, and a table with
+        # no hashed symbol at all (an image without kernels: imports only) has empty
+        # buckets and a symoffset of 1.  The section header, when there is one, gives
+        # the size; without it the relocations do.
+        lower = nsyms or 0
+        if sec_count is not None:
+            if lower > sec_count:
+                raise _bad(f"the hash table covers {lower} symbols but .dynsym has "
+                           f"{sec_count}")
+            nsyms = sec_count
+        else:
+            nsyms = max(lower, max_sym + 1)
     if max_sym >= nsyms:
         raise _bad(f"a relocation refers to symbol {max_sym} but the symbol table has "
                    f"{nsyms} entries")
