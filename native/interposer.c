@@ -54,8 +54,9 @@ typedef int (*osh_cb_kernel)(void *loc, int64_t dev, int32_t teams, int32_t thre
 typedef int (*osh_cb_data)(int32_t kind, void *loc, int64_t dev, int32_t n, void **bases,
                            void **args, int64_t *sizes, int64_t *types, void **names,
                            void **mappers);
-typedef int (*osh_cb_alloc)(uint64_t size, int32_t dev, void **out);
-typedef int (*osh_cb_free)(void *ptr, int32_t dev);
+/* kind: TargetAllocTy (0 device, 1 host, 2 shared, 3 default = omp_target_alloc) */
+typedef int (*osh_cb_alloc)(uint64_t size, int32_t dev, int32_t kind, void **out);
+typedef int (*osh_cb_free)(void *ptr, int32_t dev, int32_t kind);
 typedef int (*osh_cb_memcpy)(void *dst, const void *src, uint64_t len, uint64_t dst_off,
                              uint64_t src_off, int32_t dst_dev, int32_t src_dev);
 typedef int (*osh_cb_present)(const void *ptr, int32_t dev);      /* returns 0/1 */
@@ -63,6 +64,14 @@ typedef int (*osh_cb_num_devices)(void);
 /* One construct, described in a frame (struct osh_frame below); same return protocol as
  * target_kernel / target_data.  NULL: those two are called instead. */
 typedef int (*osh_cb_construct)(void *frame);
+/* The other API routines of libomptarget 16 (api.cpp / interface.cpp): `which` is one
+ * of OSH_API_*, args[0..nargs) their arguments as 64-bit values, *result the value
+ * the routine returns (pointers, ints).  Returns 0, -1 or OSH_CB_FATAL. */
+typedef int (*osh_cb_api)(int32_t which, const uint64_t *args, int32_t nargs,
+                          uint64_t *result);
+enum { OSH_API_ASSOCIATE = 1, OSH_API_DISASSOCIATE, OSH_API_MAPPED_PTR, OSH_API_LOCK,
+       OSH_API_UNLOCK, OSH_API_PRINT_DEVICE_INFO, OSH_API_SET_INFO_FLAG };
+
 struct osh_interposer_callbacks {
   uint64_t size;                 /* sizeof(struct osh_interposer_callbacks) */
   osh_cb_desc register_lib;
@@ -76,6 +85,7 @@ struct osh_interposer_callbacks {
   osh_cb_present target_is_present;
   osh_cb_num_devices num_devices;
   osh_cb_construct construct;
+  osh_cb_api api;
 };
 
 static struct osh_interposer_callbacks cbs;
@@ -90,10 +100,11 @@ static uint64_t calls[24];
 static void count(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
 void osh_ip_count(int which) { count(which); }
 
+/* libomptarget 16 FATAL_MESSAGE: the message (printed by Python) then abort(); stdout is
+ * not flushed, so what the program printed into a full buffer is lost exactly as there. */
 static void fatal_if(int rc)
 {
   if (rc == OSH_CB_FATAL) {
-    fflush(stdout);
     fflush(stderr);
     abort();
   }
@@ -102,15 +113,26 @@ static void fatal_if(int rc)
 
 /* ---- embedded CPython (offload-shim run) ------------------------------------------ */
 /* The run command sets OFFLOAD_SHIM_EMBED=1, OFFLOAD_SHIM_LIBPYTHON (the shared
- * libpython3.X.so of the interpreter that runs offload-shim) and OFFLOAD_SHIM_PYTHONPATH
- * (its sys.path).  libpython is dlopen'ed RTLD_GLOBAL (extension modules such as _ctypes
- * resolve Py* there); nothing links against it, so the interposer stays usable from any
- * Python.  offload_shim.interposer.embed.start() builds the Runtime and installs the callbacks;
- * the GIL is then released and every callback takes it (CB below; ctypes' own
- * trampolines do the same).  offload_shim.interposer.embed.stop() runs from atexit, before the
- * plugins' destructors (_dl_fini). */
+ * libpython3.X.so of the interpreter that runs offload-shim), OFFLOAD_SHIM_PYTHON (that
+ * interpreter) and OFFLOAD_SHIM_PYTHONPATH (its sys.path).  libpython is dlopen'ed
+ * RTLD_GLOBAL (extension modules such as _ctypes resolve Py* there); nothing links against
+ * it, so the interposer stays usable from any Python.
+ * offload_shim.interposer.embed.start() builds the Runtime and installs the callbacks; the
+ * GIL is then released and every callback takes it (CB below; ctypes' own trampolines do
+ * the same).
+ *
+ * Teardown (offload_shim.interposer.embed.stop()) follows libomptarget 16: a clang-built
+ * program unregisters its images from its own destructors (.fini_array: after main's
+ * atexit handlers and C++ static destructors, before the plugins -- dlopen'ed later -- are
+ * finalised); the runtime goes when the last of them is unregistered.  A program with no
+ * LLVM image registered at exit (GCC-built code) is stopped from atexit.  When the program
+ * is itself a Python interpreter, start() registers stop() with Python's atexit module
+ * (it runs before the interpreter is finalised and uninstalls the callbacks) and nothing
+ * here enters Python after that. */
 static int cbs_installed;                 /* a Python table is installed */
 static int embed_active;                  /* we started CPython */
+static int host_is_python;                /* ... inside a program that is a CPython */
+static int llvm_live;                     /* LLVM images registered, not unregistered */
 static pthread_once_t embed_once = PTHREAD_ONCE_INIT;
 static int (*p_gil_ensure)(void);         /* PyGILState_Ensure (PyGILState_STATE = int) */
 static void (*p_gil_release)(int);
@@ -134,12 +156,19 @@ static int embed_stopped;                 /* embed_stop ran (CPython stays initi
 static void embed_stop(void)
 {
   static int once;                        /* re-armed handlers: stop runs once */
-  if (!python_alive() || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+  if (!python_alive() || host_is_python || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
     return;
   int st = p_gil_ensure();
   p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop()\n");
   __atomic_store_n(&embed_stopped, 1, __ATOMIC_RELEASE);
   p_gil_release(st);
+}
+
+/* atexit: only when no LLVM image is left to unregister later (GCC-built programs) */
+static void embed_stop_at_exit(void)
+{
+  if (__atomic_load_n(&llvm_live, __ATOMIC_ACQUIRE) <= 0)
+    embed_stop();
 }
 
 static void embed_start(void)
@@ -169,18 +198,27 @@ static void embed_start(void)
   static const char boot[] =
       "import os, sys\n"
       "sys.argv = sys.argv or ['offload-shim-run']\n"
+      "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
+      "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
       "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
       ".split(os.pathsep) if p and p not in sys.path]\n"
       "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
+  static const char boot_host[] =
+      "import os, sys\n"
+      "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
+      ".split(os.pathsep) if p and p not in sys.path]\n"
+      "import offload_shim.interposer.embed as _osh_e\n"
+      "_osh_e.start(python_host=True)\n";
   /* no `site`: the run command passes its own complete sys.path (site-packages and
    * what .pth files added) in OFFLOAD_SHIM_PYTHONPATH, and `site` would only add the
    * base interpreter's site-packages and run its .pth hooks (start-up time) */
   int *no_site = (int *)dlsym(h, "Py_NoSiteFlag");
   int rc;
   if (is_init()) {                        /* the program is itself a Python */
+    host_is_python = 1;
     int st = p_gil_ensure();
-    rc = p_run(boot);
+    rc = p_run(boot_host);
     p_gil_release(st);
   } else {
     if (no_site)
@@ -190,7 +228,7 @@ static void embed_start(void)
     save();                               /* release the GIL for good */
   }
   embed_active = 1;
-  atexit(embed_stop);
+  atexit(embed_stop_at_exit);
   if (rc != 0)
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
             "above); running without it (no device)\n");
@@ -204,7 +242,7 @@ static void embed_start(void)
 OSH_EXPORT void osh_interposer_rearm_exit(void)
 {
   if (embed_active)
-    atexit(embed_stop);
+    atexit(embed_stop_at_exit);
 }
 
 static void ensure_python(void)
@@ -376,6 +414,7 @@ OSH_EXPORT void __tgt_register_lib(void *desc)
     registered[num_registered++] = desc;
   osh_cb_desc f = cbs.register_lib;
   pthread_mutex_unlock(&lock);
+  __atomic_add_fetch(&llvm_live, 1, __ATOMIC_ACQ_REL);
   if (f)
     fatal_if(CB(f(desc)));
 }
@@ -394,8 +433,11 @@ OSH_EXPORT void __tgt_unregister_lib(void *desc)
     }
   osh_cb_desc f = cbs.unregister_lib;
   pthread_mutex_unlock(&lock);
-  if (f)
+  if (f && !osh_ip_python_gone())
     fatal_if(CB(f(desc)));
+  /* libomptarget 16 tears down after the program's last image is unregistered */
+  if (__atomic_sub_fetch(&llvm_live, 1, __ATOMIC_ACQ_REL) <= 0)
+    embed_stop();
 }
 
 OSH_EXPORT void __tgt_init_all_rtls(void) {}
@@ -445,6 +487,189 @@ OSH_EXPORT int __tgt_target_kernel_nowait(void *loc, int64_t dev, int32_t teams,
 {
   (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;
   return __tgt_target_kernel(loc, dev, teams, threads, host_ptr, args);
+}
+
+/* LLVM 16 KernelArgsTy (omptarget.h), version 2 layout */
+struct osh_kernel_args {
+  uint32_t Version, NumArgs;
+  void **ArgBasePtrs, **ArgPtrs;
+  int64_t *ArgSizes, *ArgTypes;
+  void **ArgNames, **ArgMappers;
+  uint64_t Tripcount, Flags;
+  uint32_t NumTeams[3], ThreadLimit[3], DynCGroupMem;
+};
+
+/* The entry points clang emitted before __tgt_target_kernel (LLVM 16 interface.cpp):
+ * a version-1 KernelArgsTy, NumTeams -1 for a non-teams region. */
+OSH_EXPORT int __tgt_target_teams_mapper(void *loc, int64_t dev, void *host_ptr, int32_t n,
+                                         void **bases, void **args, int64_t *sizes,
+                                         int64_t *types, void **names, void **mappers,
+                                         int32_t teams, int32_t threads)
+{
+  struct osh_kernel_args ka;
+  memset(&ka, 0, sizeof ka);
+  ka.Version = 1;
+  ka.NumArgs = (uint32_t)n;
+  ka.ArgBasePtrs = bases;
+  ka.ArgPtrs = args;
+  ka.ArgSizes = sizes;
+  ka.ArgTypes = types;
+  ka.ArgNames = names;
+  ka.ArgMappers = mappers;
+  ka.NumTeams[0] = (uint32_t)teams;
+  ka.ThreadLimit[0] = (uint32_t)threads;
+  return __tgt_target_kernel(loc, dev, teams, threads, host_ptr, &ka);
+}
+
+OSH_EXPORT int __tgt_target_mapper(void *loc, int64_t dev, void *host_ptr, int32_t n,
+                                   void **bases, void **args, int64_t *sizes,
+                                   int64_t *types, void **names, void **mappers)
+{
+  return __tgt_target_teams_mapper(loc, dev, host_ptr, n, bases, args, sizes, types, names,
+                                   mappers, -1, 0);
+}
+
+OSH_EXPORT int __tgt_target(int64_t dev, void *host_ptr, int32_t n, void **bases,
+                            void **args, int64_t *sizes, int64_t *types)
+{
+  return __tgt_target_mapper(NULL, dev, host_ptr, n, bases, args, sizes, types, NULL, NULL);
+}
+
+OSH_EXPORT int __tgt_target_nowait(int64_t dev, void *host_ptr, int32_t n, void **bases,
+                                   void **args, int64_t *sizes, int64_t *types,
+                                   int32_t ndeps, void *deps, int32_t nnoalias,
+                                   void *noalias)
+{
+  (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;
+  return __tgt_target(dev, host_ptr, n, bases, args, sizes, types);
+}
+
+OSH_EXPORT int __tgt_target_nowait_mapper(void *loc, int64_t dev, void *host_ptr, int32_t n,
+                                          void **bases, void **args, int64_t *sizes,
+                                          int64_t *types, void **names, void **mappers,
+                                          int32_t ndeps, void *deps, int32_t nnoalias,
+                                          void *noalias)
+{
+  (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;
+  return __tgt_target_mapper(loc, dev, host_ptr, n, bases, args, sizes, types, names,
+                             mappers);
+}
+
+OSH_EXPORT int __tgt_target_teams(int64_t dev, void *host_ptr, int32_t n, void **bases,
+                                  void **args, int64_t *sizes, int64_t *types,
+                                  int32_t teams, int32_t threads)
+{
+  return __tgt_target_teams_mapper(NULL, dev, host_ptr, n, bases, args, sizes, types, NULL,
+                                   NULL, teams, threads);
+}
+
+OSH_EXPORT int __tgt_target_teams_nowait(int64_t dev, void *host_ptr, int32_t n,
+                                         void **bases, void **args, int64_t *sizes,
+                                         int64_t *types, int32_t teams, int32_t threads,
+                                         int32_t ndeps, void *deps, int32_t nnoalias,
+                                         void *noalias)
+{
+  (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;
+  return __tgt_target_teams(dev, host_ptr, n, bases, args, sizes, types, teams, threads);
+}
+
+OSH_EXPORT int __tgt_target_teams_nowait_mapper(void *loc, int64_t dev, void *host_ptr,
+                                                int32_t n, void **bases, void **args,
+                                                int64_t *sizes, int64_t *types, void **names,
+                                                void **mappers, int32_t teams,
+                                                int32_t threads, int32_t ndeps, void *deps,
+                                                int32_t nnoalias, void *noalias)
+{
+  (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;
+  return __tgt_target_teams_mapper(loc, dev, host_ptr, n, bases, args, sizes, types, names,
+                                   mappers, teams, threads);
+}
+
+/* Kernels run synchronously, so libomp never holds an async handle to query
+ * (libomptarget 16: an invalid handle is fatal). */
+OSH_EXPORT void __tgt_target_nowait_query(void **handle)
+{
+  if (!handle || !*handle) {
+    fprintf(stderr, "Libomptarget fatal error 1: Receive an invalid async handle from the "
+            "current OpenMP task. Is this a target nowait region?\n\n");
+    abort();
+  }
+  *handle = NULL;
+}
+
+/* Kernel record-replay (llvm-omp-kernel-replay): not supported by offload_shim. */
+OSH_EXPORT int __tgt_target_kernel_replay(void *loc, int64_t dev, void *host_ptr,
+                                          void *dev_mem, int64_t dev_mem_size, void **args,
+                                          void *offsets, int32_t nargs, int32_t teams,
+                                          int32_t threads, uint64_t tripcount)
+{
+  (void)loc; (void)dev; (void)host_ptr; (void)dev_mem; (void)dev_mem_size; (void)args;
+  (void)offsets; (void)nargs; (void)teams; (void)threads; (void)tripcount;
+  fprintf(stderr, "Libomptarget error: offload_shim does not support kernel record-replay "
+          "(__tgt_target_kernel_replay).\n");
+  return OMP_TGT_FAIL;
+}
+
+/* ---- user-defined mappers (LLVM 16 omptarget.cpp MapperComponentsTy) ------------------ */
+/* A mapper function generated by clang pushes the components of one argument onto the
+ * handle libomptarget passes it; Python allocates the handle, calls the mapper, reads the
+ * components and frees it (osh_mapper_components_*). */
+struct osh_mapper_component {
+  void *base, *begin;
+  int64_t size, type;
+  void *name;
+};
+struct osh_mapper_components {
+  int64_t n, cap;
+  struct osh_mapper_component *v;
+};
+
+OSH_EXPORT int64_t __tgt_mapper_num_components(void *handle)
+{
+  return handle ? ((struct osh_mapper_components *)handle)->n : 0;
+}
+
+OSH_EXPORT void __tgt_push_mapper_component(void *handle, void *base, void *begin,
+                                            int64_t size, int64_t type, void *name)
+{
+  struct osh_mapper_components *c = handle;
+  if (!c)
+    return;
+  if (c->n == c->cap) {
+    int64_t cap = c->cap ? 2 * c->cap : 16;
+    struct osh_mapper_component *v = realloc(c->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      fprintf(stderr, "Libomptarget fatal error 1: out of memory in "
+              "__tgt_push_mapper_component\n");
+      abort();
+    }
+    c->v = v;
+    c->cap = cap;
+  }
+  c->v[c->n++] = (struct osh_mapper_component){base, begin, size, type, name};
+}
+
+OSH_EXPORT void *osh_mapper_components_new(void)
+{
+  return calloc(1, sizeof(struct osh_mapper_components));
+}
+
+/* The components pushed so far: *out points to n records {base, begin, size, type,
+ * name} (40 bytes each), valid until the next push or the free. */
+OSH_EXPORT int64_t osh_mapper_components_get(void *handle, void **out)
+{
+  struct osh_mapper_components *c = handle;
+  *out = c ? c->v : NULL;
+  return c ? c->n : 0;
+}
+
+OSH_EXPORT void osh_mapper_components_free(void *handle)
+{
+  struct osh_mapper_components *c = handle;
+  if (c) {
+    free(c->v);
+    free(c);
+  }
 }
 
 static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **bases,
@@ -523,20 +748,20 @@ OSH_EXPORT int __tgt_get_num_devices(void) { return omp_get_num_devices(); }
 /* libomptarget 16: the host is device number omp_get_num_devices() */
 OSH_EXPORT int omp_get_initial_device(void) { return omp_get_num_devices(); }
 
-OSH_EXPORT void *omp_target_alloc(size_t size, int dev)
+static void *target_alloc(size_t size, int dev, int kind)
 {
   count(C_ALLOC);
   ensure_python();
   osh_cb_alloc f = cbs.target_alloc;
   if (!f)
-    return dev == omp_get_initial_device() ? malloc(size) : NULL;
+    return dev == omp_get_initial_device() && size ? malloc(size) : NULL;
   void *out = NULL;
-  int rc = CB(f(size, dev, &out));
+  int rc = CB(f(size, dev, kind, &out));
   fatal_if(rc);
   return rc == 0 ? out : NULL;
 }
 
-OSH_EXPORT void omp_target_free(void *ptr, int dev)
+static void target_free(void *ptr, int dev, int kind)
 {
   count(C_FREE);
   ensure_python();
@@ -546,8 +771,105 @@ OSH_EXPORT void omp_target_free(void *ptr, int dev)
       free(ptr);
     return;
   }
-  fatal_if(CB(f(ptr, dev)));
+  fatal_if(CB(f(ptr, dev, kind)));
 }
+
+/* TargetAllocTy */
+enum { OSH_ALLOC_DEVICE = 0, OSH_ALLOC_HOST = 1, OSH_ALLOC_SHARED = 2, OSH_ALLOC_DEFAULT = 3 };
+
+OSH_EXPORT void *omp_target_alloc(size_t size, int dev)
+{
+  return target_alloc(size, dev, OSH_ALLOC_DEFAULT);
+}
+OSH_EXPORT void *llvm_omp_target_alloc_device(size_t size, int dev)
+{
+  return target_alloc(size, dev, OSH_ALLOC_DEVICE);
+}
+OSH_EXPORT void *llvm_omp_target_alloc_host(size_t size, int dev)
+{
+  return target_alloc(size, dev, OSH_ALLOC_HOST);
+}
+OSH_EXPORT void *llvm_omp_target_alloc_shared(size_t size, int dev)
+{
+  return target_alloc(size, dev, OSH_ALLOC_SHARED);
+}
+OSH_EXPORT void omp_target_free(void *ptr, int dev) { target_free(ptr, dev, OSH_ALLOC_DEFAULT); }
+OSH_EXPORT void llvm_omp_target_free_device(void *ptr, int dev)
+{
+  target_free(ptr, dev, OSH_ALLOC_DEVICE);
+}
+OSH_EXPORT void llvm_omp_target_free_host(void *ptr, int dev)
+{
+  target_free(ptr, dev, OSH_ALLOC_HOST);
+}
+OSH_EXPORT void llvm_omp_target_free_shared(void *ptr, int dev)
+{
+  target_free(ptr, dev, OSH_ALLOC_SHARED);
+}
+
+/* libomptarget 16 api.cpp: the host has no dynamic shared memory */
+OSH_EXPORT void *llvm_omp_target_dynamic_shared_alloc(void) { return NULL; }
+
+/* The API routines forwarded through the generic callback; `dflt` without a table. */
+static uint64_t api_call(int which, const uint64_t *args, int nargs, uint64_t dflt)
+{
+  count(C_API);
+  ensure_python();
+  osh_cb_api f = cbs.api;
+  if (!f)
+    return dflt;
+  uint64_t result = dflt;
+  int rc = CB(f(which, args, nargs, &result));
+  fatal_if(rc);
+  return result;
+}
+
+OSH_EXPORT int omp_target_associate_ptr(const void *host, const void *dptr, size_t size,
+                                        size_t offset, int dev)
+{
+  uint64_t a[5] = {(uintptr_t)host, (uintptr_t)dptr, size, offset, (uint64_t)(int64_t)dev};
+  return (int)api_call(OSH_API_ASSOCIATE, a, 5, (uint64_t)(int64_t)OMP_TGT_FAIL);
+}
+
+OSH_EXPORT int omp_target_disassociate_ptr(const void *host, int dev)
+{
+  uint64_t a[2] = {(uintptr_t)host, (uint64_t)(int64_t)dev};
+  return (int)api_call(OSH_API_DISASSOCIATE, a, 2, (uint64_t)(int64_t)OMP_TGT_FAIL);
+}
+
+OSH_EXPORT void *omp_get_mapped_ptr(const void *ptr, int dev)
+{
+  uint64_t a[2] = {(uintptr_t)ptr, (uint64_t)(int64_t)dev};
+  uint64_t dflt = ptr && dev == omp_get_initial_device() ? (uintptr_t)ptr : 0;
+  return (void *)(uintptr_t)api_call(OSH_API_MAPPED_PTR, a, 2, dflt);
+}
+
+OSH_EXPORT void *llvm_omp_target_lock_mem(void *ptr, size_t size, int dev)
+{
+  uint64_t a[3] = {(uintptr_t)ptr, size, (uint64_t)(int64_t)dev};
+  return (void *)(uintptr_t)api_call(OSH_API_LOCK, a, 3, 0);
+}
+
+OSH_EXPORT void llvm_omp_target_unlock_mem(void *ptr, int dev)
+{
+  uint64_t a[2] = {(uintptr_t)ptr, (uint64_t)(int64_t)dev};
+  api_call(OSH_API_UNLOCK, a, 2, 0);
+}
+
+OSH_EXPORT int __tgt_print_device_info(int64_t dev)
+{
+  uint64_t a[1] = {(uint64_t)dev};
+  return (int)api_call(OSH_API_PRINT_DEVICE_INFO, a, 1, 0);
+}
+
+OSH_EXPORT void __tgt_set_info_flag(uint32_t flag)
+{
+  uint64_t a[1] = {flag};
+  api_call(OSH_API_SET_INFO_FLAG, a, 1, 0);
+}
+
+/* libomptarget 16 api.cpp: code on the host runs on the initial device */
+OSH_EXPORT int omp_get_device_num(void) { return omp_get_initial_device(); }
 
 OSH_EXPORT int omp_target_memcpy(void *dst, const void *src, size_t len, size_t dst_off,
                                  size_t src_off, int dst_dev, int src_dev)
@@ -585,6 +907,42 @@ OSH_EXPORT void *omp_target_memset(void *ptr, int value, size_t n, int dev)
   (void)omp_target_memcpy(ptr, shadow, n, 0, 0, dev, host);
   free(shadow);
   return ptr;
+}
+
+/* LLVM 16 api.cpp omp_target_memcpy_rect: NULL dst and src ask for the number of
+ * dimensions supported (INT_MAX); otherwise one omp_target_memcpy per contiguous row. */
+OSH_EXPORT int omp_target_memcpy_rect(void *dst, const void *src, size_t esize, int ndims,
+                                      const size_t *volume, const size_t *dst_offsets,
+                                      const size_t *src_offsets, const size_t *dst_dims,
+                                      const size_t *src_dims, int dst_dev, int src_dev)
+{
+  if (!dst && !src)
+    return 0x7fffffff;
+  if (!dst || !src || esize < 1 || ndims < 1 || !volume || !dst_offsets || !src_offsets ||
+      !dst_dims || !src_dims) {
+    fprintf(stderr, "Libomptarget error: Call to omp_target_memcpy_rect with invalid "
+            "arguments\n");
+    return OMP_TGT_FAIL;
+  }
+  if (ndims == 1)
+    return omp_target_memcpy(dst, src, esize * volume[0], esize * dst_offsets[0],
+                             esize * src_offsets[0], dst_dev, src_dev);
+  size_t dslice = esize, sslice = esize;
+  for (int i = 1; i < ndims; i++) {
+    dslice *= dst_dims[i];
+    sslice *= src_dims[i];
+  }
+  size_t doff = dst_offsets[0] * dslice, soff = src_offsets[0] * sslice;
+  int rc = 0;
+  for (size_t i = 0; i < volume[0]; i++) {
+    rc = omp_target_memcpy_rect((char *)dst + doff + dslice * i,
+                                (const char *)src + soff + sslice * i, esize, ndims - 1,
+                                volume + 1, dst_offsets + 1, src_offsets + 1, dst_dims + 1,
+                                src_dims + 1, dst_dev, src_dev);
+    if (rc)
+      return rc;
+  }
+  return rc;
 }
 
 OSH_EXPORT int omp_target_is_present(const void *ptr, int dev)

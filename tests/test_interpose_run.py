@@ -74,15 +74,20 @@ def test_run_matches_libomptarget(prog, tmp_path, opts):
     assert ours.returncode == real.returncode, ours.stderr
     assert ours.stdout == real.stdout
     assert "on_device 1" in ours.stdout
-    # libomptarget.so.16 is mapped (DT_NEEDED) but never sees a call
-    assert "Libomptarget device" in real.stderr
-    assert "Libomptarget" not in ours.stderr
+    # libomptarget.so.16 is mapped (DT_NEEDED) but never sees a call: the INFO trace of
+    # each kernel is printed once, by offload_shim, as libomptarget prints it (the real
+    # runtime's lines from 4 threads may interleave, so only ours are counted exactly)
+    kernels = "Libomptarget device 0 info: Entering OpenMP kernel"
+    assert ours.stderr.count(kernels) == 12, ours.stderr
+    assert 0 < real.stderr.count(kernels) <= 12
     rep = json.loads((tmp_path / "report.json").read_text())
     calls = rep["calls"]
     assert calls["register_lib"] == 1 and calls["target_kernel"] == 12
     assert calls["fallback"] == 0, rep
     assert rep["initialised"] and rep["errors"] == [] and rep["leaks"] == {}
-    assert rep["libraries"] == 1
+    # the program's destructor unregistered its image, then the runtime went down
+    # (libomptarget 16's order at exit)
+    assert calls["unregister_lib"] == 1 and rep["libraries"] == 0
 
 
 def test_run_offload_disabled(prog, tmp_path):

@@ -117,7 +117,8 @@ def construct():
         b, off, size = rng_range(taken)
         t = maptype("kernel") | MAP_TARGET_PARAM
         args.append((addrs[b] + off, addrs[b] + off, size, t))
-        args.append((0, rnd.randrange(0, size // 8 + 1), 0, MAP_LITERAL | MAP_TARGET_PARAM))
+        value = rnd.randrange(0, size // 8 + 1)       # clang: base = begin = the value
+        args.append((value, value, 0, MAP_LITERAL | MAP_TARGET_PARAM))
     for _ in range(rnd.randrange(0 if kind == "kernel" else 1, 4)):
         b, off, size = rng_range(taken)
         args.append((addrs[b], addrs[b] + off, size, maptype(kind)))

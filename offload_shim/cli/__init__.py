@@ -321,7 +321,8 @@ def cmd_demo(args) -> int:
     return 0 if all(r[2] == "verified" for r in rows) else 1
 
 
-_SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_shim.cli.run")
+_SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_shim.cli.run",
+                       "offload_shim.cli.compare")
 
 
 def main(argv=None) -> int:

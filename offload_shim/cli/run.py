@@ -11,10 +11,10 @@ Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.
 
 runs an unmodified executable built by ``clang-16 -fopenmp -fopenmp-targets=...`` with
 the interposer preloaded and an embedded CPython serving its offload calls
-(:mod:`offload_shim.interposer.embed`).  Without
-``--plugin`` the runtime uses every host plugin found (:meth:`Runtime.discover`,
-``host_only``).  ``--bundled`` adds the bundled host plugin.  Exit status 0 when every
-call returned and the library unregistered cleanly on ``dlclose``.
+(:mod:`offload_shim.interposer.embed`).  Without ``--plugin`` the runtime uses the host
+plugins libomptarget 16 would load (:func:`offload_shim.interposer.embed.default_plugins`).
+``--bundled`` adds the bundled host plugin.  Exit status 0 when every call returned and
+the library unregistered cleanly on ``dlclose``.
 """
 
 from __future__ import annotations
@@ -68,11 +68,9 @@ def cmd_run_library(args) -> int:
     if bad:
         _error(bad)
         return 2
+    from ..interposer.embed import default_plugins
     try:
-        if args.plugin:
-            rt = osh.Runtime(args.plugin, bundled=args.bundled)
-        else:
-            rt = osh.Runtime.discover(host_only=True, bundled=args.bundled)
+        rt = osh.Runtime(args.plugin or default_plugins(), bundled=args.bundled)
     except (OffloadError, OSError) as exc:
         _error(f"cannot start the runtime: {exc}")
         return 2
@@ -175,6 +173,7 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     env["LD_PRELOAD"] = str(_interposer_path()) + (":" + pre if pre else "")
     env["OFFLOAD_SHIM_EMBED"] = "1"
     env["OFFLOAD_SHIM_LIBPYTHON"] = libpython_path()
+    env["OFFLOAD_SHIM_PYTHON"] = sys.executable
     here = os.path.dirname(os.path.dirname(os.path.realpath(offload_shim.__file__)))
     paths = [here] + [p for p in sys.path if p and p != here and os.path.isabs(p)]
     env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)

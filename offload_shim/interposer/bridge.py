@@ -82,6 +82,10 @@ class Bridge:
             raise LifecycleError("osh_interposer_set_callbacks rejected the table "
                                  "(struct size mismatch: rebuild the native library)")
         self.lib, self._table = lib, table
+        # a library's destructor may call __tgt_unregister_lib after the interpreter
+        # is finalised: the table must be gone by then (ctypes callbacks would crash)
+        import atexit
+        atexit.register(self.uninstall)
 
     def registered(self) -> list[int]:
         """``__tgt_bin_desc`` addresses registered and not unregistered (also those
@@ -96,8 +100,9 @@ class Bridge:
             self.lib.osh_interposer_rearm_exit()
 
     def uninstall(self) -> None:
-        if self.lib is not None:
+        if self.lib is not None and self._table is not None:
             _abi.set_callbacks(self.lib, None)
+            self._table = None
 
 
 def guard(fn, on_error, fail: int = _abi.CB_FAIL):

@@ -6,11 +6,16 @@ of its registration constructor, before ``main``) makes the interposer ``dlopen`
 shared ``libpython`` named by ``OFFLOAD_SHIM_LIBPYTHON``, ``Py_InitializeEx(0)``, extend
 ``sys.path`` from ``OFFLOAD_SHIM_PYTHONPATH`` and call :func:`start`; it then releases the
 GIL, and every later callback takes it (``PyGILState_Ensure``/``Release``), whichever
-program thread offloads.  :func:`stop` runs from the interposer's ``atexit`` handler,
-before the plugins' destructors.
+program thread offloads.  :func:`stop` runs when a clang-built program unregisters its
+last image (from its own destructors, as libomptarget 16 tears down there), from the
+interposer's ``atexit`` handler for a program without one (GCC-built code), or -- when
+the program is itself a Python interpreter -- from Python's ``atexit``, before the
+interpreter is finalised; nothing enters Python after that.
 
-Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default every
-host plugin found, :meth:`Runtime.discover`), ``bundled`` (add the bundled host plugin),
+Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default the
+host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
+``.nextgen`` plugin, or the classic one under ``LIBOMPTARGET_NEXTGEN_PLUGINS=0``),
+``bundled`` (add the bundled host plugin),
 ``policy`` (``OMP_TARGET_OFFLOAD`` override), ``gomp_host_device`` (GCC-built code gets
 :mod:`offload_shim.interposer.gomp`'s host device), ``report`` (path of a JSON report
 written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
@@ -47,9 +52,10 @@ def _policy(opts: dict) -> str:
     return raw if raw in ("disabled", "mandatory") else "default"
 
 
-def start() -> None:
+def start(python_host: bool = False) -> None:
     """Build the Runtime and install the interposer's callbacks (replaying the
-    registrations the interposer recorded so far).  Idempotent.
+    registrations the interposer recorded so far).  Idempotent.  ``python_host``: the
+    program is a Python interpreter; :func:`stop` is registered with ``atexit``.
 
     When that fails (a plugin that cannot be loaded, no usable runtime...), one line
     ``offload_shim: the embedded runtime failed to start: ...`` goes to stderr, then:
@@ -60,6 +66,9 @@ def start() -> None:
     host fallback)."""
     try:
         _start()
+        if python_host:
+            import atexit
+            atexit.register(stop)
     except Exception as exc:  # noqa: BLE001 - reported here, never into C as a traceback
         opts = {}
         try:
@@ -87,10 +96,7 @@ def _start() -> None:
         opts = options()
         plugins = opts.get("plugins") or []
         bundled = bool(opts.get("bundled"))
-        if plugins:
-            rt = osh.Runtime(plugins, bundled=bundled)
-        else:
-            rt = osh.Runtime.discover(host_only=True, bundled=bundled)
+        rt = osh.Runtime(plugins or default_plugins(), bundled=bundled)
         cm = osh.interpose(rt, policy=opts.get("policy"),
                            gomp_host_device=bool(opts.get("gomp_host_device")))
         try:
@@ -99,6 +105,19 @@ def _start() -> None:
             rt.close()
             raise
         _state = {"runtime": rt, "cm": cm, "interposer": ip, "options": opts}
+
+
+def default_plugins() -> list[str]:
+    """The host plugins libomptarget 16 loads here, in its order
+    (:func:`offload_shim.interposer.rtl.select_plugins`); every host plugin found
+    when there is no LLVM 16 installation."""
+    from .rtl import select_plugins
+    from ..plugins import discovery
+    found = select_plugins()
+    if found:
+        return found
+    return [c.path for c in discovery.candidates(bundled=False)
+            if discovery.is_host_plugin(c.path)]
 
 
 def stop() -> None:
@@ -164,4 +183,4 @@ def late_gomp_unregister(version: int, host_table: int, target_type: int,
         sys.stderr.write(f"offload_shim: error after exit: {exc}\n")
 
 
-__all__ = ["late_gomp_unregister", "options", "start", "stop"]
+__all__ = ["default_plugins", "late_gomp_unregister", "options", "start", "stop"]

@@ -1,13 +1,18 @@
 """libomptarget's host entry points over a Python :class:`~offload_shim.Runtime`.
 
 Mirrors libomptarget 16 ``interface.cpp`` (``__tgt_register_lib``,
-``__tgt_target_kernel``, ``__tgt_target_data_{begin,end,update}_mapper``; each checks
-its device with ``checkDeviceAndCtors`` and ends with ``handleTargetOutcome``) and the
-policy of ``omptarget.cpp`` / ``private.h``: ``OMP_TARGET_OFFLOAD`` (read from libomp's
-``__kmpc_get_target_offload``) ``disabled``, or ``default`` with no device, or the host
-device number -> the construct returns "fail" and the compiled code runs its host
-version; any other failure under an effective ``mandatory`` policy prints
-libomptarget's fatal message and aborts the process.
+``__tgt_target_kernel``, ``__tgt_target_data_{begin,end,update}_mapper``: each checks
+its device with ``checkDeviceAndCtors``, prints its arguments under
+``LIBOMPTARGET_INFO`` bit 1 and ends with ``handleTargetOutcome``) and the policy of
+``omptarget.cpp``: ``OMP_TARGET_OFFLOAD`` (read from libomp's
+``__kmpc_get_target_offload``) ``disabled``, or ``default`` with no device (decided at
+the first construct and kept), or the host device number -> the construct returns
+"fail" and the compiled code runs its host version; any other failure under an
+effective ``mandatory`` policy prints libomptarget's lines (``Consult ...`` or the
+mapping tables, the source location, ``Libomptarget fatal error 1: failure of target
+construct while offloading is mandatory``) and aborts the process.
+``checkDeviceAndCtors`` also maps the declare-target globals and runs the constructors
+of declare-target globals (``initLibrary``); unregistration runs their destructors.
 
 :class:`Interposer` dispatches each callback of the C bridge (:mod:`.bridge`) to the
 module that mirrors the libomptarget source doing the work: registration and device
@@ -29,7 +34,7 @@ from ..abi import interposer as _abi
 from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
 from ..core.images import OffloadImage
 from ..errors import LifecycleError, OffloadError, UnknownLayoutError
-from . import api, launch, omptarget
+from . import api, diag, launch, omptarget
 from .bridge import Bridge, guard
 from .gomp import GompSide
 from .library import LoadedLibrary, open_library
@@ -41,9 +46,50 @@ OFFLOAD_DEVICE_DEFAULT = -1
 #: libomp ``kmp_target_offload_kind``
 TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
 _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
+#: printKernelArguments' region names (LLVM 16 interface.cpp)
+_REGION = {0: "Entering OpenMP data region", 1: "Exiting OpenMP data region",
+           2: "Updating OpenMP data"}
+
+class _ErrorLog(list):
+    """The interposer's error messages; echoed to stderr as ``offload_shim: ...`` when
+    ``OFFLOAD_SHIM_DEBUG`` is set (libomptarget's own lines are printed regardless)."""
+
+    def append(self, msg) -> None:
+        super().append(msg)
+        if os.environ.get("OFFLOAD_SHIM_DEBUG"):
+            import sys
+            sys.stderr.write(f"offload_shim: {msg}\n")
+            sys.stderr.flush()
+
 
 _active: "Interposer | None" = None
 _active_lock = threading.Lock()
+
+
+def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str) -> None:
+    """``printKernelArguments`` (INFO bit 1)."""
+    si = diag.SourceInfo.of_loc(loc)
+    diag.info(diag.INFO_ALL, dev, f"{region} at {si.filename}:{si.line}:{si.column} with "
+                                  f"{m.n} arguments:")
+    for i in range(m.n):
+        t, size = m.types[i], m.sizes[i]
+        if t & omptarget.MAP_TO and t & omptarget.MAP_FROM:
+            kind = "tofrom"
+        elif t & omptarget.MAP_TO:
+            kind = "to"
+        elif t & omptarget.MAP_FROM:
+            kind = "from"
+        elif t & omptarget.MAP_PRIVATE:
+            kind = "private"
+        elif t & omptarget.MAP_LITERAL:
+            kind = "firstprivate"
+        elif size != 0:
+            kind = "alloc"
+        else:
+            kind = "use_address"
+        implicit = "(implicit)" if t & omptarget.MAP_IMPLICIT else ""
+        name = diag.name_of(m.names[i] if m.names else 0)
+        diag.info(diag.INFO_ALL, dev, f"{kind}({name})[{size}] {implicit}")
 
 
 class Interposer:
@@ -61,7 +107,8 @@ class Interposer:
         self.runtime = runtime
         self._lock = threading.RLock()
         self._policy_override = policy
-        self.errors: list[str] = []
+        self._decided_policy: int | None = None
+        self.errors: list[str] = _ErrorLog()
         self.rtls = Registrations(runtime)
         self.gomp = GompSide(runtime, self._lock, errors=self.errors,
                              unsupported=self.rtls.unsupported, policy=policy,
@@ -78,6 +125,7 @@ class Interposer:
                              slow_kernel=self._on_kernel, slow_data=self._on_data,
                              failed=self._construct_failed,
                              requires=lambda: self.rtls.requires_flags,
+                             tracing=lambda: diag.info_level() != 0,
                              saw_kernel=self.rtls.saw_kernel_args)
 
     # -- views ------------------------------------------------------------------------
@@ -142,6 +190,7 @@ class Interposer:
             "target_is_present": guard(self._on_is_present, plain, fail=0),
             "num_devices": guard(self.num_devices, plain, fail=0),
             "construct": guard(self.fast.on_construct, construct),
+            "api": guard(self._on_api, plain),
         })
         self.gomp.install(self._bridge.lib)
         # libraries registered before the callbacks existed (e.g. preloaded)
@@ -151,9 +200,9 @@ class Interposer:
 
     def close(self) -> None:
         """Close libraries loaded through :meth:`load_library` (newest first),
-        unregister what is still registered, free the device memory of every
-        remaining mapping, uninstall the callbacks.  Idempotent.  The runtime
-        stays open (its owner closes it)."""
+        unregister what is still registered (destructors of declare-target globals
+        run), free the device memory of every remaining mapping, uninstall the
+        callbacks.  Idempotent.  The runtime stays open (its owner closes it)."""
         global _active
         with self._lock:
             if self._closed:
@@ -166,6 +215,11 @@ class Interposer:
             self._loaded.clear()
             for desc in list(self.libraries):
                 self._on_unregister(desc)
+            if diag.info_level() & diag.INFO_DUMP_TABLE:
+                # ~DeviceTy when libomptarget is unloaded
+                si = diag.SourceInfo(";libomptarget;libomptarget;0;0;;")
+                for num in sorted(self._mappers):
+                    self._mappers[num].dump(si, retired=True)
             for dm in self._mappers.values():
                 dm.release_all()
             self.fast.invalidate()
@@ -204,21 +258,25 @@ class Interposer:
         self.errors.append(msg)
 
     def _construct_error(self, msg: str) -> int:
-        """An error inside a target construct is a failed construct (fatal under an
-        effective mandatory policy)."""
+        """An unexpected error inside a target construct is a failed construct (fatal
+        under an effective mandatory policy)."""
+        self.errors.append(msg)
         try:
-            return self._outcome_fail(msg)
+            return self._outcome(False, None)
         except BaseException:  # noqa: BLE001 - never into C
-            self.errors.append(msg)
             return CB_FAIL
 
-    # -- policy (interface.cpp: checkDeviceAndCtors / handleTargetOutcome) ---------------
+    # -- policy (omptarget.cpp: isOffloadDisabled / handleTargetOutcome) ---------------
     def policy(self) -> int:
         """Effective OMP_TARGET_OFFLOAD policy: TGT_DISABLED or TGT_MANDATORY
-        (``default`` becomes mandatory when there is a device, else disabled)."""
+        (``default`` becomes mandatory when there are devices, else disabled, decided
+        once as libomptarget's ``handleDefaultTargetOffload`` does)."""
+        if self._decided_policy is not None:
+            return self._decided_policy
         p = self._raw_policy()
         if p == TGT_DEFAULT:
             p = TGT_MANDATORY if self.num_devices() > 0 else TGT_DISABLED
+            self._decided_policy = p
         return p
 
     def _raw_policy(self) -> int:
@@ -230,23 +288,38 @@ class Interposer:
             p = {"disabled": TGT_DISABLED, "mandatory": TGT_MANDATORY}.get(env, TGT_DEFAULT)
         return p
 
-    def _outcome_fail(self, message: str, loc: int | None = None) -> int:
-        """A construct failed: fatal under mandatory (libomptarget 16 aborts), else
-        host fallback.  The fatal line names the runtime as the program's own does:
-        ``Libomptarget fatal error 1`` (16), ``omptarget fatal error 1`` (19.1, 22.1:
-        their messages say ``omptarget``)."""
-        src = _abi.ident_source(loc)
-        full = message + (f" (at {src})" if src else "")
-        self.errors.append(full)
-        if self.policy() == TGT_MANDATORY:
-            sys.stdout.flush()
-            who = "omptarget" if self.host_runtime >= 19 else "Libomptarget"
-            sys.stderr.write(f"offload_shim: {full}\n"
-                             f"{who} fatal error 1: failure of target construct "
-                             "while offloading is mandatory\n")
-            sys.stderr.flush()
+    def _outcome(self, success: bool, loc: int | None) -> int:
+        """``handleTargetOutcome``: under mandatory, dump the tables (INFO bit 4) or
+        say where to look, name the source location, print the fatal error and
+        return CB_FATAL (the C side aborts); otherwise CB_OK / CB_FAIL."""
+        policy = self.policy()
+        diag.set_runtime_name(self.host_runtime)
+        dump = diag.info_level() & diag.INFO_DUMP_TABLE
+        if policy == TGT_MANDATORY:
+            if dump:
+                si = diag.SourceInfo.of_loc(loc)
+                for num in sorted(self._mappers):
+                    self._mappers[num].dump(si)
+            if success:
+                return CB_OK
+            if not dump:
+                diag.report("Consult https://openmp.llvm.org/design/Runtimes.html for "
+                            "debugging options.")
+            si = diag.SourceInfo.of_loc(loc)
+            prefix = ""
+            if si.available:
+                prefix = f"{si.filename}:{si.line}:{si.column}: "
+            else:
+                diag.report("Source location information not present. Compile with -g "
+                            "or -gline-tables-only.")
+            diag.fatal(1, "failure of target construct while offloading is mandatory",
+                       prefix)
             return CB_FATAL
-        return CB_FAIL
+        return CB_OK if success else CB_FAIL
+
+    def _outcome_fail(self, message: str, loc: int | None = None) -> int:
+        self.errors.append(message)
+        return self._outcome(False, loc)
 
     def _default_device(self) -> int:
         omp = _abi.libomp()
@@ -256,11 +329,35 @@ class Interposer:
 
     def _construct_failed(self, kind: int, exc: Exception, loc: int | None) -> int:
         """The return code of a construct (kind as in the frame: 0..2 data, 3 kernel)
-        that failed with ``exc`` (a MapError or OffloadError): the general code and
-        the cheap path (plan.py) report it the same way."""
-        if kind == 3:
-            return self._outcome_fail(f"{type(exc).__name__}: {exc}", loc)
-        return self._outcome_fail(str(exc), loc)
+        that failed with ``exc`` (a MapError or OffloadError) after its point of no
+        return (the launch, a copy back): libomptarget's report, then
+        ``handleTargetOutcome``; the general code and the cheap path (plan.py)
+        report it the same way."""
+        if kind == 3 and isinstance(exc, OffloadError):
+            diag.report("Executing target region abort target.")
+        elif isinstance(exc, OffloadError):
+            diag.report("Copying data from device failed." if kind == 1
+                        else "Copying data to device failed.")
+        self.errors.append(f"{type(exc).__name__}: {exc}")
+        return self._outcome(False, loc)
+
+    def device_ready(self, num: int) -> bool:
+        """``deviceIsReady``: ``num`` is a device of the list and initialises."""
+        if not 0 <= num < len(self.devices):
+            return False
+        dev = self.devices[num]
+        if dev.initialized:
+            return True
+        try:
+            dev.init()
+        except OffloadError as exc:
+            self.errors.append(f"device {num}: {exc}")
+            return False
+        finally:
+            # a plugin initialised now registered its own exit handler: the runtime's
+            # must stay the newest (offload-shim run, native/interposer.c)
+            self._bridge.rearm_exit()
+        return True
 
     def _check_device(self, dev_id: int, loc: int | None) -> DeviceMapper | int:
         """The DeviceMapper to offload to, or a callback return code (fallback /
@@ -275,19 +372,36 @@ class Interposer:
                                       loc)
         if dev_id == n:                       # the initial (host) device
             return CB_FAIL
-        if not 0 <= dev_id < n:
-            return self._outcome_fail(f"Device {dev_id} is not ready", loc)
-        dev = self.devices[dev_id]
-        fresh = not dev.initialized
-        try:
-            dev.init()
-        except OffloadError as exc:
-            return self._outcome_fail(f"Device {dev_id} is not ready: {exc}", loc)
-        if fresh:
-            self._bridge.rearm_exit()
+        if not self.device_ready(dev_id):
+            diag.report(f"Device {dev_id} is not ready.")
+            return self._outcome_fail(f"device {dev_id} is not ready", loc)
         dm = self.mapper(dev_id)
-        dm.map_globals(self.rtls.images())
+        try:
+            self._init_library(dm)
+        except (MapError, OffloadError) as exc:
+            diag.report(f"Failed to init globals on device {dev_id}")
+            return self._outcome_fail(f"initLibrary: {exc}", loc)
         return dm
+
+    def _init_library(self, dm: DeviceMapper) -> None:
+        """``initLibrary``: map the declare-target globals of the images loaded in the
+        device, then run the pending constructors of declare-target globals (per
+        library, in ``__tgt_bin_desc`` address order as libomptarget's map)."""
+        dm.map_globals(self.rtls.images())
+        for desc in sorted(self.rtls.records):
+            if desc in dm.ctors_done:
+                continue
+            dm.ctors_done.add(desc)
+            for rec in self.rtls.records[desc]:
+                if rec.plugin is not dm.device.plugin:
+                    continue
+                for ctor in rec.ctors:
+                    try:
+                        launch.target(dm, dm.device.translate(ctor),
+                                      _abi.MapArgs.from_lists([], [], [], []))
+                    except (MapError, OffloadError, KeyError) as exc:
+                        diag.report(f"Running ctor {diag.ptr(ctor)} failed.")
+                        raise MapError(str(exc)) from None
 
     # -- devices ------------------------------------------------------------------------
     @property
@@ -331,26 +445,12 @@ class Interposer:
         """The :class:`DeviceMapper` of OpenMP device ``num`` (created on first use)."""
         dm = self._mappers.get(num)
         if dm is None:
-            dm = self._mappers[num] = DeviceMapper(self.devices[num], num)
+            dm = self._mappers[num] = DeviceMapper(self.devices[num], num,
+                                                   lambda: self.rtls.requires_flags)
         return dm
 
     def has_mapper(self, num: int) -> bool:
         return num in self._mappers
-
-    def device_or_host(self, dev_id: int):
-        """The initialised Device of OpenMP device ``dev_id``, or None for the
-        initial (host) device.  Raises MapError for another number."""
-        self.check_device_number(dev_id)
-        n = self.num_devices()
-        if dev_id == n:
-            return None
-        if not 0 <= dev_id < n:
-            raise MapError(f"invalid device number {dev_id} ({n} devices)")
-        dev = self.devices[dev_id]
-        if not dev.initialized:
-            dev.init()
-            self._bridge.rearm_exit()
-        return dev
 
     # -- registration (rtl.cpp) --------------------------------------------------------
     def _on_requires(self, flags: int) -> int:
@@ -366,15 +466,29 @@ class Interposer:
                 self.rtls.register_lib(desc)
             finally:
                 self._bridge.rearm_exit()
+            diag.set_runtime_name(self.host_runtime)
             return CB_OK
 
     def _on_unregister(self, desc: int) -> int:
-        """``__tgt_unregister_lib``: the images' declare-target rows leave the mapping
-        tables, then the images are unregistered from the runtime."""
+        """``__tgt_unregister_lib``: the destructors of the library's declare-target
+        globals run on the devices where its constructors ran; its globals leave the
+        mapping tables; its images are unregistered from the runtime."""
         with self._lock:
             self.fast.invalidate()
-            for img in self.libraries.get(desc, ()):
-                for dm in self._mappers.values():
+            for rec in self.rtls.records.get(desc, ()):
+                for num in self.rtls.device_numbers(rec.plugin):
+                    dm = self._mappers.get(num)
+                    if dm is None or desc not in dm.ctors_done:
+                        continue
+                    for dtor in rec.dtors:
+                        try:
+                            launch.target(dm, dm.device.translate(dtor),
+                                          _abi.MapArgs.from_lists([], [], [], []))
+                        except (MapError, OffloadError, KeyError) as exc:
+                            self.errors.append(f"destructor {dtor:#x}: {exc}")
+            for num, dm in self._mappers.items():
+                dm.ctors_done.discard(desc)
+                for img in self.libraries.get(desc, ()):
                     dm.drop_image(img)
             self.rtls.unregister_lib(desc, self.errors)
             return CB_OK
@@ -387,16 +501,16 @@ class Interposer:
             if isinstance(chk, int):
                 return chk
             m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
+                _print_arguments(loc, chk.number, m, _REGION.get(kind, ""))
+            fn = (omptarget.target_data_begin, omptarget.target_data_end,
+                  omptarget.target_data_update)[kind]
             try:
-                if kind == 0:
-                    omptarget.target_data_begin(chk, m)
-                elif kind == 1:
-                    omptarget.target_data_end(chk, m)
-                else:
-                    omptarget.target_data_update(chk, m)
+                fn(chk, m)
             except (MapError, OffloadError) as exc:
-                return self._construct_failed(kind, exc, loc)
-            return CB_OK
+                self.errors.append(f"{fn.__name__}: {exc}")
+                return self._outcome(False, loc)
+            return self._outcome(True, loc)
 
     def _on_kernel(self, loc, dev_id, teams, threads, host_ptr, kargs) -> int:
         """``__tgt_target_kernel``: map, launch, unmap (omptarget.cpp ``target``)."""
@@ -409,30 +523,36 @@ class Interposer:
             try:
                 kv = _clang.kernel_args_version(_abi.kernel_args_version(kargs))
             except UnknownLayoutError as exc:
+                # not a libomptarget situation: say why in one line of our own
+                sys.stderr.write(f"offload_shim: UnknownLayoutError: {exc}\n")
+                sys.stderr.flush()
                 return self._outcome_fail(f"UnknownLayoutError: {exc}", loc)
             self.rtls.saw_kernel_args(host_ptr or 0, kv.version)
             m, _ka = _abi.kernel_map_args(kargs)
             implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
+                _print_arguments(loc, chk.number, m, "Entering OpenMP kernel")
             try:
                 entry = chk.device.translate(host_ptr or 0)
             except KeyError:
-                return self._outcome_fail(f"host ptr {host_ptr or 0:#x} does not have a "
-                                          f"matching target pointer on device "
-                                          f"{chk.number}", loc)
+                diag.report(f"Host ptr {diag.ptr(host_ptr)} does not have a matching target "
+                            "pointer.")
+                return self._outcome_fail(f"no kernel for {host_ptr or 0:#x}", loc)
             try:
                 launch.target(chk, entry, m, implicit)
             except (MapError, OffloadError) as exc:
-                return self._construct_failed(3, exc, loc)
-            return CB_OK
+                self.errors.append(f"target: {type(exc).__name__}: {exc}")
+                return self._outcome(False, loc)
+            return self._outcome(True, loc)
 
     # -- API routines (api.cpp) -----------------------------------------------------------
-    def _on_alloc(self, size, dev_id, out) -> int:
+    def _on_alloc(self, size, dev_id, kind, out) -> int:
         with self._lock:
-            return api.target_alloc(self, size, dev_id, out)
+            return api.target_alloc(self, size, dev_id, kind, out)
 
-    def _on_free(self, ptr, dev_id) -> int:
+    def _on_free(self, ptr, dev_id, kind) -> int:
         with self._lock:
-            return api.target_free(self, ptr, dev_id)
+            return api.target_free(self, ptr, dev_id, kind)
 
     def _on_memcpy(self, dst, src, length, dst_off, src_off, dst_dev, src_dev) -> int:
         with self._lock:
@@ -442,6 +562,12 @@ class Interposer:
     def _on_is_present(self, ptr, dev_id) -> int:
         with self._lock:
             return api.target_is_present(self, ptr, dev_id)
+
+    def _on_api(self, which, args, nargs, result) -> int:
+        with self._lock:
+            result[0] = api.dispatch(self, int(which), _abi.api_args(args, int(nargs))) \
+                & 0xFFFFFFFFFFFFFFFF
+            return CB_OK
 
 
 @contextlib.contextmanager

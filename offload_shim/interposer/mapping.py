@@ -1,13 +1,16 @@
 """The mapping table of one OpenMP device: host ranges -> device memory.
 
 Mirrors libomptarget 16 ``device.cpp`` / ``device.h``: ``HostDataToTargetTy`` (a row
-with a dynamic and a hold reference count, ``decShouldRemove``), ``HostDataToTargetMap``
-with ``DeviceTy::lookupMapping`` (contained / extends before / extends after; size-0
-lookups), ``DeviceTy::getTargetPointer`` (allocate, copy ``to`` when new or
-``always``, "explicit extension not allowed", ``present``), ``getTgtPtrBegin``
-(``delete`` resets, ``release`` decrements), shadow pointers of ``ptr_and_obj`` maps
-(``ShadowPtrMap``) and the permanent rows of declare-target globals (``initLibrary``:
-infinite reference count).  Device memory comes from :meth:`Device.alloc` /
+with a dynamic and a hold reference count, ``decShouldRemove``, ``resetRefCount``),
+``HostDataToTargetMap`` with ``DeviceTy::lookupMapping`` (contained / extends before /
+extends after; size-0 lookups), ``DeviceTy::getTargetPointer`` (allocate, copy ``to``
+when new or ``always``, "explicit extension not allowed", ``present``, unified shared
+memory), ``getTgtPtrBegin`` (``delete`` resets, ``release`` decrements; a pointer that is
+not mapped keeps its host value, OpenMP 5.1/5.2), ``associatePtr`` /
+``disassociatePtr``, the shadow pointers of ``ptr_and_obj`` maps, the permanent rows of
+declare-target globals (``initLibrary``: infinite reference count) and the INFO traces
+(``Mapping exists``, ``Creating new map entry``, ``Removing map entry``, ``Copying
+data``, the table dump).  Device memory comes from :meth:`Device.alloc` /
 :meth:`Device.free` (the pool); copies go through :meth:`Device.submit_raw` /
 :meth:`Device.retrieve_raw`.
 """
@@ -16,59 +19,78 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_right
+from dataclasses import dataclass
 
 from ..abi import interposer as _abi
 from ..errors import OffloadError
+from . import diag
 
 _INF = float("inf")
-_ALIGN = 16     # device copies keep the host address modulo 16 (libomptarget pads by 8)
+OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
 
 
 class MapError(Exception):
-    """A construct cannot be performed (libomptarget ``REPORT`` + ``OFFLOAD_FAIL``)."""
+    """A construct cannot be performed (libomptarget returned ``OFFLOAD_FAIL``; its
+    diagnostic lines are already printed)."""
 
 
 class MapEntry:
     """One row (libomptarget ``HostDataToTargetTy``): host ``[begin, end)`` with
     ``base`` (``HstPtrBase``) -> device ``tgt``; ``alloc``: the device pointer to free
-    (None for a global of an image); ``dyn``/``hold``: reference counts (``dyn`` is
-    infinite for declare-target globals); ``owner``: the OffloadImage of a global."""
-    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner")
+    (None for a global of an image or an associated pointer); ``dyn``/``hold``:
+    reference counts (``dyn`` is infinite for declare-target globals and associated
+    pointers); ``owner``: the OffloadImage of a global; ``name``: the address of the
+    map name string (0: none), or a global's entry name."""
+    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name")
 
-    def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None):
+    def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
         self.alloc = alloc
         self.dyn, self.hold = dyn, hold
         self.owner = owner
+        self.name = name or 0
 
     @property
     def infinite(self) -> bool:
         return self.dyn == _INF
 
+    @property
+    def total(self):
+        return self.dyn + self.hold
+
     def inc(self, hold: bool) -> None:
-        if self.infinite:
-            return
         if hold:
-            self.hold += 1
-        else:
+            if self.hold != _INF:
+                self.hold += 1
+        elif self.dyn != _INF:
             self.dyn += 1
 
     def dec(self, hold: bool) -> None:
-        if self.infinite:
-            return
         if hold:
-            self.hold = max(0, self.hold - 1)
-        else:
+            if self.hold != _INF:
+                self.hold = max(0, self.hold - 1)
+        elif self.dyn != _INF:
             self.dyn = max(0, self.dyn - 1)
 
-    def should_remove(self, hold: bool, force: bool) -> bool:
-        """``decShouldRemove``: would one decrement (or a reset) drop the last reference."""
-        if self.infinite:
-            return False
+    def reset(self, hold: bool) -> None:
+        """``resetRefCount``: the count becomes 1 (unless infinite)."""
+        if hold:
+            if self.hold != _INF:
+                self.hold = 1
+        elif self.dyn != _INF:
+            self.dyn = 1
+
+    def should_remove(self, hold: bool, after_reset: bool = False) -> bool:
+        """``decShouldRemove``: would one decrement (or, after a reset, the reset
+        count's decrement) drop the last reference."""
         this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
         if other > 0:
             return False
-        return this != 0 if force else this == 1
+        return this != _INF if after_reset else this == 1
+
+    @staticmethod
+    def count_str(n) -> str:
+        return "INF" if n == _INF else str(int(n))
 
     def __repr__(self):
         return (f"<map [{self.begin:#x},{self.end:#x}) -> {self.tgt:#x} dyn={self.dyn} "
@@ -116,6 +138,13 @@ class MappingTable:
             entry = None
         return entry, contained, before, after
 
+    def find(self, hp: int) -> MapEntry | None:
+        """The row whose host begin is exactly ``hp``."""
+        i = self._index(hp)
+        if i > 0 and self.entries[i - 1].begin == hp:
+            return self.entries[i - 1]
+        return None
+
     def insert(self, entry: MapEntry) -> None:
         i = self._index(entry.begin)
         self.entries.insert(i, entry)
@@ -141,97 +170,220 @@ class MappingTable:
         return len(self.entries)
 
 
+@dataclass
+class TargetPointer:
+    """``TargetPointerResultTy``: ``tgt`` (device address, or the host address for
+    unified shared memory and pointers that are not mapped; 0 = none), ``entry``,
+    ``is_new``, ``is_host`` (unified shared memory), ``present``, ``is_last``."""
+    tgt: int = 0
+    entry: MapEntry | None = None
+    is_new: bool = False
+    is_host: bool = False
+    present: bool = True
+    is_last: bool = False
+
+
 class DeviceMapper:
     """The mapping side of one OpenMP device (libomptarget ``DeviceTy``): its
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
-    Raises :class:`MapError` where libomptarget reports an error and fails the
-    construct."""
+    ``requires`` returns the ``__tgt_register_requires`` flags in force."""
 
-    def __init__(self, device, number: int = 0):
+    def __init__(self, device, number: int = 0, requires=lambda: 0):
         self.device = device
         self.number = number
         self.table = MappingTable()
+        self.retired: list[MapEntry] = []       # global rows of unregistered images
+        self._requires = requires
+        self.ctors_done: set[int] = set()       # descriptors whose ctors ran here
+
+    @property
+    def usm(self) -> bool:
+        return bool(self._requires() & OMP_REQ_UNIFIED_SHARED_MEMORY)
+
+    def _info(self, flags: int, text: str) -> None:
+        diag.info(flags, self.number, text)
 
     # -- device.cpp: getTargetPointer / getTgtPtrBegin ----------------------------------
-    def get_target_pointer(self, hp, base, size, *, to, always, implicit, update_ref,
-                           close, present, hold):
-        """``getTargetPointer``: returns (tgt or 0, entry or None, is_new); raises
-        MapError (explicit extension, ``present`` without a mapping, allocation
-        failure)."""
+    def get_target_pointer(self, hp, base, size, *, to=False, always=False, implicit=False,
+                           update_ref=True, close=False, present=False, hold=False,
+                           padding=0, name=0) -> TargetPointer:
+        """``getTargetPointer``: look up ``[hp, hp+size)``, take a reference, allocate
+        (``padding`` extra bytes before it) and copy ``to`` as libomptarget 16 does.
+        ``TargetPointer.tgt`` is 0 when the mapping failed (its MESSAGE printed)."""
         table = self.table
         ent, contained, before, after = table.lookup(hp, size)
-        is_new = False
+        r = TargetPointer(entry=ent)
         if contained or ((before or after) and implicit):
             if update_ref:
                 ent.inc(hold)
-            elif not ent.infinite:
-                # allocated with its parent (member_of) in this construct: still new
-                is_new = ent.dyn + ent.hold == 1
-            tgt = ent.tgt + (hp - ent.begin)
+                action = " (incremented)"
+            else:
+                r.is_new = ent.total == 1
+                action = " (update suppressed)"
+            r.tgt = ent.tgt + (hp - ent.begin)
+            self._info(diag.INFO_MAPPING_EXISTS,
+                       f"Mapping exists{' (implicit)' if implicit else ''} with "
+                       f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(r.tgt)}, "
+                       f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}"
+                       f"{'' if hold else action}, HoldRefCount="
+                       f"{MapEntry.count_str(ent.hold)}{action if hold else ''}, "
+                       f"Name={diag.name_of(name)}")
         elif before or after:
-            raise MapError(f"explicit extension not allowed: host address specified is "
-                           f"{hp:#x} ({size} bytes), but device allocation maps to host at "
-                           f"{ent.begin:#x} ({ent.end - ent.begin} bytes)")
+            diag.message(f"explicit extension not allowed: host address specified is "
+                         f"{diag.ptr(hp)} ({size} bytes), but device allocation maps to "
+                         f"host at {diag.ptr(ent.begin)} ({ent.end - ent.begin} bytes)")
+            if present:
+                diag.message("device mapping required by 'present' map type modifier does "
+                             f"not exist for host address {diag.ptr(hp)} ({size} bytes)")
+        elif self.usm and not close:
+            if size:
+                r.present, r.is_host, r.tgt = False, True, hp
         elif present:
-            raise MapError("device mapping required by 'present' map type modifier does "
-                           f"not exist for host address {hp:#x} ({size} bytes)")
+            diag.message("device mapping required by 'present' map type modifier does not "
+                         f"exist for host address {diag.ptr(hp)} ({size} bytes)")
         elif size:
-            pad = hp % _ALIGN
-            ptr = self.device.alloc(size + pad)
+            r.is_new = True
+            ptr = self.device.alloc(size + padding)
             if not ptr:
-                raise MapError(f"device allocation of {size} bytes failed")
-            ent = MapEntry(base, hp, hp + size, ptr + pad, ptr, 0 if hold else 1,
-                           1 if hold else 0)
+                return TargetPointer(present=True)
+            ent = MapEntry(base, hp, hp + size, ptr + padding, ptr, 0 if hold else 1,
+                           1 if hold else 0, name=name)
             table.insert(ent)
-            tgt, is_new = ent.tgt, True
+            r.entry, r.tgt = ent, ent.tgt
+            self._info(diag.INFO_MAPPING_CHANGED,
+                       f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
+                       f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
+                       f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
+                       f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
+                       f"Name={diag.name_of(name)}")
         else:
-            return 0, None, False
-        if tgt and to and (is_new or always) and size:
-            self.to_device(hp, tgt, size)
-        return tgt, ent, is_new
+            r.present = False
+            r.entry = None
+        if r.tgt and not r.is_host and to and (r.is_new or always) and size:
+            try:
+                self.to_device(hp, r.tgt, size, r.entry)
+            except OffloadError:
+                diag.report("Copying data to device failed.")
+                r.tgt = 0
+        return r
 
-    def get_tgt_ptr_begin(self, hp, size, *, update_ref, hold, must_contain, force):
-        """``getTgtPtrBegin``: (tgt, is_last, entry) or (0, False, None)."""
+    def get_tgt_ptr_begin(self, hp, size, *, update_ref=False, hold=False,
+                          must_contain=False, force=False) -> TargetPointer:
+        """``getTgtPtrBegin``: the device address of ``[hp, hp+size)``; with
+        ``update_ref`` drop a reference (``force``: reset first, the ``delete`` map
+        type).  Not mapped: ``present`` False and ``tgt`` = ``hp`` (the host value)."""
         ent, contained, before, after = self.table.lookup(hp, size)
         if ent is not None and (contained or (not must_contain and (before or after))):
-            is_last = ent.should_remove(hold, force)
-            if force and not ent.infinite:
-                if hold:
-                    ent.hold = 1
-                else:
-                    ent.dyn = 1
+            r = TargetPointer(entry=ent)
+            r.is_last = ent.should_remove(hold, after_reset=force)
+            if force:
+                ent.reset(hold)
+            if not update_ref:
+                action = " (update suppressed)"
+            elif r.is_last:
                 ent.dec(hold)
-            elif update_ref:
+                action = " (reset, delayed deletion)" if force else \
+                    " (decremented, delayed deletion)"
+            else:
                 ent.dec(hold)
-            return ent.tgt + (hp - ent.begin), is_last, ent
-        return 0, False, None
+                action = " (decremented)"
+            r.tgt = ent.tgt + (hp - ent.begin)
+            self._info(diag.INFO_MAPPING_EXISTS,
+                       f"Mapping exists with HstPtrBegin={diag.ptr(hp)}, "
+                       f"TgtPtrBegin={diag.ptr(r.tgt)}, Size={size}, DynRefCount="
+                       f"{MapEntry.count_str(ent.dyn)}{'' if hold else action}, "
+                       f"HoldRefCount={MapEntry.count_str(ent.hold)}"
+                       f"{action if hold else ''}")
+            return r
+        if self.usm:
+            return TargetPointer(tgt=hp, is_host=True, present=False)
+        return TargetPointer(tgt=hp, present=False)
 
     def is_present(self, hp: int) -> bool:
-        """``omp_target_is_present`` lookup (size 0)."""
-        tgt, _l, _e = self.get_tgt_ptr_begin(hp, 0, update_ref=False, hold=False,
-                                             must_contain=False, force=False)
-        return bool(tgt)
+        """``omp_target_is_present`` / ``omp_get_mapped_ptr`` lookup (1 byte)."""
+        return self.get_tgt_ptr_begin(hp, 1).present
+
+    # -- device.cpp: associatePtr / disassociatePtr ----------------------------------------
+    def associate(self, hp: int, tgt: int, size: int) -> bool:
+        """``associatePtr``: a row with an infinite count; re-associating the same
+        range with the same device address is a no-op.  False (REPORT printed) for a
+        different association of the same host address."""
+        ent = self.table.find(hp)
+        if ent is not None:
+            if ent.end == hp + size and ent.tgt == tgt:
+                return True
+            diag.report("Not allowed to re-associate a different device ptr+offset with "
+                        "the same host ptr")
+            return False
+        self.table.insert(MapEntry(hp, hp, hp + size, tgt, None, _INF, 0))
+        return True
+
+    def disassociate(self, hp: int) -> bool:
+        """``disassociatePtr``: remove a row made by :meth:`associate`.  False
+        (REPORT printed) when there is none or it is not an association."""
+        ent = self.table.find(hp)
+        if ent is None:
+            diag.report("Association not found")
+            return False
+        if ent.hold:
+            diag.report("Trying to disassociate a pointer with a non-zero hold reference "
+                        "count")
+            return False
+        if ent.infinite and ent.owner is None:
+            self.table.remove(ent)
+            return True
+        diag.report("Trying to disassociate a pointer which was not mapped via "
+                    "omp_target_associate_ptr")
+        return False
 
     # -- copies with shadow pointers ----------------------------------------------------
-    def to_device(self, hp, tgt, size) -> None:
+    def _copy_info(self, h2d: bool, src: int, dst: int, size: int, entry) -> None:
+        if not diag.info_level() & diag.INFO_DATA_TRANSFER:
+            return
+        if entry is None:
+            host = src if h2d else dst
+            entry = self.table.lookup(host, size)[0]
+        name = diag.name_of(entry.name if entry is not None else 0)
+        if h2d:
+            text = (f"Copying data from host to device, HstPtr={diag.ptr(src)}, "
+                    f"TgtPtr={diag.ptr(dst)}, Size={size}, Name={name}")
+        else:
+            text = (f"Copying data from device to host, TgtPtr={diag.ptr(src)}, "
+                    f"HstPtr={diag.ptr(dst)}, Size={size}, Name={name}")
+        self._info(diag.INFO_DATA_TRANSFER, text)
+
+    def submit(self, tgt: int, hp: int, size: int, entry=None) -> None:
+        """``submitData`` (with its DATA_TRANSFER trace)."""
+        self._copy_info(True, hp, tgt, size, entry)
+        self.device.submit_raw(tgt, hp, size)
+
+    def retrieve(self, hp: int, tgt: int, size: int, entry=None) -> None:
+        """``retrieveData`` (with its DATA_TRANSFER trace)."""
+        self._copy_info(False, tgt, hp, size, entry)
+        self.device.retrieve_raw(hp, tgt, size)
+
+    def to_device(self, hp, tgt, size, entry=None) -> None:
         """Copy host -> device, keeping attached device pointers inside the range."""
-        dev = self.device
-        dev.submit_raw(tgt, hp, size)
+        self.submit(tgt, hp, size, entry)
         for addr, (_hv, taddr, tval) in self.table.shadow.items():
             if hp <= addr < hp + size:
                 cell = _abi.HostCell(tval)
-                dev.submit_raw(taddr, cell.address, 8)
+                self.submit(taddr, cell.address, 8)
 
-    def from_device(self, hp, tgt, size) -> None:
+    def from_device(self, hp, tgt, size, entry=None) -> None:
         """Copy device -> host, restoring host pointer values the device copy carries
         as device addresses."""
-        self.device.retrieve_raw(hp, tgt, size)
+        self.retrieve(hp, tgt, size, entry)
+        self.restore_shadows(hp, size)
+
+    def restore_shadows(self, hp: int, size: int) -> None:
         for addr, (hval, _ta, _tv) in self.table.shadow.items():
             if hp <= addr < hp + size:
                 _abi.write_pointer(addr, hval)
 
-    def attach(self, ptr_host: int, ptr_tgt: int, host_value: int, tgt_value: int) -> None:
+    def attach(self, ptr_host: int, ptr_tgt: int, host_value: int, tgt_value: int,
+               entry=None) -> None:
         """Store ``tgt_value`` in the device copy of the pointer at ``ptr_host`` (device
         address ``ptr_tgt``) unless it is already there, remembering the host value
         (a shadow pointer)."""
@@ -239,17 +391,19 @@ class DeviceMapper:
         if old is None or old[2] != tgt_value:
             self.table.shadow[ptr_host] = (host_value, ptr_tgt, tgt_value)
             cell = _abi.HostCell(tgt_value)
-            self.device.submit_raw(ptr_tgt, cell.address, 8)
+            self.submit(ptr_tgt, cell.address, 8, entry)
 
     # -- rows -----------------------------------------------------------------------
-    def deallocate(self, entries) -> None:
-        """Remove rows whose counts dropped to zero and free their device memory
-        (``deallocTgtPtr``)."""
-        for ent in entries:
-            if ent in self.table.entries and (ent.dyn == 0 and ent.hold == 0):
-                self.table.remove(ent)
-                if ent.alloc:
-                    self.device.free(ent.alloc)
+    def erase(self, ent: MapEntry, size: int) -> None:
+        """``eraseMapEntry`` + ``deallocTgtPtrAndEntry``: remove the row, free its
+        device memory (not for unified shared memory host pointers)."""
+        self._info(diag.INFO_MAPPING_CHANGED,
+                   f"Removing map entry with HstPtrBegin={diag.ptr(ent.begin)}, "
+                   f"TgtPtrBegin={diag.ptr(ent.tgt)}, Size={size}, "
+                   f"Name={diag.name_of(ent.name)}")
+        self.table.remove(ent)
+        if ent.alloc:
+            self.device.free(ent.alloc)
 
     def map_globals(self, images) -> None:
         """Declare-target globals of the images loaded in the device: permanent rows
@@ -268,12 +422,34 @@ class DeviceMapper:
                 ent, _contained, _, _ = table.lookup(haddr, entry.size)
                 if ent is None:
                     table.insert(MapEntry(haddr, haddr, haddr + entry.size, tgt, None,
-                                          _INF, 0, owner=img))
+                                          _INF, 0, owner=img, name=entry.name))
 
     def drop_image(self, image) -> None:
-        """Remove the global rows of an unregistered image."""
+        """Remove the global rows of an unregistered image (libomptarget 16 keeps
+        them: they are remembered in :attr:`retired` for the table dump at exit)."""
         for e in [e for e in self.table.entries if e.owner is image]:
             self.table.remove(e)
+            self.retired.append(e)
+
+    def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
+        """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty);
+        ``retired``: with the rows libomptarget would still hold (the ``~DeviceTy``
+        dump at exit)."""
+        rows = self.table.entries
+        if retired and self.retired:
+            rows = sorted(rows + self.retired, key=lambda e: e.begin)
+        if not rows:
+            return
+        info = lambda t: diag.info(diag.INFO_ALL, self.number, t)  # noqa: E731
+        info(f"OpenMP Host-Device pointer mappings after block at {loc_info.filename}:"
+             f"{loc_info.line}:{loc_info.column}:")
+        info(f"{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount HoldRefCount "
+             "Declaration")
+        for e in rows:
+            si = diag.SourceInfo.of_name(e.name)
+            info(f"{diag.ptr(e.begin)} {diag.ptr(e.tgt)} {e.end - e.begin:<8} "
+                 f"{MapEntry.count_str(e.dyn):<11} {MapEntry.count_str(e.hold):<12} "
+                 f"{si.name} at {si.filename}:{si.line}:{si.column}")
 
     def release_all(self) -> None:
         """Free the device memory of every row and empty the table (interposer close)."""
@@ -284,4 +460,4 @@ class DeviceMapper:
         self.table.clear()
 
 
-__all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable"]
+__all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable", "TargetPointer"]

@@ -1,10 +1,13 @@
 """Map-type semantics of ``target data`` / ``enter data`` / ``exit data`` / ``update``.
 
 Mirrors libomptarget 16 ``omptarget.cpp`` (``targetDataBegin``, ``targetDataEnd``,
-``targetDataUpdate``) and the ``OMP_TGT_MAPTYPE_*`` bits of ``omptarget.h``.  Each
-function takes the :class:`~offload_shim.interposer.mapping.DeviceMapper` of the device
-and the construct's :class:`~offload_shim.abi.interposer.MapArgs`; errors raise
-:class:`~offload_shim.interposer.mapping.MapError`.
+``targetDataUpdate`` with ``targetDataContiguous`` / ``targetDataNonContiguous``,
+``targetDataMapper`` for user-defined mappers, the partial-struct padding of
+``getPartialStructRequiredAlignment``) and the ``OMP_TGT_MAPTYPE_*`` bits of
+``omptarget.h``.  Each function takes the
+:class:`~offload_shim.interposer.mapping.DeviceMapper` of the device and the construct's
+:class:`~offload_shim.abi.interposer.MapArgs`; a failure prints libomptarget's lines and
+raises :class:`~offload_shim.interposer.mapping.MapError`.
 
 ``MAP_ATTACH`` (0x4000) is emitted by clang 22 for list items with a base pointer
 (``map(to: p[0:n])`` -> the section, then ``{&p, &p[0], sizeof(p), ATTACH}``); LLVM 22
@@ -17,7 +20,9 @@ was newly mapped by the construct (or ``always``), and only when both are mapped
 from __future__ import annotations
 
 from ..abi import interposer as _abi
-from .mapping import DeviceMapper, MapEntry, MapError
+from ..errors import OffloadError
+from . import diag
+from .mapping import DeviceMapper, MapError, TargetPointer
 
 # OMP_TGT_MAPTYPE_* (LLVM 16 openmp/libomptarget/include/omptarget.h)
 MAP_TO = 0x001
@@ -37,13 +42,37 @@ MAP_ATTACH = 0x4000          # LLVM 22 (OMPConstants.h OMP_MAP_ATTACH)
 MAP_NON_CONTIG = 0x100000000000
 MAP_MEMBER_OF = 0xFFFF000000000000
 
-
-def _no_mappers(m: _abi.MapArgs, i: int) -> None:
-    if m.mappers and m.mappers[i]:
-        raise MapError("user-defined mappers are not supported by offload_shim")
+_MAX_ALIGNMENT = 16
 
 
-def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs) -> None:
+def parent_index(t: int) -> int:
+    """``getParentIndex``: the index of the struct this argument is a member of, -1."""
+    return ((t & MAP_MEMBER_OF) >> 48) - 1
+
+
+def _padding(m: _abi.MapArgs, i: int) -> int:
+    """Padding before a combined struct entry whose next argument is its member
+    (``getPartialStructRequiredAlignment``: the base's alignment, at most 16)."""
+    if parent_index(m.types[i]) >= 0 or i + 1 >= m.n or parent_index(m.types[i + 1]) != i:
+        return 0
+    base = m.bases[i]
+    align = min(_MAX_ALIGNMENT, base & -base) if base else _MAX_ALIGNMENT
+    return m.args[i] % align
+
+
+def target_data_mapper(dm: DeviceMapper, i: int, m: _abi.MapArgs, fn) -> None:
+    """``targetDataMapper``: call argument ``i``'s mapper function, then ``fn`` on the
+    components it pushed (``from_mapper``)."""
+    comps = _abi.call_mapper(m.mappers[i], m.bases[i], m.args[i], m.sizes[i], m.types[i],
+                             m.names[i] if m.names else 0)
+    sub = _abi.MapArgs.from_lists([c[0] for c in comps], [c[1] for c in comps],
+                                  [c[2] for c in comps], [c[3] for c in comps],
+                                  [c[4] for c in comps])
+    fn(dm, sub, from_mapper=True)
+
+
+def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = False
+                      ) -> None:
     """``targetDataBegin``: map every argument in order (allocate, copy ``to``,
     attach ``ptr_and_obj`` pointees, write ``return_param`` bases), then the
     ``attach`` entries."""
@@ -56,37 +85,62 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs) -> None:
         if t & MAP_ATTACH:
             attach.append(i)
             continue
-        _no_mappers(m, i)
+        if m.mappers and m.mappers[i]:
+            try:
+                target_data_mapper(dm, i, m, target_data_begin)
+            except MapError:
+                diag.report("Call to targetDataBegin via targetDataMapper for custom "
+                            "mapper failed.")
+                raise
+            continue
         hp, base, size = m.args[i], m.bases[i], m.sizes[i]
+        name = m.names[i] if m.names else 0
+        padding = _padding(m, i)
         implicit, close = bool(t & MAP_IMPLICIT), bool(t & MAP_CLOSE)
         present, hold = bool(t & MAP_PRESENT), bool(t & MAP_OMPX_HOLD)
-        update_ref = not (t & MAP_MEMBER_OF)
-        ptr_tgt = ptr_host = 0
+        update_ref = not (t & MAP_MEMBER_OF) and not (from_mapper and i == 0)
+        ptr_tpr = TargetPointer(present=False)
+        ptr_host = 0
         if t & MAP_PTR_AND_OBJ:
-            ptr_tgt, _e, ptr_new = dm.get_target_pointer(
-                base, base, 8, to=False, always=False, implicit=implicit,
-                update_ref=update_ref, close=close, present=present, hold=hold)
-            if ptr_new:
+            ptr_tpr = dm.get_target_pointer(base, base, 8, implicit=implicit,
+                                            update_ref=update_ref, close=close,
+                                            present=present, hold=hold)
+            if ptr_tpr.is_new:
                 fresh.add(base)
-            if not ptr_tgt:
-                raise MapError(f"call to getTargetPointer returned null pointer for the "
-                               f"pointer at {base:#x}")
+            if not ptr_tpr.tgt:
+                diag.report("Call to getTargetPointer returned null pointer ("
+                            + ("'present' map type modifier" if present
+                               else "device failure or illegal mapping") + ").")
+                raise MapError(f"no device copy of the pointer at {base:#x}")
             ptr_host = base
             base = _abi.read_pointer(base)
-            update_ref = True
-        tgt, _ent, new = dm.get_target_pointer(
-            hp, base, size, to=bool(t & MAP_TO), always=bool(t & MAP_ALWAYS),
-            implicit=implicit, update_ref=update_ref, close=close, present=present,
-            hold=hold)
-        if new:
+            update_ref = not from_mapper or i != 0
+        tpr = dm.get_target_pointer(hp, base, size, to=bool(t & MAP_TO),
+                                    always=bool(t & MAP_ALWAYS), implicit=implicit,
+                                    update_ref=update_ref, close=close, present=present,
+                                    hold=hold, padding=padding, name=name)
+        if tpr.is_new:
             fresh.add(hp)
-        if not tgt and (size or present):
-            why = "present modifier" if present else "device failure or illegal mapping"
-            raise MapError(f"call to getTargetPointer returned null pointer ({why})")
+        if not tpr.tgt and (size or present):
+            diag.report("Call to getTargetPointer returned null pointer ("
+                        + ("'present' map type modifier" if present
+                           else "device failure or illegal mapping") + ").")
+            raise MapError(f"cannot map {size} bytes at {hp:#x}")
         if t & MAP_RETURN_PARAM:
-            m.set_base(i, tgt - (hp - base) if tgt else 0)
-        if t & MAP_PTR_AND_OBJ and tgt:
-            dm.attach(ptr_host, ptr_tgt, base, tgt - (hp - base))
+            m.set_base(i, (tpr.tgt - (hp - base)) & 0xFFFFFFFFFFFFFFFF if tpr.tgt else 0)
+        if t & MAP_PTR_AND_OBJ and not tpr.is_host:
+            try:
+                dm.attach(ptr_host, ptr_tpr.tgt, base, tpr.tgt - (hp - base),
+                          ptr_tpr.entry)
+            except OffloadError:
+                diag.report("Copying data to device failed.")
+                raise MapError("cannot attach a pointer") from None
+        member = bool(t & MAP_MEMBER_OF)
+        if (diag.info_level() & diag.INFO_EMPTY_MAPPING and t != 0 and not member
+                and not implicit and not tpr.present and not tpr.is_host):
+            diag.info(diag.INFO_EMPTY_MAPPING, dm.number,
+                      f"variable {diag.name_of(name)} does not have a valid device "
+                      "counterpart")
     for i in attach:
         _attach_entry(dm, m, i, fresh)
 
@@ -97,76 +151,145 @@ def _attach_entry(dm: DeviceMapper, m: _abi.MapArgs, i: int, fresh: set[int]) ->
     ``always``), store the pointee's device address in the device copy of the
     pointer (a shadow pointer, as ``ptr_and_obj`` does)."""
     ptr_host, pointee, psize = m.bases[i], m.args[i], m.sizes[i] or 8
-    ptr_tgt, _l, pent = dm.get_tgt_ptr_begin(ptr_host, psize, update_ref=False, hold=False,
-                                             must_contain=True, force=False)
-    tgt, _l, ent = dm.get_tgt_ptr_begin(pointee, 0, update_ref=False, hold=False,
-                                        must_contain=True, force=False)
-    if pent is None or ent is None or not ptr_tgt or not tgt:
+    p = dm.get_tgt_ptr_begin(ptr_host, psize, must_contain=True)
+    e = dm.get_tgt_ptr_begin(pointee, 0, must_contain=True)
+    if not p.present or not e.present or p.entry is None or e.entry is None:
         return
-    if not (m.types[i] & MAP_ALWAYS or pent.begin in fresh or ptr_host in fresh
-            or ent.begin in fresh or pointee in fresh):
+    if not (m.types[i] & MAP_ALWAYS or p.entry.begin in fresh or ptr_host in fresh
+            or e.entry.begin in fresh or pointee in fresh):
         return
     value = _abi.read_pointer(ptr_host)
-    dm.attach(ptr_host, ptr_tgt, value, tgt - (pointee - value))
+    dm.attach(ptr_host, p.tgt, value, e.tgt - (pointee - value), p.entry)
 
 
-def target_data_end(dm: DeviceMapper, m: _abi.MapArgs) -> None:
+def target_data_end(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = False
+                    ) -> None:
     """``targetDataEnd``: in reverse order, drop a reference, copy ``from`` on the
-    last one (or ``always``), then free the rows that reached zero.  A ``present``
-    argument without a mapping fails the construct after the others are done."""
-    doomed: list[MapEntry] = []
-    failed = None
+    last one (or ``always``), then remove the rows that reached zero.  A ``present``
+    argument without a mapping fails the construct."""
+    post = []
     for i in reversed(range(m.n)):
         t = m.types[i]
         if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
             continue
-        _no_mappers(m, i)
-        hp, size = m.args[i], m.sizes[i]
-        update_ref = (not (t & MAP_MEMBER_OF)) or bool(t & MAP_PTR_AND_OBJ)
-        present, hold = bool(t & MAP_PRESENT), bool(t & MAP_OMPX_HOLD)
-        tgt, is_last, ent = dm.get_tgt_ptr_begin(
-            hp, size, update_ref=update_ref, hold=hold,
-            must_contain=not (t & MAP_IMPLICIT), force=bool(t & MAP_DELETE))
-        if ent is None:
-            if present and (size or present):
-                failed = ("device mapping required by 'present' map type modifier does "
-                          f"not exist for host address {hp:#x} ({size} bytes)")
+        if m.mappers and m.mappers[i]:
+            try:
+                target_data_mapper(dm, i, m, target_data_end)
+            except MapError:
+                diag.report("Call to targetDataEnd via targetDataMapper for custom mapper "
+                            "failed.")
+                raise
             continue
-        if t & MAP_FROM and (t & MAP_ALWAYS or is_last) and size:
-            dm.from_device(hp, tgt, size)
-        if is_last and ent not in doomed:
-            doomed.append(ent)
-    dm.deallocate(doomed)
-    if failed:
-        raise MapError(failed)
+        hp, size = m.args[i], m.sizes[i]
+        implicit = bool(t & MAP_IMPLICIT)
+        update_ref = ((not (t & MAP_MEMBER_OF)) or bool(t & MAP_PTR_AND_OBJ)) and \
+            not (from_mapper and i == 0)
+        present, hold = bool(t & MAP_PRESENT), bool(t & MAP_OMPX_HOLD)
+        tpr = dm.get_tgt_ptr_begin(hp, size, update_ref=update_ref, hold=hold,
+                                   must_contain=not implicit, force=bool(t & MAP_DELETE))
+        mismatch = tpr.entry.begin != hp if tpr.entry is not None else True
+        if not tpr.is_host:
+            if not tpr.present and (size or present):
+                if present:
+                    diag.message("device mapping required by 'present' map type modifier "
+                                 f"does not exist for host address {diag.ptr(hp)} "
+                                 f"({size} bytes)")
+                    raise MapError(f"'present' data at {hp:#x} is not mapped")
+            if not tpr.present:
+                continue
+            if t & MAP_FROM and (t & MAP_ALWAYS or tpr.is_last) and size:
+                try:
+                    dm.retrieve(hp, tpr.tgt, size, tpr.entry)
+                except OffloadError:
+                    diag.report("Copying data from device failed.")
+                    raise MapError("copy from the device failed") from None
+        elif size == 0 and not tpr.present and mismatch:
+            continue
+        post.append((hp, size, t, tpr))
+    # postProcessingTargetDataEnd
+    for hp, size, t, tpr in post:
+        ent = tpr.entry
+        if ent is None:
+            continue
+        delete = not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
+        if delete and ent.total != 0:
+            delete = False
+        if t & MAP_FROM:
+            dm.restore_shadows(ent.begin, ent.end - ent.begin)
+        if not delete or ent not in dm.table.entries:
+            continue
+        try:
+            dm.erase(ent, size)
+        except OffloadError:
+            diag.report("Deallocating data from device failed.")
+            raise MapError("device free failed") from None
 
 
-def target_data_update(dm: DeviceMapper, m: _abi.MapArgs) -> None:
-    """``targetDataUpdate``: copy ``from``/``to`` for mapped arguments; a ``present``
-    motion modifier without a mapping fails the construct."""
+def _contiguous(dm: DeviceMapper, hp: int, size: int, t: int) -> None:
+    """``targetDataContiguous``."""
+    tpr = dm.get_tgt_ptr_begin(hp, size, must_contain=True)
+    if not tpr.present:
+        if t & MAP_PRESENT:
+            diag.message("device mapping required by 'present' motion modifier does not "
+                         f"exist for host address {diag.ptr(hp)} ({size} bytes)")
+            raise MapError(f"'present' data at {hp:#x} is not mapped")
+        return
+    if tpr.is_host:
+        return
+    try:
+        if t & MAP_TO:
+            dm.to_device(hp, tpr.tgt, size, tpr.entry)
+        if t & MAP_FROM:
+            dm.from_device(hp, tpr.tgt, size, tpr.entry)
+    except OffloadError:
+        diag.report("Copying data to device failed." if t & MAP_TO
+                    else "Copying data from device failed.")
+        raise MapError("copy failed") from None
+
+
+def _non_contiguous(dm, base, dims, size, t, cur, ndims, offset) -> None:
+    """``targetDataNonContiguous``: one contiguous piece per innermost run."""
+    if cur < ndims:
+        off, count, stride = dims[cur]
+        for k in range(count):
+            cur_off = (off + k) * stride
+            if cur != ndims - 1 or k == 0:
+                _non_contiguous(dm, base, dims, size, t, cur + 1, ndims, offset + cur_off)
+    else:
+        _contiguous(dm, base + offset, size, t)
+
+
+def target_data_update(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = False
+                       ) -> None:
+    """``targetDataUpdate``: copy ``from``/``to`` for mapped arguments (non-contiguous
+    sections piece by piece); a ``present`` motion modifier without a mapping fails
+    the construct."""
+    del from_mapper
     for i in range(m.n):
         t = m.types[i]
         if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
             continue
-        _no_mappers(m, i)
-        if t & MAP_NON_CONTIG:
-            raise MapError("non-contiguous target update is not supported by offload_shim")
-        hp, size = m.args[i], m.sizes[i]
-        tgt, _last, ent = dm.get_tgt_ptr_begin(hp, size, update_ref=False, hold=False,
-                                               must_contain=True, force=False)
-        if ent is None:
-            if t & MAP_PRESENT:
-                raise MapError("device mapping required by 'present' motion modifier "
-                               f"does not exist for host address {hp:#x} ({size} bytes)")
+        if m.mappers and m.mappers[i]:
+            try:
+                target_data_mapper(dm, i, m, target_data_update)
+            except MapError:
+                diag.report("Call to targetDataUpdate via targetDataMapper for custom "
+                            "mapper failed.")
+                raise
             continue
-        if t & MAP_FROM:
-            dm.from_device(hp, tgt, size)
-        if t & MAP_TO:
-            dm.to_device(hp, tgt, size)
+        if t & MAP_NON_CONTIG:
+            ndims = m.sizes[i]
+            dims = _abi.read_non_contig(m.args[i], ndims)
+            size = dims[-1][1] * dims[-1][2]
+            merged = sum(1 for d in range(ndims - 1, 0, -1)
+                         if dims[d][1] * dims[d][2] == dims[d - 1][2])
+            _non_contiguous(dm, m.bases[i], dims, size, t, 0, ndims - merged, 0)
+        else:
+            _contiguous(dm, m.args[i], m.sizes[i], t)
 
 
 __all__ = ["MAP_ALWAYS", "MAP_ATTACH", "MAP_CLOSE", "MAP_DELETE", "MAP_FROM", "MAP_IMPLICIT",
            "MAP_LITERAL", "MAP_MEMBER_OF", "MAP_NON_CONTIG", "MAP_OMPX_HOLD",
            "MAP_PRESENT", "MAP_PRIVATE", "MAP_PTR_AND_OBJ", "MAP_RETURN_PARAM",
-           "MAP_TARGET_PARAM", "MAP_TO", "target_data_begin", "target_data_end",
-           "target_data_update"]
+           "MAP_TARGET_PARAM", "MAP_TO", "parent_index", "target_data_begin",
+           "target_data_end", "target_data_mapper", "target_data_update"]

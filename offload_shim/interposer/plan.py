@@ -55,9 +55,11 @@ NO_PLAN_VAR = "OFFLOAD_SHIM_NO_PLAN"
 SIMPLE_BITS = MAP_TO | MAP_FROM | MAP_TARGET_PARAM | MAP_IMPLICIT | MAP_LITERAL
 #: ``requires unified_shared_memory`` (omptarget.h ``OMP_REQ_UNIFIED_SHARED_MEMORY``)
 REQ_USM = 0x008
-#: libomptarget pads a new allocation so the device copy keeps the host address
-#: modulo 16 (:meth:`.mapping.DeviceMapper.get_target_pointer`)
-ALIGN = 16
+#: libomptarget 16 pads a new allocation only for the combined entry of a partially
+#: mapped struct (``getPartialStructRequiredAlignment``; those carry MEMBER_OF members
+#: and never take the cheap path): a plain row's device copy starts at its allocation
+#: (checked against libomptarget 16: tests/programs/map_alignment.c), so no padding
+ALIGN = 1
 #: most plans kept (distinct constant map-type arrays of a program are far fewer)
 MAX_PLANS = 4096
 #: a kernel plan keeps the device memory of its new rows when each block is at most
@@ -337,7 +339,7 @@ class FastPath:
         offsets = [0] * len(args)
         for i, k in plan.params:
             if k < 0:                           # a literal: the value itself
-                args.append(v[a0 + i])
+                args.append(v[HEAD + i])        # HstPtrBase, as processDataBefore
                 offsets.append(0)
             else:
                 args.append(tgts[k])

@@ -1,8 +1,13 @@
 """Registration of compiled libraries and OpenMP device numbering.
 
-Mirrors libomptarget 16 ``rtl.cpp`` (``RTLsTy::registerLib`` / ``unregisterLib``: each
-device image goes to the plugins that accept it, a plugin's devices are appended to the
-device list when it first accepts an image) and ``omptarget.cpp``
+Mirrors libomptarget 16 ``rtl.cpp``: ``RTLsTy::loadRTLs`` (which plugin files it loads:
+per target in ``RTLNames`` order the ``.nextgen`` plugin unless
+``LIBOMPTARGET_NEXTGEN_PLUGINS`` is false, the classic one otherwise or when the
+nextgen one cannot be used; :func:`select_plugins`), ``RTLsTy::registerLib`` /
+``unregisterLib`` (each device image goes to the *first* plugin that accepts it; that
+plugin's devices are appended to the device list when it first accepts an image, so
+both Debian x86_64 plugins installed still give 4 devices; the constructor and
+destructor entries of declare-target globals are kept per image) and ``omptarget.cpp``
 ``getExecutableImage`` (clang 16 wraps each device image in an OffloadBinary).
 
 ``__tgt_bin_desc`` (``omptarget.h``, unchanged from LLVM 12 to 22)::
@@ -29,7 +34,9 @@ requirement flags, as libomptarget 19/22 ``PluginManager::registerLib`` does.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..abi import clang as _clang
 from ..abi import interposer as _abi
@@ -140,6 +147,72 @@ def generation_text(images: list[DecodedImage], kernel_args: int | None = None) 
     return f"{text} ({', '.join(what)})" if what else text
 
 
+#: libomptarget 16 ``RTLNames``: the plugin base names it tries, in this order
+RTL_NAMES = ("libomptarget.rtl.ppc64", "libomptarget.rtl.x86_64", "libomptarget.rtl.cuda",
+             "libomptarget.rtl.aarch64", "libomptarget.rtl.amdgpu")
+#: the plugins of RTL_NAMES that execute on this (x86-64) CPU
+HOST_RTL_NAMES = ("libomptarget.rtl.x86_64",)
+LIBOMPTARGET16_DIR = Path("/usr/lib/llvm-16/lib")
+OMP_DECLARE_TARGET_CTOR = 0x02
+OMP_DECLARE_TARGET_DTOR = 0x04
+
+
+def bool_env(value: str | None, default: bool) -> bool:
+    """libomptarget's ``BoolEnvar``: ``0``/``false``/``off``/``no`` are false, a
+    number is true when non-zero, anything else keeps the default."""
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in ("false", "off", "no", "0"):
+        return False
+    if v in ("true", "on", "yes", "1"):
+        return True
+    try:
+        return int(v) != 0
+    except ValueError:
+        return default
+
+
+def select_plugins(directory: str | os.PathLike = LIBOMPTARGET16_DIR, *, env=None,
+                   names=HOST_RTL_NAMES, usable=None) -> list[str]:
+    """The plugin files libomptarget 16 loads from ``directory`` (``loadRTLs``): per
+    base name in ``RTL_NAMES`` order, ``NAME.nextgen.so`` when
+    ``LIBOMPTARGET_NEXTGEN_PLUGINS`` (default true) and ``usable(path)`` accepts it,
+    else ``NAME.so``.  ``names``: the base names to consider (default the host
+    plugins); ``usable``: a predicate (default: the file exists)."""
+    env = os.environ if env is None else env
+    nextgen = bool_env(env.get("LIBOMPTARGET_NEXTGEN_PLUGINS"), True)
+    usable = usable or (lambda p: Path(p).exists())
+    out = []
+    d = Path(directory)
+    for base in RTL_NAMES:
+        if base not in names:
+            continue
+        if nextgen and usable(str(d / f"{base}.nextgen.so")):
+            out.append(str(d / f"{base}.nextgen.so"))
+        elif usable(str(d / f"{base}.so")):
+            out.append(str(d / f"{base}.so"))
+    return out
+
+
+def supports_empty_images(plugin) -> bool:
+    """The plugin's ``supports_empty_images()`` (> 0), False when it has none."""
+    if not plugin.has("supports_empty_images"):
+        return False
+    return plugin.entry_point("supports_empty_images")() > 0
+
+
+@dataclass
+class ImageRecord:
+    """A registered device image: the OffloadImage, the plugin that took it (libomptarget
+    registers an image with the first plugin that accepts it), the host addresses of
+    its constructor and destructor kernels (``OMP_DECLARE_TARGET_CTOR/DTOR`` entries)."""
+    image: OffloadImage
+    plugin: object
+    ctors: list[int] = field(default_factory=list)
+    dtors: list[int] = field(default_factory=list)
+
+
 class Registrations:
     """The libraries registered through ``__tgt_register_lib`` and the OpenMP device
     list over one :class:`~offload_shim.Runtime` (libomptarget 16 ``RTLsTy``).
@@ -161,17 +234,20 @@ class Registrations:
         self.generations: dict[int, str] = {}
         self._decoded: dict[int, list[DecodedImage]] = {}
         self._kernel_args: dict[int, int] = {}
+        self.records: dict[int, list[ImageRecord]] = {}
         self._used_plugins: list = []
 
     def register_lib(self, desc: int) -> list[OffloadImage]:
         """``__tgt_register_lib``: one OffloadImage per device image, registered
-        with the runtime (pending or loaded at once, seed 000); the devices of a
-        plugin that accepts one for the first time are appended to :attr:`devices`.
-        Returns the images registered (empty for a descriptor seen before)."""
+        with the runtime (pending or loaded at once, seed 000) for the first plugin
+        that accepts it; that plugin's devices are appended to :attr:`devices` the
+        first time.  Returns the images registered (empty for a descriptor seen
+        before)."""
         if desc in self.libraries:
             return []
         images = []
         decoded = decode_bin_desc(desc)          # UnknownLayoutError: nothing registered
+        self.records[desc] = []
         self._decoded[desc] = decoded
         self.generations[desc] = generation_text(decoded)
         if any(d.table is not None and d.table.requires_entry for d in decoded):
@@ -190,16 +266,30 @@ class Registrations:
             except (InvalidImageError, ValueError) as exc:
                 self.unsupported.append((desc, f"{label}: {exc}"))
                 continue
-            try:
-                self.runtime.register_image(img)
-            except InvalidImageError as exc:
-                self.unsupported.append((desc, f"{label}: {exc}"))
+            self.runtime.devices                      # the plugins are initialised
+            plugin = next((p for p in self.runtime.plugins if p.is_valid_binary(img)),
+                          None)
+            if plugin is None:
+                self.unsupported.append((desc, f"{label}: no plugin accepts the image"))
                 continue
+            # initLibrary: an image without entries is not loaded by a plugin that does
+            # not support empty images (its devices still count)
+            if dec.entries or supports_empty_images(plugin):
+                try:
+                    self.runtime.register_image(img)
+                except InvalidImageError as exc:
+                    self.unsupported.append((desc, f"{label}: {exc}"))
+                    continue
             images.append(img)
-            for p in self.runtime.plugins:
-                if p not in self._used_plugins and p.is_valid_binary(img):
-                    self._used_plugins.append(p)
-                    self.devices.extend(d for d in self.runtime.devices if d.plugin is p)
+            self.records[desc].append(ImageRecord(
+                img, plugin,
+                ctors=[e.addr for e in dec.entries if e.size == 0
+                       and e.flags & OMP_DECLARE_TARGET_CTOR],
+                dtors=[e.addr for e in dec.entries if e.size == 0
+                       and e.flags & OMP_DECLARE_TARGET_DTOR]))
+            if plugin not in self._used_plugins:
+                self._used_plugins.append(plugin)
+                self.devices.extend(d for d in self.runtime.devices if d.plugin is plugin)
         self.libraries[desc] = images
         return images
 
@@ -209,16 +299,23 @@ class Registrations:
         000); failures are appended to ``errors``.  Returns the images (empty when
         ``desc`` is not registered)."""
         images = self.libraries.pop(desc, None)
+        self.records.pop(desc, None)
         if images is None:
             return []
         self._decoded.pop(desc, None)
         self._kernel_args.pop(desc, None)      # a library dlopen'ed again may land here
         for img in images:
+            if img not in self.runtime.images:
+                continue
             try:
                 self.runtime.unregister_image(img)
             except OffloadError as exc:
                 errors.append(f"unregister {img.name}: {exc}")
         return images
+
+    def device_numbers(self, plugin) -> list[int]:
+        """The OpenMP device numbers of ``plugin``'s devices."""
+        return [i for i, d in enumerate(self.devices) if d.plugin is plugin]
 
     def saw_kernel_args(self, host_ptr: int, version: int) -> None:
         """A launch of the kernel whose region id is ``host_ptr`` showed
@@ -238,6 +335,7 @@ class Registrations:
 
 
 __all__ = ["DecodedImage", "ENTRY_LAYOUTS", "ENTRY_TY_V1", "EntryLayout", "EntryRecord",
-           "EntryTable", "Registrations", "TGT_OFFLOAD_ENTRY", "UnknownLayoutError",
+           "EntryTable", "ImageRecord", "RTL_NAMES", "Registrations", "bool_env",
+           "select_plugins", "supports_empty_images", "TGT_OFFLOAD_ENTRY", "UnknownLayoutError",
            "decode_bin_desc", "entry_layout", "generation_text", "read_entries",
            "read_entry_table"]

@@ -1,0 +1,182 @@
+"""``offload-shim compare PROGRAM [ARGS...]``: run a program under the real runtime and
+under ``offload-shim run``, and say whether the two agree.
+
+    offload-shim compare [--plugin P ...] [--bundled] [--policy P] [--timeout S] [--json]
+                         PROGRAM [ARGS...]
+
+The reference run is the program as it is (the libomptarget it links, e.g. LLVM 16's
+with the Debian host plugins); the other run is the same command under
+``offload-shim run`` (:func:`offload_shim.cli.run.run_environment`).  The two agree when
+the exit status, stdout and the runtime's diagnostic lines on stderr
+(``Libomptarget message:`` -- ``omptarget`` from LLVM 19 on -- / ``error:`` /
+``warning:`` / ``fatal error N:`` /
+``device N info:``, the LLVM 16 nextgen plugins' ``"PluginInterface" error:`` /
+``device N info:``, GCC's ``libgomp:``) are equal after addresses (``0x...``) are
+normalised.  Both results and a unified diff are printed; exit status 0 only when they
+agree, 1 when they differ, 2 when the program cannot be run.
+
+The comparison itself (:func:`run_outcome`, :func:`compare`) is what the differential
+conformance tests (tests/test_conformance.py) use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+#: stderr lines that are the runtime's diagnostics (libomptarget 16 private.h / Debug.h
+#: MESSAGE, FAILURE_MESSAGE, FATAL_MESSAGE, INFO; libgomp gomp_fatal / gomp_error)
+DIAGNOSTIC = re.compile(r"(Libomptarget|omptarget) (message|error|warning|fatal error -?\d+"
+                        r"|device \d+ info)"
+                        r"|\"PluginInterface\" (error|device \d+ info)|^libgomp: ")
+
+
+def normalise(line: str) -> str:
+    """``line`` with every hexadecimal address replaced by ``0x?`` and trailing blanks
+    removed."""
+    return ADDRESS.sub("0x?", line).rstrip()
+
+
+@dataclass
+class Outcome:
+    """What a run showed: ``status`` (exit status; negative = killed by that signal;
+    ``"timeout"``), ``stdout`` lines and ``diagnostics`` (the runtime's stderr lines),
+    both normalised; ``stderr``: the raw stderr (not compared)."""
+    status: int | str
+    stdout: list[str]
+    diagnostics: list[str]
+    stderr: str = field(default="", repr=False)
+
+    @classmethod
+    def from_output(cls, status, stdout: str, stderr: str) -> "Outcome":
+        diags = []
+        for line in stderr.splitlines():
+            m = DIAGNOSTIC.search(line)
+            if m:
+                # a source location before a fatal error stays ("file:l:c: Libomptarget fatal
+                # error 1: ..."), output glued to the front of the line does not
+                start = m.start()
+                loc = re.match(r"^(.*?:\d+:\d+: )Libomptarget", line)
+                diags.append(normalise(line if loc or start == 0 else line[start:]))
+        return cls(status, [normalise(l) for l in stdout.splitlines()], diags, stderr)
+
+    def render(self) -> list[str]:
+        return ([f"exit status: {self.status}", "stdout:"] + [f"  {l}" for l in self.stdout]
+                + ["diagnostics:"] + [f"  {l}" for l in self.diagnostics])
+
+    def key(self) -> tuple:
+        return (self.status, tuple(self.stdout), tuple(self.diagnostics))
+
+
+def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None) -> Outcome:
+    """Run ``argv`` (stdin empty, stdout/stderr captured through pipes) and return its
+    :class:`Outcome`.  Raises FileNotFoundError / PermissionError when it cannot be
+    started."""
+    try:
+        p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
+                           env=env, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if exc.stdout else ""
+        err = exc.stderr.decode(errors="replace") if exc.stderr else ""
+        return Outcome.from_output("timeout", out, err)
+    return Outcome.from_output(p.returncode, p.stdout.decode(errors="replace"),
+                               p.stderr.decode(errors="replace"))
+
+
+def shim_environment(*, plugins=(), bundled=False, policy=None, base=None) -> dict:
+    """The environment of a run under ``offload-shim run`` (see
+    :func:`offload_shim.cli.run.run_environment`)."""
+    from .run import run_environment
+    return run_environment(plugins=plugins, bundled=bundled, policy=policy, base=base)
+
+
+@dataclass
+class Comparison:
+    """``reference`` and ``shim`` outcomes of one command; ``same`` when they agree."""
+    argv: list[str]
+    reference: Outcome
+    shim: Outcome
+
+    @property
+    def same(self) -> bool:
+        return self.reference.key() == self.shim.key()
+
+    def diff(self) -> list[str]:
+        return list(difflib.unified_diff(self.reference.render(), self.shim.render(),
+                                         "reference", "offload-shim run", lineterm=""))
+
+
+def compare(argv, *, env=None, plugins=(), bundled=False, policy=None,
+            timeout: float = 120.0) -> Comparison:
+    """Run ``argv`` as is and under ``offload-shim run``; ``env`` is the base
+    environment of both (default: this process's)."""
+    base = dict(os.environ if env is None else env)
+    ref = run_outcome(argv, env=base, timeout=timeout)
+    got = run_outcome(argv, env=shim_environment(plugins=plugins, bundled=bundled,
+                                                 policy=policy, base=base), timeout=timeout)
+    return Comparison(list(argv), ref, got)
+
+
+def cmd_compare(args) -> int:
+    from .run import check_plugins
+    prog = args.program
+    if os.sep not in prog:
+        prog = shutil.which(prog) or prog
+    if not os.path.exists(prog):
+        print(f"offload-shim: error: {args.program}: no such program", file=sys.stderr)
+        return 2
+    bad = check_plugins(args.plugin)
+    if bad:
+        print(f"offload-shim: error: {bad}", file=sys.stderr)
+        return 2
+    try:
+        c = compare([prog, *args.args], plugins=args.plugin, bundled=args.bundled,
+                    policy=args.policy, timeout=args.timeout)
+    except (OSError, RuntimeError) as exc:
+        print(f"offload-shim: error: cannot run {args.program}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"argv": c.argv, "same": c.same,
+                          "reference": {k: v for k, v in asdict(c.reference).items()
+                                        if k != "stderr"},
+                          "offload_shim": {k: v for k, v in asdict(c.shim).items()
+                                           if k != "stderr"},
+                          "diff": c.diff()}))
+    else:
+        for title, o in (("reference (the program's own runtime)", c.reference),
+                         ("offload-shim run", c.shim)):
+            print(f"== {title}")
+            print("\n".join(o.render()))
+        print("== " + ("same: exit status, stdout and diagnostics agree" if c.same
+                       else "DIFFERENT:"))
+        if not c.same:
+            print("\n".join(c.diff()))
+    return 0 if c.same else 1
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="run a program under its real OpenMP runtime and under "
+        "offload-shim run; print both results and a diff (exit 0 when they agree)")
+    p.add_argument("--plugin", action="append", default=[], help="plugin path for the "
+                   "offload-shim run (repeatable; default: as libomptarget 16 chooses)")
+    p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
+    p.add_argument("--policy", choices=["disabled", "default", "mandatory"],
+                   help="override OMP_TARGET_OFFLOAD in the offload-shim run")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("program")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_compare)
+
+
+__all__ = ["Comparison", "DIAGNOSTIC", "Outcome", "compare", "normalise", "run_outcome",
+           "shim_environment"]

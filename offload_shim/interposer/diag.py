@@ -1,0 +1,165 @@
+"""libomptarget 16's diagnostics, line for line.
+
+Mirrors ``openmp/libomptarget/include/Debug.h`` and ``SourceInfo.h``: ``MESSAGE``
+(``Libomptarget message: ...``), ``FAILURE_MESSAGE`` / ``REPORT`` of a release build
+(``Libomptarget error: ...``), ``INFO`` (``Libomptarget device N info: ...`` when the bit
+is set in ``LIBOMPTARGET_INFO`` or ``__tgt_set_info_flag``), ``FATAL_MESSAGE``
+(``Libomptarget fatal error N: ...``; the caller aborts), ``SourceInfo`` (the
+``;file;function;line;col;;`` strings of ``ident_t.psource`` and of map names) and
+``getNameFromMapping``.  Users and test suites grep these lines, so their text is
+libomptarget's own; everything goes to stderr, unbuffered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+
+from ..abi import interposer as _abi
+
+# OMP_INFOTYPE_* (LLVM 16 include/Debug.h)
+INFO_KERNEL_ARGS = 0x0001
+INFO_MAPPING_EXISTS = 0x0002
+INFO_DUMP_TABLE = 0x0004
+INFO_MAPPING_CHANGED = 0x0008
+INFO_PLUGIN_KERNEL = 0x0010
+INFO_DATA_TRANSFER = 0x0020
+INFO_EMPTY_MAPPING = 0x0040
+INFO_ALL = 0xFFFFFFFF
+
+_level: int | None = None
+_lock = threading.Lock()
+_name = "Libomptarget"          # GETNAME(TARGET_NAME): "omptarget" from LLVM 19 on
+
+
+def set_runtime_name(llvm_major: int) -> None:
+    """The runtime's name in its lines: ``Libomptarget`` (LLVM 16), ``omptarget``
+    (19.1, 22.1: the program links that libomptarget)."""
+    global _name
+    _name = "omptarget" if llvm_major >= 19 else "Libomptarget"
+
+
+def _stoi(text: str) -> int:
+    """``std::stoi``: optional blanks and sign, decimal digits; 0 when there are none
+    (std::stoi would throw; libomptarget then terminates, offload_shim reads 0)."""
+    m = re.match(r"\s*([+-]?\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def info_level() -> int:
+    """The INFO bit mask: ``LIBOMPTARGET_INFO`` read once (``std::stoi``, as an
+    unsigned 32-bit value: -1 sets every bit), or the last ``__tgt_set_info_flag``."""
+    global _level
+    if _level is None:
+        with _lock:
+            if _level is None:
+                raw = os.environ.get("LIBOMPTARGET_INFO")
+                _level = (_stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
+    return _level
+
+
+def set_info_level(level: int) -> None:
+    """``__tgt_set_info_flag``."""
+    global _level
+    _level = int(level) & 0xFFFFFFFF
+
+
+def _write(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def message(text: str) -> None:
+    """``MESSAGE``: ``Libomptarget message: TEXT``."""
+    _write(f"{_name} message: {text}\n")
+
+
+def report(text: str) -> None:
+    """``REPORT`` (release build) = ``FAILURE_MESSAGE``: ``Libomptarget error: TEXT``."""
+    _write(f"{_name} error: {text}\n")
+
+
+def info(flags: int, device: int, text: str) -> None:
+    """``INFO``: ``Libomptarget device N info: TEXT`` when a bit of ``flags`` is set."""
+    if info_level() & flags:
+        _write(f"{_name} device {device} info: {text}\n")
+
+
+def fatal(num: int, text: str, prefix: str = "") -> None:
+    """``FATAL_MESSAGE0``'s line (the C side aborts afterwards); ``prefix`` is the
+    ``file:line:col: `` of ``handleTargetOutcome`` when known."""
+    _write(f"{prefix}{_name} fatal error {num}: {text}\n")
+
+
+def ptr(value: int | None) -> str:
+    """``DPxMOD`` of a pointer (``0x%016lx``)."""
+    return f"0x{(value or 0) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+class SourceInfo:
+    """``SourceInfo`` of an ``ident_t *`` (``;file;function;line;col;;``) or of a map
+    name (``;name;file;line;col;;``, or a bare name such as a declare-target global's
+    entry name): ``filename`` (path removed), ``name``, ``line``, ``column``;
+    ``available`` when the line or column is not 0."""
+
+    def __init__(self, text: str, *, is_name: bool = False):
+        if ";" not in text:
+            text = f";{text};unknown;0;0;;"
+        self.text = text
+        name_at, file_at = (0, 1) if is_name else (1, 0)
+        self.filename = _remove_path(self._sub(file_at))
+        self.name = self._sub(name_at)
+        self.line = _stoi(self._sub(2))
+        self.column = _stoi(self._sub(3))
+
+    def _sub(self, n: int) -> str:
+        s = self.text
+        begin = s.find(";")
+        end = s.find(";", begin + 1)
+        for _ in range(n):
+            begin = end
+            end = s.find(";", begin + 1) if begin != -1 else -1
+        if begin == -1:
+            return ""
+        return s[begin + 1:end if end != -1 else len(s)]
+
+    @property
+    def available(self) -> bool:
+        return bool(self.line or self.column)
+
+    @classmethod
+    def of_loc(cls, loc: int | None) -> "SourceInfo":
+        src = _abi.ident_source(loc)
+        return cls(src or ";unknown;unknown;0;0;;")
+
+    @classmethod
+    def of_name(cls, name: "int | str | None") -> "SourceInfo":
+        """Of a map name: the address of its string, or the string itself."""
+        if not name:
+            return cls(";unknown;unknown;0;0;;", is_name=True)
+        text = name if isinstance(name, str) else \
+            _abi.read_cstring(name).decode(errors="replace")
+        return cls(text, is_name=True)
+
+
+def _remove_path(path: str) -> str:
+    return path[max(path.rfind("/"), path.rfind("\\")) + 1:]
+
+
+def name_of(name: "int | str | None") -> str:
+    """``getNameFromMapping``: the variable name of a map name string (its address, or
+    the string), or ``unknown``."""
+    if not name:
+        return "unknown"
+    s = name if isinstance(name, str) else _abi.read_cstring(name).decode(errors="replace")
+    begin = s.find(";")
+    end = s.find(";", begin + 1)
+    return s[begin + 1:end if end != -1 else len(s)]
+
+
+__all__ = ["set_runtime_name", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
+           "INFO_KERNEL_ARGS", "INFO_MAPPING_CHANGED", "INFO_MAPPING_EXISTS",
+           "INFO_PLUGIN_KERNEL", "SourceInfo", "fatal", "info", "info_level", "message",
+           "name_of", "ptr", "report", "set_info_level"]

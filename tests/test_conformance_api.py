@@ -1,0 +1,131 @@
+"""The interposer's coverage of libomptarget 16's exported API, ``offload-shim
+compare``, and libomptarget 16's plugin choice (device numbering)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIBOMPTARGET16 = Path("/usr/lib/llvm-16/lib/libomptarget.so.16")
+
+
+def _defined(path) -> dict[str, set[str]]:
+    """name -> version nodes of the dynamic symbols ``path`` defines."""
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) not installed")
+    out = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and "@" in parts[2]:
+            name, _, ver = parts[2].partition("@")
+            syms.setdefault(name, set()).add(ver.lstrip("@"))
+    return syms
+
+
+def test_every_libomptarget_export_is_implemented_or_forwarded_on_purpose():
+    """Every symbol libomptarget.so.16 exports is defined by the interposer under the
+    same version node, or listed in FORWARDED with the reason."""
+    from offload_shim.interposer import interposer_path
+    from offload_shim.interposer.api import FORWARDED
+    if not LIBOMPTARGET16.exists():
+        pytest.skip("libomptarget.so.16 not installed (libomp5-16)")
+    real = _defined(LIBOMPTARGET16)
+    ours = _defined(interposer_path())
+    assert len(real) > 50
+    missing = sorted(n for n in real if n not in ours and n not in FORWARDED)
+    assert missing == [], f"libomptarget 16 exports neither implemented nor forwarded: {missing}"
+    wrong_node = sorted(n for n in real if n in ours and not real[n] <= ours[n])
+    assert wrong_node == [], wrong_node
+    # a forwarded name must really be left to libomptarget, and have its reason
+    assert not set(FORWARDED) & set(ours)
+    assert all(len(why) > 40 for why in FORWARDED.values())
+    # nothing listed that libomptarget 16 does not export
+    assert set(FORWARDED) <= set(real)
+
+
+def _run(*args, **kw):
+    return subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", *args],
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def prog():
+    import conformance as cf
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(why)
+    p = next(p for p in cf.programs() if p.name == "map_present_missing.c")
+    b = cf.build(p, cf.CLANG16, cf.CLANG16.identity(), cf.cache_root())
+    assert b.error is None, b.error
+    return b
+
+
+def test_compare_agrees_on_a_program(prog):
+    r = _run("compare", str(prog.exe), "partial")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "same: exit status, stdout and diagnostics agree" in r.stdout
+    # both results are shown, diagnostics included
+    assert r.stdout.count("exit status: -6") == 2
+    assert r.stdout.count("explicit extension not allowed") == 2
+
+
+def test_compare_json_and_a_difference():
+    """A command whose output depends on running under offload-shim: exit 1, both
+    results and the diff."""
+    script = 'echo "embed=${OFFLOAD_SHIM_EMBED:-no}"'
+    r = _run("compare", "--json", "/bin/sh", "-c", script)
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    assert data["same"] is False
+    assert data["reference"]["stdout"] == ["embed=no"]
+    assert data["offload_shim"]["stdout"] == ["embed=1"]
+    assert "-  embed=no" in data["diff"] and "+  embed=1" in data["diff"]
+
+
+def test_compare_bad_input():
+    r = _run("compare", "/nonexistent/program")
+    assert r.returncode == 2 and "no such program" in r.stderr
+    r = _run("compare", "--plugin", "/nonexistent.so", "/bin/true")
+    assert r.returncode == 2 and "--plugin" in r.stderr
+
+
+def test_outcome_normalises_addresses_and_keeps_only_diagnostics():
+    from offload_shim.cli.compare import Outcome
+    o = Outcome.from_output(-6, "p=0x7ffd1234 q=0xABC\n",
+                            "noise\nLibomptarget message: at 0x55aa (4 bytes)\n"
+                            "a.c:3:1: Libomptarget fatal error 1: failure\n"
+                            "Libomptarget device 0 info: x 0x1 \n")
+    assert o.stdout == ["p=0x? q=0x?"]
+    assert o.diagnostics == ["Libomptarget message: at 0x? (4 bytes)",
+                             "a.c:3:1: Libomptarget fatal error 1: failure",
+                             "Libomptarget device 0 info: x 0x?"]
+
+
+def test_plugin_choice_follows_libomptarget16(tmp_path):
+    """rtl.cpp loadRTLs: per target the nextgen plugin unless
+    LIBOMPTARGET_NEXTGEN_PLUGINS is false, else (or when it is missing) the classic."""
+    from offload_shim.interposer.rtl import bool_env, select_plugins
+    for name in ("libomptarget.rtl.x86_64.nextgen.so", "libomptarget.rtl.x86_64.so",
+                 "libomptarget.rtl.cuda.so"):
+        (tmp_path / name).write_bytes(b"")
+    got = select_plugins(tmp_path, env={})
+    assert [Path(p).name for p in got] == ["libomptarget.rtl.x86_64.nextgen.so"]
+    for off in ("0", "false", "OFF", "no"):
+        got = select_plugins(tmp_path, env={"LIBOMPTARGET_NEXTGEN_PLUGINS": off})
+        assert [Path(p).name for p in got] == ["libomptarget.rtl.x86_64.so"], off
+    (tmp_path / "libomptarget.rtl.x86_64.nextgen.so").unlink()
+    assert [Path(p).name for p in select_plugins(tmp_path, env={})] == \
+        ["libomptarget.rtl.x86_64.so"]
+    all_names = select_plugins(tmp_path, env={}, names=("libomptarget.rtl.x86_64",
+                                                        "libomptarget.rtl.cuda"))
+    assert [Path(p).name for p in all_names] == ["libomptarget.rtl.x86_64.so",
+                                                 "libomptarget.rtl.cuda.so"]
+    assert bool_env(None, True) and not bool_env("0", True) and bool_env("2", False)
+    assert bool_env("maybe", True) is True
