@@ -217,13 +217,11 @@ def build(program: Program, tc: Toolchain, identity: str, root: Path) -> Built:
         shutil.rmtree(tmp, ignore_errors=True)
         return Built(program, error="\n".join(log)[-3000:])
     (tmp / "ok").write_text("\n".join(log))
-    if out.exists():
-        shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        tmp.rename(out)
-    except OSError:              # another session built it meanwhile
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.rename(out)          # atomic: a finished build appears whole or not at all
+    except OSError:              # another session built it meanwhile (and may be running
+        shutil.rmtree(tmp, ignore_errors=True)      # it): keep theirs
     return Built(program, exe, lib)
 
 
