@@ -44,19 +44,21 @@ def function_address(fn) -> int:
 
 def call4(fn_addr: int, dev: int, ops) -> tuple[int, int] | None:
     """Call the function at ``fn_addr`` as ``f(dev, a, b, size)`` for each ``(a, b,
-    size)`` of ``ops`` (a list of int triples) in order, stopping at the first that
-    does not return 0: ``(calls that returned 0, return code of the failing one or
-    0)``.  None when ``libosh_batch.so`` is not available (nothing was called)."""
+    size)`` of ``ops`` (a list of int triples, or an ``array('Q')`` of them one after
+    the other) in order, stopping at the first that does not return 0: ``(calls that
+    returned 0, return code of the failing one or 0)``.  None when
+    ``libosh_batch.so`` is not available (nothing was called)."""
     fn = _fn if _loaded else _bind()
     if fn is None:
         return None
-    flat = array("Q")
-    for a, b, size in ops:
-        flat.append(a)
-        flat.append(b)
-        flat.append(size)
+    if isinstance(ops, array):
+        flat = ops
+    else:
+        flat = array("Q")
+        for triple in ops:
+            flat.extend(triple)
     rc = c_int32(0)
-    done = fn(fn_addr, dev, len(ops), flat.buffer_info()[0], ctypes.byref(rc))
+    done = fn(fn_addr, dev, len(flat) // 3, flat.buffer_info()[0], ctypes.byref(rc))
     return int(done), int(rc.value)
 
 

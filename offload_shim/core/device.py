@@ -33,6 +33,7 @@ import ctypes
 import enum
 import logging
 import threading
+from array import array
 from typing import Callable, Sequence
 
 from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
@@ -871,18 +872,20 @@ class DeviceLease:
         return (not self._released and dev._state is _READY
                 and dev.init_count == self._init_count)
 
-    def _ops(self, ops, to_device: bool) -> list:
+    def _ops(self, ops, to_device: bool) -> array:
+        """The plugin's copies as flat ``(a, b, size)`` triples (Plugin.submit_many)."""
         if not self.valid:
             raise LifecycleError(f"{self._dev.label}: device memory lease used after its "
                                  "release or a deinit", device=self._dev.label)
         ptrs, sizes = self.ptrs, self.sizes
-        out = []
+        out = array("Q")
+        add = out.extend
         for j, off, host, n in ops:
             if n > 0:
                 if off < 0 or off + n > sizes[j]:
                     raise ValueError(f"{self._dev.label}: copy of {n} bytes at offset {off} "
                                      f"exceeds the leased block of {sizes[j]} bytes")
-                out.append((ptrs[j] + off, host, n) if to_device else (host, ptrs[j] + off, n))
+                add((ptrs[j] + off, host, n) if to_device else (host, ptrs[j] + off, n))
         return out
 
     def submit_many(self, ops) -> None:

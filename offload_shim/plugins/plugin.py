@@ -32,6 +32,7 @@ import ctypes
 import os
 import re
 import threading
+from array import array
 from ctypes import POINTER, byref, c_char_p, c_void_p, cast
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,14 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
         return got
 
 
+def _triples(ops):
+    """``ops`` as ``(a, b, size)`` triples: a list of them as it is, an ``array('Q')``
+    of them one after the other cut into threes."""
+    if isinstance(ops, array):
+        return zip(ops[0::3], ops[1::3], ops[2::3])
+    return ops
+
+
 def _plugin_name(path: str) -> str:
     base = os.path.basename(path)
     for pre in ("libomptarget.rtl.", "libgomp-plugin-", "lib"):
@@ -325,14 +334,16 @@ class Plugin:
 
     def submit_many(self, dev: int, ops) -> None:
         """:meth:`submit` of each ``(tgt, host_addr, size)`` in order; stops at the
-        first failure (raised).  A plugin family may do them with less overhead."""
-        for tgt, host_addr, size in ops:
+        first failure (raised).  ``ops``: a list of triples, or an ``array('Q')`` of
+        them one after the other.  A plugin family may do them with less
+        overhead."""
+        for tgt, host_addr, size in _triples(ops):
             self.submit(dev, tgt, host_addr, size)
 
     def retrieve_many(self, dev: int, ops) -> None:
         """:meth:`retrieve` of each ``(host_addr, tgt, size)`` in order (see
         :meth:`submit_many`)."""
-        for host_addr, tgt, size in ops:
+        for host_addr, tgt, size in _triples(ops):
             self.retrieve(dev, host_addr, tgt, size)
 
     def launcher(self, dev: int, entry: int, nargs: int):
@@ -647,7 +658,8 @@ class LLVMPlugin(Plugin):
 
     def _many(self, dev: int, ops, name: str) -> None:
         fn = self._fn[name]
-        if len(ops) > 1:
+        count = len(ops) // 3 if isinstance(ops, array) else len(ops)
+        if count > 1:
             from ..abi import batch
             addr = self._addr.get(name)
             if addr is None:
@@ -655,14 +667,14 @@ class LLVMPlugin(Plugin):
             res = batch.call4(addr, dev, ops)
             if res is not None:
                 done, rc = res
-                if done != len(ops):
+                if done != count:
                     raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"
                                           + self._detail(), code=rc,
                                           function=f"__tgt_rtl_{name}",
                                           device=self._label(dev))
                 return
         ok = _tgt.OFFLOAD_SUCCESS
-        for a, b, size in ops:
+        for a, b, size in _triples(ops):
             rc = fn(dev, a, b, size)
             if rc != ok:
                 raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"

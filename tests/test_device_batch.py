@@ -1,0 +1,153 @@
+"""Device calls for the interposer's constructs: several allocations, frees and copies
+at once (Device.alloc_many / free_many / submit_many / retrieve_many, Plugin.submit_many
+through libosh_batch.so), leased device memory (Device.lease) and prepared launches
+(Device.kernel_launcher): each does what the one-by-one calls do, checks what they
+check, and refuses to work on memory or kernels that are gone."""
+
+from __future__ import annotations
+
+import ctypes
+from array import array
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.abi import batch
+
+from conftest import NEXTGEN16
+
+
+@pytest.fixture(params=["bundled", "nextgen16"])
+def dev(request, bundled_path):
+    if request.param == "nextgen16":
+        if not NEXTGEN16.exists():
+            pytest.skip("the LLVM 16 x86_64 nextgen plugin is not installed")
+        path = str(NEXTGEN16)
+    else:
+        path = bundled_path
+    with osh.Runtime([path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        d = rt.devices[0]
+        d.init()
+        yield d, img
+        rt.unregister_image(img)
+
+
+def _buf(values):
+    b = (ctypes.c_int64 * len(values))(*values)
+    return b, ctypes.addressof(b)
+
+
+def test_many_copies_equal_single_copies(dev):
+    d, _img = dev
+    ptrs = d.alloc_many([8 * k for k in range(1, 6)])
+    assert len(set(ptrs)) == 5 and all(ptrs)
+    src = [_buf(range(100 * k, 100 * k + k)) for k in range(1, 6)]
+    d.submit_many([(p, p, a, ctypes.sizeof(b)) for p, (b, a) in zip(ptrs, src)])
+    back = [_buf([0] * k) for k in range(1, 6)]
+    d.retrieve_many([(p, p, a, ctypes.sizeof(b)) for p, (b, a) in zip(ptrs, back)])
+    assert [list(b) for b, _a in back] == [list(b) for b, _a in src]
+    # sub-ranges inside a block, as the mapping table's rows use them
+    one, one_a = _buf([7])
+    d.submit_many([(ptrs[4], ptrs[4] + 16, one_a, 8)])
+    out, out_a = _buf([0] * 5)
+    d.retrieve_in(ptrs[4], out_a, ptrs[4], 40)
+    assert list(out) == [500, 501, 7, 503, 504]
+    d.free_many(ptrs)
+    assert d.allocations == (0, 0)
+
+
+def test_many_copies_check_every_range_before_the_first(dev):
+    d, _img = dev
+    p, q = d.alloc_many([16, 16])
+    zero, zero_a = _buf([0, 0])
+    d.submit_in(p, p, zero_a, 16)
+    b, a = _buf([1, 2, 3])
+    with pytest.raises(osh.UnknownPointerError, match="not inside an allocation"):
+        d.submit_many([(p, p, a, 16), (q, q + 8, a, 16)])      # the second runs over q
+    out, out_a = _buf([5, 5])
+    d.retrieve_in(p, out_a, p, 16)
+    assert list(out) == [0, 0]                 # the first copy was not made either
+    with pytest.raises(osh.UnknownPointerError):
+        d.submit_in(p + 1, p + 1, a, 8)         # not the start of a live block
+    d.free_many([p, q])
+    with pytest.raises(osh.UnknownPointerError):
+        d.free_many([p])
+
+
+def test_alloc_many_gives_back_what_it_took_on_error(dev):
+    d, _img = dev
+    with pytest.raises(ValueError):
+        d.alloc_many([8, 16, -1])
+    assert d.allocations == (0, 0)
+
+
+def test_plugin_batch_takes_lists_and_flat_arrays(dev):
+    d, _img = dev
+    if batch.call4(0, 0, []) is None:
+        pytest.skip("libosh_batch.so not built")
+    p = d.alloc(24)
+    b, a = _buf([4, 5, 6])
+    d.plugin.submit_many(d.index, array("Q", [p, a, 8, p + 8, a + 8, 16]))
+    out, out_a = _buf([0, 0, 0])
+    d.plugin.retrieve_many(d.index, [(out_a, p, 24)])
+    assert list(out) == [4, 5, 6]
+    d.free(p)
+
+
+def test_lease_copies_by_offset_and_ends(dev):
+    d, _img = dev
+    lease = d.lease([32, 16])
+    assert lease.valid and len(lease.ptrs) == 2
+    b, a = _buf([9, 8, 7, 6])
+    lease.submit_many([(0, 0, a, 32), (1, 8, a, 8)])
+    out, out_a = _buf([0, 0, 0, 0, 0])
+    lease.retrieve_many([(0, 0, out_a, 32), (1, 8, out_a + 32, 8)])
+    assert list(out) == [9, 8, 7, 6, 9]
+    with pytest.raises(ValueError, match="exceeds the leased block"):
+        lease.submit_many([(1, 8, a, 16)])
+    lease.release()
+    assert not lease.valid
+    with pytest.raises(osh.LifecycleError):
+        lease.submit_many([(0, 0, a, 8)])
+    assert d.allocations == (0, 0)
+    taken = d.lease([8])
+    taken.detach()                              # the caller owns the block now
+    assert d.allocations == (1, 8)
+    d.free(taken.ptrs[0])
+
+
+def test_lease_is_invalid_after_a_deinit(dev):
+    d, _img = dev
+    lease = d.lease([8])
+    d.deinit()
+    assert not lease.valid
+    lease.release()                             # the deinit freed it: nothing to do
+    d.init()
+
+
+def test_kernel_launcher_runs_and_goes_stale(dev):
+    d, img = dev
+    entry = d.translate(img.host_address("increment"))
+    launch = d.kernel_launcher(entry, 2)
+    p = d.alloc(32)
+    b, a = _buf([1, 2, 3, 4])
+    d.submit_raw(p, a, 32)
+    launch([p, 4], [0, 0])
+    launch([p, 4], [0, 0])
+    out, out_a = _buf([0, 0, 0, 0])
+    d.retrieve_raw(out_a, p, 32)
+    assert list(out) == [3, 4, 5, 6]
+    with pytest.raises(ValueError):
+        launch([p], [0])                        # arity
+    with pytest.raises(ValueError):
+        launch([p, 1 << 64], [0, 0])            # beyond 64 bits
+    with pytest.raises(osh.KernelNotFoundError):
+        d.kernel_launcher(entry + 1, 2)
+    d.free(p)
+    d.deinit()
+    assert not launch.valid
+    d.init()
+    with pytest.raises(osh.OffloadError):
+        launch([0, 0], [0, 0])                  # made before the deinit
