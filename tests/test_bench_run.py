@@ -89,3 +89,13 @@ def test_cli_accepts_the_run_workload(monkeypatch, capsys):
     assert bench.main(["--workloads", "run", "--profile", "tiny", "--no-progress"]) == 0
     assert seen["profile"] == "tiny"
     assert "nothing to run here" in capsys.readouterr().out
+
+
+def test_noise_is_no_ratio():
+    # a slope at or below zero (noise at tiny counts) gives no ratio, and no verdict
+    assert ro._ratio(-3.0, 1.0) is None and ro._ratio(3.0, 0.0) is None
+    assert ro._ratio(3.0, 1.5) == 2.0
+    rows = {"maps-16": {"ratio": None, "offload-shim": {}, "errors": []},
+            "data-1": {"ratio": 12.0, "offload-shim": {}, "errors": []}}
+    st = {t["row"]: t["status"] for t in ro.check_targets(rows)}
+    assert st["maps-16"] == "N/A" and st["data-1"] == "MISS"

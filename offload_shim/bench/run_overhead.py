@@ -461,8 +461,9 @@ def summarise(rows: list[Row], samples: dict) -> dict:
         key = "wall_us" if r.slope else "wall_s"
         ckey = "cpu_us" if r.slope else "cpu_s"
         lo, sh = fig["libomptarget"], fig["offload-shim"]
-        fig["ratio"] = (sh[key] / lo[key]) if lo.get(key) and lo[key] > 0 else None
-        fig["cpu_ratio"] = (sh[ckey] / lo[ckey]) if lo.get(ckey) and lo[ckey] > 0 else None
+        # a slope at or below zero is noise, not a cost: no ratio then
+        fig["ratio"] = _ratio(sh.get(key), lo.get(key))
+        fig["cpu_ratio"] = _ratio(sh.get(ckey), lo.get(ckey))
         if r.slope:
             dl = r.count("libomptarget", 1) - r.count("libomptarget", 0)
             ds = r.count("offload-shim", 1) - r.count("offload-shim", 0)
@@ -471,7 +472,7 @@ def summarise(rows: list[Row], samples: dict) -> dict:
             for x, y, u, v in zip(la, lb, sa, sb):
                 lw = (y["wall_s"] - x["wall_s"]) / dl
                 sw = (v["wall_s"] - u["wall_s"]) / ds
-                if lw > 0:
+                if lw > 0 and sw > 0:
                     ratios.append(sw / lw)
             fig["ratio_spread"] = _spread(ratios)
             lol, shl = lo.get("loop_us"), sh.get("loop_us")
@@ -483,6 +484,10 @@ def summarise(rows: list[Row], samples: dict) -> dict:
             fig["ratio_spread"] = _spread(ratios)
         out[r.name] = fig
     return out
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
 
 def check_targets(rows: dict) -> list[dict]:
