@@ -31,7 +31,7 @@ _LAZY = {"AddressMap": ".core.images", "HostEntry": ".core.images",
          "OffloadImage": ".core.images", "Plugin": ".plugins.plugin",
          "load_plugin": ".plugins.plugin", "Device": ".core.device",
          "DeviceState": ".core.device", "Runtime": ".core.runtime",
-         "interpose": ".interposer"}          # issue 7: compiled code through the runtime
+         "interpose": ".interposer"}          # compiled OpenMP code through the runtime
 
 __version__ = "0.1.0"
 

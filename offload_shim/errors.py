@@ -48,6 +48,30 @@ class PluginDlopenError(PluginLoadError):
         self.dlerror = dlerror
 
 
+class WrongArchitectureError(PluginDlopenError):
+    """The file is an ELF shared object for another machine (``.machine``, as
+    pyelftools names ``e_machine``: ``"EM_AARCH64"``...; ``.expected``: this
+    process's).  Read from the ELF header before any ``dlopen``: glibc would
+    only say "cannot open shared object file: No such file or directory"."""
+
+    def __init__(self, message: str, *, path: str, machine: str, expected: str):
+        super().__init__(message, path=path, dlerror=f"wrong architecture ({machine})")
+        self.machine = machine
+        self.expected = expected
+
+
+class LibraryLoadError(OffloadError):
+    """Loading a compiled library (``run-library --library``) crashed, hung or
+    exited a child process that tried it first (``.path``; ``.reason``: the
+    signal name, ``"hung"`` or ``"exit N"``).  Its constructors run at
+    ``dlopen``; it was not loaded into this process."""
+
+    def __init__(self, message: str, *, path: str, reason: str):
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
 class NotAPluginError(PluginLoadError):
     """Loaded, but it is not a plugin of a known ABI (``.missing`` lists the
     required symbols that were not found for the closest ABI)."""
@@ -67,6 +91,16 @@ class MissingEntryPointError(OffloadError):
 
 
 # -- lifecycle ---------------------------------------------------------------
+
+class DeviceNotFoundError(OffloadError, IndexError):
+    """A device index that the runtime does not have (``.index``,
+    ``.count``: the devices there are)."""
+
+    def __init__(self, message: str, *, index: object = None, count: int = 0):
+        super().__init__(message)
+        self.index = index
+        self.count = count
+
 
 class LifecycleError(OffloadError):
     """A call in the wrong state: data before init, anything after close,
@@ -146,7 +180,7 @@ class PluginCallError(OffloadError):
     """An entry point returned a failure code."""
 
 
-# -- pinned host memory (issue 6, seed 003) ---------------------------------------
+# -- pinned host memory (seed 003) ------------------------------------------------
 
 class PinnedMemoryError(OffloadError):
     """Pinning (page-locking) host memory failed or was misused."""

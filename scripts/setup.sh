@@ -10,6 +10,7 @@ PY=${PYTHON:-python3}
 EXTRAS=${1:-test,cuda}
 DEB_PKGS="libomp5-16 libllvm16 libgomp-plugin-nvptx1 libgomp-plugin-amdgcn1 libllvm14 libelf1 libffi8 cmake clang-16 clang-tools-16 libomp-16-dev gcc-12-offload-nvptx g++-12"
 LLVM14_DIR=${OFFLOAD_SHIM_LLVM14_ROOT:-.cache/llvm14}
+APT_LOG=.cache/apt.log          # in the project, not /tmp: setup leaves /tmp as it found it
 LIBOFFLOAD_DIR=${OFFLOAD_SHIM_LIBOFFLOAD_ROOT:-.cache/liboffload22}
 # clang 19 / 22 (programs built by current compilers; their runtimes are unpacked below)
 CLANG_PKGS="clang-19 clang-tools-19 clang-22 clang-tools-22 llvm-22"
@@ -30,8 +31,9 @@ if [ -n "$missing" ]; then
     say "carrying on with the bundled host plugin only"
   else
     say "installing$missing"
-    if ! ( $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing ) >/tmp/offload_shim_apt.log 2>&1; then
-      say "apt-get failed (see /tmp/offload_shim_apt.log); carrying on with what is installed"
+    mkdir -p .cache
+    if ! ( $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing ) >"$APT_LOG" 2>&1; then
+      say "apt-get failed (see $APT_LOG); carrying on with what is installed"
     fi
   fi
 else

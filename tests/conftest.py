@@ -8,10 +8,26 @@ runs in a child process (tests/helpers.py: run_child).
 
 from __future__ import annotations
 
+import atexit
+import glob
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# A private TMPDIR for the session and every process it starts (see _leave_nothing_behind).
+# (conftest is imported twice: by pytest, and as ``conftest`` by the tests' imports)
+_mark = os.environ.get("OSH_TESTS_SESSION_TMP", "")
+if _mark.startswith(f"{os.getpid()}:"):
+    _SESSION_TMP = _mark.split(":", 1)[1]
+else:
+    _SESSION_TMP = tempfile.mkdtemp(prefix="osh_tests_")
+    os.environ["OSH_TESTS_SESSION_TMP"] = f"{os.getpid()}:{_SESSION_TMP}"
+    os.environ["TMPDIR"] = _SESSION_TMP
+    tempfile.tempdir = None              # recomputed from TMPDIR on next use
+    atexit.register(shutil.rmtree, _SESSION_TMP, True)
 
 from offload_shim.plugins import hostplugin
 
@@ -65,22 +81,27 @@ def ctl(bundled_path) -> hostplugin.HostPluginControl:
     return hostplugin.HostPluginControl(bundled_path)
 
 
-def _nextgen_temp_copies() -> set[str]:
-    import glob
-    return set(glob.glob("/tmp/tmpfile_*"))
-
-
 @pytest.fixture(scope="session", autouse=True)
-def _remove_llvm_nextgen_temp_copies():
-    """LLVM 16 nextgen plugins write every image they load to /tmp/tmpfile_XXXXXX
-    and never remove it (docs/plugins.md); remove the copies this session made."""
-    before = _nextgen_temp_copies()
+def _leave_nothing_behind():
+    """The suite leaves /tmp and /dev/shm as it found them.  Everything that honours
+    TMPDIR (Python's tempfile, pytest's tmp_path, the bundled plugin's image copies, of
+    this process and every child) goes to a private folder removed at the end (set at
+    import, below).  What does not: the LLVM x86_64 plugins' /tmp/tmpfile_* copies of
+    children that died before unlinking them, and libomp's
+    /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid> of children that died without their exit
+    code (crashes provoked on purpose): those that appeared during the session and that
+    no process has open or mapped any more (their creators are gone) are removed."""
+    from offload_shim.plugins import leftovers
+    copies = set(glob.glob(leftovers.LLVM_COPY_GLOB))
+    segments = set(leftovers.dead_kmp_segments())
     yield
-    for path in _nextgen_temp_copies() - before:
+    leftovers.sweep(set(glob.glob(leftovers.LLVM_COPY_GLOB)) - copies)
+    for seg in set(leftovers.dead_kmp_segments()) - segments:
         try:
-            os.unlink(path)
+            os.unlink(seg)
         except OSError:
             pass
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

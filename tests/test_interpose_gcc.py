@@ -111,7 +111,7 @@ with rt, osh.interpose(rt) as ip:
         "images": [i.name for i in rt.images], "image": img.name,
         "machine": img.machine, "entries": [[e.name, e.size] for e in img.entries],
         "host_addresses": img.host_addresses(),
-        "accepted_by_nvptx": rt._accepts(nvptx, img), "plugin_devices": nvptx.num_devices,
+        "accepted_by_nvptx": rt.accepts(nvptx, img), "plugin_devices": nvptx.num_devices,
         "devices": len(rt.devices), "gomp_devices": len(ip.gomp_devices()),
         "constructs": ip.gomp_constructs, "fallbacks": ip.gomp_fallbacks,
     }

@@ -1,9 +1,22 @@
-"""ctypes structs and prototype tables of the plugin ABIs.
+"""The one door to native code: every ctypes binding of the package.
 
-Only this package and :mod:`offload_shim.plugins.plugin` know about ctypes
-(docs/architecture.md)."""
+* :mod:`.tgt_rtl`, :mod:`.gomp`, :mod:`.liboffload`, :mod:`.clang`: structs and prototype
+  tables of the plugin ABIs (LLVM ``__tgt_rtl_*``, GCC ``GOMP_OFFLOAD_*``
+  with the optional page-locked host memory entry points, LLVM ``ol*``);
+* :mod:`.interposer`: the C interposer's callback table and control API;
+* :mod:`.libc`: libc/libdl (``malloc``/``free``, ``mlock``..., ``dlsym``,
+  ``prctl``), bound once, lazily;
+* :mod:`.hostctl`: the bundled host plugin's ``osh_host_*`` control API;
+* :mod:`.buffers`: addresses of Python-owned host memory.
 
-__all__ = ["clang", "gomp", "liboffload", "tgt_rtl"]
+Outside this package only the plugin modules (:mod:`offload_shim.plugins.plugin`,
+:mod:`offload_shim.plugins.liboffload`, which call the plugins through these
+tables) and code that runs in a child process by design use ctypes
+(docs/design.md).  Importing binds nothing.
+"""
+
+__all__ = ["buffers", "clang", "gomp", "hostctl", "interposer", "libc", "liboffload",
+           "tgt_rtl"]
 
 
 def __getattr__(name: str):

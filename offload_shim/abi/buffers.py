@@ -44,3 +44,23 @@ def address_of(arr) -> int:
 
 
 __all__ = ["buffer_address", "byte_array_type", "address_of"]
+
+
+def new_buffer(init: bytes | bytearray | memoryview | int) -> tuple[int, object]:
+    """``(address, keepalive)`` of fresh host memory owned by Python: a copy
+    of ``init``'s bytes, or ``init`` zeroed bytes (at least one byte, so the
+    address is never NULL).  Freed when ``keepalive`` is dropped."""
+    if isinstance(init, int):
+        buf = ctypes.create_string_buffer(max(int(init), 1))
+    else:
+        data = bytes(init)
+        buf = ctypes.create_string_buffer(data, max(len(data), 1))
+    return ctypes.addressof(buf), buf
+
+
+def read_bytes(addr: int, size: int) -> bytes:
+    """A copy of ``size`` bytes at host address ``addr``."""
+    return ctypes.string_at(addr, size) if size else b""
+
+
+__all__ += ["new_buffer", "read_bytes"]

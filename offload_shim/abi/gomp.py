@@ -8,6 +8,7 @@ images carry ``GOMP_VERSION_PACK(GOMP_VERSION, GOMP_VERSION_<DEV>)``.
 
 from __future__ import annotations
 
+import ctypes
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_int, c_size_t,
                     c_uint, c_uint32, c_uint64, c_void_p)
 
@@ -135,3 +136,17 @@ def generation(version: int | None) -> str:
     if version is None:
         return "gomp-unversioned (GCC 5)"
     return f"gomp-v{version}"
+
+
+def table_address(table) -> int:
+    """The address a ``struct addr_pair **`` out-parameter received (0 for NULL):
+    what ``load_image`` ``malloc``\\ ed and the caller frees (libgomp ``target.c``)."""
+    return ctypes.cast(table, c_void_p).value or 0
+
+
+def call_out_pointer(fn, *args) -> tuple[int, bool]:
+    """Call ``bool fn(void **out, args...)``; returns ``(*out or 0, result)``
+    (``page_locked_host_alloc``'s convention)."""
+    out = c_void_p()
+    ok = bool(fn(ctypes.byref(out), *args))
+    return out.value or 0, ok

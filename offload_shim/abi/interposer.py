@@ -21,6 +21,8 @@ import struct
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
                     c_size_t, c_uint32, c_uint64, c_void_p)
 
+from . import libc as _libc
+
 # -- return protocol (native/interposer.c) ----------------------------------------------
 CB_OK, CB_FAIL, CB_FATAL = 0, -1, -2
 
@@ -194,52 +196,21 @@ def symbol_address(lib: ctypes.CDLL, name: str) -> int:
     return ctypes.cast(getattr(lib, name), c_void_p).value or 0
 
 
-# -- libdl, libc, libomp ------------------------------------------------------------------
-_dl = None
-_libc = None
-
-
-def libdl() -> ctypes.CDLL:
-    """The process's ``dlopen``/``dlclose``/``dlerror``/``dlsym`` with prototypes."""
-    global _dl
-    if _dl is None:
-        lib = ctypes.CDLL(None)
-        lib.dlopen.restype = c_void_p
-        lib.dlopen.argtypes = [c_char_p, c_int]
-        lib.dlclose.restype = c_int
-        lib.dlclose.argtypes = [c_void_p]
-        lib.dlerror.restype = c_char_p
-        lib.dlsym.restype = c_void_p
-        lib.dlsym.argtypes = [c_void_p, c_char_p]
-        _dl = lib
-    return _dl
-
+# -- libdl, libc (bound once in abi/libc.py), libomp --------------------------------------
 
 def dlsym_default(name: str) -> int:
     """``dlsym(RTLD_DEFAULT, name)`` (0 when not found)."""
-    return libdl().dlsym(None, name.encode()) or 0
-
-
-def _libc_fns() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        lib = ctypes.CDLL(None)
-        lib.malloc.restype = c_void_p
-        lib.malloc.argtypes = [c_size_t]
-        lib.free.restype = None
-        lib.free.argtypes = [c_void_p]
-        _libc = lib
-    return _libc
+    return _libc.dlsym_default(name)
 
 
 def malloc(size: int) -> int:
     """libc ``malloc(size)`` (bytes); 0 on failure."""
-    return _libc_fns().malloc(size) or 0
+    return _libc.malloc(size)
 
 
 def free(ptr: int) -> None:
     """libc ``free(ptr)``."""
-    _libc_fns().free(ptr)
+    _libc.free(ptr)
 
 
 def loaded_libomptarget() -> tuple[int, str] | None:
@@ -442,21 +413,12 @@ C_INT64 = c_int64     # default restype of LoadedLibrary.call (int64_t f(void))
 
 def dlopen_local(path: str) -> tuple[int, str | None]:
     """``dlopen(path, RTLD_NOW | RTLD_LOCAL)``: (handle, None) or (0, dlerror text)."""
-    dl = libdl()
-    h = dl.dlopen(path.encode(), os.RTLD_NOW | os.RTLD_LOCAL)
-    if not h:
-        msg = dl.dlerror()
-        return 0, msg.decode(errors="replace") if msg else None
-    return int(h), None
+    return _libc.dlopen(path, os.RTLD_NOW | os.RTLD_LOCAL)
 
 
 def dlclose(handle: int) -> str | None:
     """``dlclose(handle)``: None on success, else the dlerror text ('' if none)."""
-    dl = libdl()
-    if dl.dlclose(handle) != 0:
-        msg = dl.dlerror()
-        return msg.decode(errors="replace") if msg else ""
-    return None
+    return _libc.dlclose(handle)
 
 
 def cdll_from_handle(path: str, handle: int) -> ctypes.CDLL:
@@ -500,7 +462,7 @@ __all__ = ["API_ASSOCIATE", "API_DISASSOCIATE", "API_LOCK", "API_MAPPED_PTR",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
-           "kernel_args_version", "kernel_map_args", "kmpc_target_offload", "libdl",
+           "kernel_args_version", "kernel_map_args", "kmpc_target_offload",
            "libgomp", "libomp", "loaded_libomptarget",
            "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",
            "read_pointer", "read_pointers", "registered_descriptors", "set_callbacks",

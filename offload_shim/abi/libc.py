@@ -1,64 +1,174 @@
-"""libc, bound once and lazily (on the first call, never at import).
+"""libc and libdl through ctypes, bound once for the whole package.
 
-The page-locking calls of ``<sys/mman.h>`` used by
-:mod:`offload_shim.memory.pinned`; each returns 0 or the ``errno`` the call
-left (ctypes ``use_errno``), so callers can type their errors by cause.
+Every call of the C library that the package makes goes through this module:
+``malloc``/``free`` (tables a GOMP plugin ``malloc``\\ s, libgomp's
+``target.c`` frees them; the host device of ``omp_target_alloc``),
+``fflush``, ``mlock``/``munlock``/``mlockall``/``munlockall`` (pinned host
+memory, POSIX), ``prctl(PR_SET_PDEATHSIG)`` (children never outlive their
+parent), and ``dlopen``/``dlclose``/``dlsym`` (compiled libraries, who
+defines a symbol, whether a library is mapped).  The process's own symbol scope
+(``dlopen(NULL)``, glibc 2.34+ has libdl inside libc) is opened on first use,
+not at import, with ``use_errno`` so that the errno of a failed call is read
+right after it on the calling thread.
+
+The wrappers take and return plain ints (addresses, byte counts, errno
+values) so that callers never hold a ctypes object; each call that can fail
+returns 0 or the ``errno`` it left, so callers type their errors by cause.
 More libc entry points belong here, in the same table.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-from ctypes import c_int, c_size_t, c_void_p
+import os
+import threading
+from ctypes import c_char_p, c_int, c_size_t, c_void_p
 
+__all__ = ["MCL_CURRENT", "MCL_FUTURE", "malloc", "free", "fflush_all", "mlock", "munlock",
+           "mlockall", "munlockall", "set_parent_death_signal", "dlsym_default", "dlopen", "dlclose",
+           "library_loaded", "symbol_address", "memmove"]
+
+#: ``<sys/mman.h>`` flags of ``mlockall`` (Linux, all architectures we run on)
 MCL_CURRENT = 1
 MCL_FUTURE = 2
 
+# name -> (restype, argtypes), C prototypes from glibc's headers
 _PROTOTYPES = {
-    # int mlock(const void *addr, size_t len);
-    "mlock": (c_int, [c_void_p, c_size_t]),
-    # int munlock(const void *addr, size_t len);
-    "munlock": (c_int, [c_void_p, c_size_t]),
-    # int mlockall(int flags);
-    "mlockall": (c_int, [c_int]),
-    # int munlockall(void);
-    "munlockall": (c_int, []),
+    "malloc": (c_void_p, [c_size_t]),                 # void *malloc(size_t)
+    "free": (None, [c_void_p]),                       # void free(void *)
+    "fflush": (c_int, [c_void_p]),                    # int fflush(FILE *)   NULL = all
+    "mlock": (c_int, [c_void_p, c_size_t]),           # int mlock(const void *, size_t)
+    "munlock": (c_int, [c_void_p, c_size_t]),         # int munlock(const void *, size_t)
+    "mlockall": (c_int, [c_int]),                     # int mlockall(int flags)
+    "munlockall": (c_int, []),                        # int munlockall(void)
+    "dlsym": (c_void_p, [c_void_p, c_char_p]),        # void *dlsym(void *, const char *)
+    "dlopen": (c_void_p, [c_char_p, c_int]),          # void *dlopen(const char *, int)
+    "dlclose": (c_int, [c_void_p]),                   # int dlclose(void *)
+    "dlerror": (c_char_p, []),                        # char *dlerror(void)
+    # int prctl(int option, unsigned long, unsigned long, unsigned long, unsigned long)
+    "prctl": (c_int, [c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]),
 }
 
+PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
 
-@functools.lru_cache(maxsize=None)
-def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(None, use_errno=True)
-    for name, (restype, argtypes) in _PROTOTYPES.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return lib
+_lock = threading.Lock()
+_fns: dict | None = None
+
+
+def _bound() -> dict:
+    """The bound functions (``dlopen(NULL)`` on first use, then cached)."""
+    global _fns
+    fns = _fns
+    if fns is None:
+        with _lock:
+            if _fns is None:
+                lib = ctypes.CDLL(None, use_errno=True)
+                table = {}
+                for name, (restype, argtypes) in _PROTOTYPES.items():
+                    fn = getattr(lib, name)
+                    fn.restype, fn.argtypes = restype, argtypes
+                    table[name] = fn
+                _fns = table
+            fns = _fns
+    return fns
 
 
 def _errno_of(rc: int) -> int:
+    """0 on success, else the errno the failed call left on this thread."""
     return 0 if rc == 0 else (ctypes.get_errno() or -1)
 
 
+def malloc(size: int) -> int:
+    """``malloc(size)``: the address, or 0 when out of memory."""
+    return _bound()["malloc"](size) or 0
+
+
+def free(addr: int | None) -> None:
+    """``free(addr)``; nothing for 0/None."""
+    if addr:
+        _bound()["free"](addr)
+
+
+def fflush_all() -> None:
+    """``fflush(NULL)``: flush every C stdio stream (before redirecting fd 1)."""
+    _bound()["fflush"](None)
+
+
 def mlock(addr: int, size: int) -> int:
-    """``mlock(addr, size)`` (bytes); 0 or the errno (ENOMEM: not mapped or
-    over ``RLIMIT_MEMLOCK``; EPERM; EAGAIN)."""
-    return _errno_of(_lib().mlock(addr, size))
+    """``mlock``; returns 0 or the errno (ENOMEM beyond ``RLIMIT_MEMLOCK``, EPERM)."""
+    return _errno_of(_bound()["mlock"](addr, size))
 
 
 def munlock(addr: int, size: int) -> int:
-    """``munlock(addr, size)`` (bytes); 0 or the errno."""
-    return _errno_of(_lib().munlock(addr, size))
+    """``munlock``; returns 0 or the errno (ENOMEM for a range not mapped)."""
+    return _errno_of(_bound()["munlock"](addr, size))
 
 
 def mlockall(flags: int = MCL_CURRENT | MCL_FUTURE) -> int:
-    """``mlockall(flags)``; 0 or the errno."""
-    return _errno_of(_lib().mlockall(flags))
+    """``mlockall(flags)`` (:data:`MCL_CURRENT` | :data:`MCL_FUTURE`); 0 or the errno."""
+    return _errno_of(_bound()["mlockall"](flags))
 
 
 def munlockall() -> int:
     """``munlockall()``; 0 or the errno."""
-    return _errno_of(_lib().munlockall())
+    return _errno_of(_bound()["munlockall"]())
 
 
-__all__ = ["MCL_CURRENT", "MCL_FUTURE", "mlock", "munlock", "mlockall", "munlockall"]
+def set_parent_death_signal(sig: int) -> int:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` (Linux): this process gets ``sig``
+    when the thread that started it ends, so a child never outlives a killed
+    parent.  Returns 0 or the errno.  (If the parent is already gone the
+    caller should exit: check ``os.getppid()`` against the expected one.)"""
+    return _errno_of(_bound()["prctl"](PR_SET_PDEATHSIG, int(sig), 0, 0, 0))
+
+
+def dlsym_default(name: str | bytes) -> int:
+    """``dlsym(RTLD_DEFAULT, name)``: the address the process's global scope
+    resolves ``name`` to, or 0 when no loaded library defines it."""
+    if isinstance(name, str):
+        name = name.encode()
+    return _bound()["dlsym"](None, name) or 0
+
+
+def dlopen(path: str | bytes | None, mode: int) -> tuple[int, str | None]:
+    """``dlopen(path, mode)``: ``(handle, None)``, or ``(0, the dlerror text)``."""
+    if isinstance(path, str):
+        path = os.fsencode(path)
+    fns = _bound()
+    h = fns["dlopen"](path, mode) or 0
+    if h:
+        return h, None
+    msg = fns["dlerror"]()
+    return 0, (msg.decode(errors="replace") if msg else "dlopen failed")
+
+
+def dlclose(handle: int) -> str | None:
+    """``dlclose(handle)``: None on success, else the dlerror text ('' if none)."""
+    fns = _bound()
+    if fns["dlclose"](handle) != 0:
+        msg = fns["dlerror"]()
+        return msg.decode(errors="replace") if msg else ""
+    return None
+
+
+def symbol_address(fn) -> int:
+    """The address of a bound ctypes function (what ``dlsym`` returned for it)."""
+    return ctypes.cast(fn, c_void_p).value or 0
+
+
+def library_loaded(soname: str, *, global_scope: bool = False) -> bool:
+    """True when ``soname`` is already mapped in this process
+    (``dlopen(soname, RTLD_NOLOAD)``: loads nothing, runs no constructor).
+    ``global_scope``: also promote it to ``RTLD_GLOBAL``."""
+    mode = os.RTLD_NOLOAD | (os.RTLD_GLOBAL if global_scope else os.RTLD_LOCAL)
+    try:
+        ctypes.CDLL(soname, mode=mode)
+    except OSError:
+        return False
+    return True
+
+
+def memmove(dst: int, src: int, size: int) -> None:
+    """Copy ``size`` bytes between two host addresses (may overlap)."""
+    if size:
+        ctypes.memmove(dst, src, size)

@@ -1,11 +1,19 @@
 """``offload-shim``: the command line.
 
-    offload-shim info [--json] [PLUGIN ...]    every plugin found, its ABI and devices
-    offload-shim demo [--json] [PLUGIN ...]    the main job, end to end, on every plugin
-                                               that has a device
+    offload-shim info [--json] [PLUGIN ...]       every plugin found, its ABI and devices
+    offload-shim info --image FILE                the offload images inside a compiled file
+    offload-shim demo [--json] [PLUGIN ...]       the main job, end to end, on every plugin
+                                                  that has a device
+    offload-shim check PLUGIN                     property-test a plugin (cli/check.py)
+    offload-shim check --probe-misuse PLUGIN      its answers to known misuse
+    offload-shim bench [--json]                   the pool against the plugins, side by side
+    offload-shim run-library --library LIB --call F   a compiled OpenMP library (cli/run.py)
+    offload-shim run PROGRAM [ARGS...]            an OpenMP executable, Python in charge
+    offload-shim compare PROGRAM                  it under the real runtime and under ours
 
 ``demo`` runs each plugin in its own child process, so a plugin that
-crashes becomes a failed row instead of killing the command.
+crashes becomes a failed row instead of killing the command.  Exit status
+and interrupts: :mod:`offload_shim.cli.common`.
 """
 
 from __future__ import annotations
@@ -16,42 +24,39 @@ import json
 import os
 import sys
 
-# ctypes, subprocess, signal, tempfile, time and array are imported where they are used:
+# subprocess, signal, tempfile, time and array are imported where they are used:
 # `offload-shim run` starts every program through this module (start-up time)
+from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Parser, Terminated,
+                     UsageError, install_sigterm, positive_float)
+from .common import error as _error
 
 
 def _capture_c_stdout(fn):
     """Run fn() with file descriptor 1 redirected; returns (result, text)."""
-    import ctypes
     import tempfile
-    libc = ctypes.CDLL(None)
+    from ..abi import libc
     sys.stdout.flush()
-    libc.fflush(None)
+    libc.fflush_all()
     saved = os.dup(1)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 1)
         try:
             result = fn()
         finally:
-            libc.fflush(None)
+            libc.fflush_all()
             os.dup2(saved, 1)
             os.close(saved)
         tmp.seek(0)
         return result, tmp.read().decode(errors="replace")
 
 
-def _error(message: str) -> None:
-    """The one-line error of a command given bad input (the caller exits 2)."""
-    sys.stdout.flush()
-    print(f"offload-shim: error: {message}", file=sys.stderr, flush=True)
-
-
 # -- info -----------------------------------------------------------------------
 
-def _plugin_views(path):
-    """The plugin views of one file: the bundled plugin exports both ABIs."""
+def _plugin_views(path, timeout: float | None = None):
+    """The plugin views of one file: the bundled plugin exports both ABIs.
+    ``timeout``: seconds the child-process probe of a new file may take."""
     from ..plugins.plugin import load_plugin
-    first = load_plugin(path)
+    first = load_plugin(path, timeout=timeout)
     views = [first]
     if first.bundled:
         views.append(load_plugin(path, abi="gomp"))
@@ -86,11 +91,14 @@ def host_runtime_info(env=None) -> list[dict]:
     return out
 
 
-def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[dict]:
-    """One dict per plugin view found: path, abi, generation, num_devices,
-    (GOMP) gomp_version/caps/target_name, and per device what the plugin
-    prints with ``print_device_info`` (LLVM; needs a device init, done and
-    undone here when ``devices``) or an ``error``."""
+def collect_info(paths=(), *, system=True, bundled=True, devices=True,
+                 timeout: float | None = None) -> list[dict]:
+    """One dict per plugin view found: path, source, abi, generation,
+    num_devices, (GOMP) gomp_version/caps/target_name, and per device what
+    the plugin prints with ``print_device_info`` (LLVM; needs a device init,
+    done and undone here when ``devices``) or an ``error``.  ``timeout``:
+    seconds the load of each new plugin file may take (its constructors run
+    in a child first); past it the row says it hung."""
     from ..plugins import discovery
     from ..errors import OffloadError
     from ..core.runtime import Runtime
@@ -98,8 +106,8 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
     for cand in discovery.candidates(paths, system=system, bundled=bundled):
         base = {"path": cand.path, "source": cand.source}
         try:
-            views = _plugin_views(cand.path)
-        except (OffloadError, OSError, ValueError) as exc:
+            views = _plugin_views(cand.path, timeout)
+        except (OffloadError, OSError, ValueError, TypeError) as exc:
             # a bad candidate is one "not usable" row; the others are still listed
             out.append({**base, "abi": None, "generation": None, "num_devices": None,
                         "error": f"{type(exc).__name__}: {exc}"})
@@ -134,7 +142,7 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True) -> list[d
 
 def cmd_info(args) -> int:
     if getattr(args, "image", None):
-        # issue 7: the offload images and entries inside compiled files, without running them
+        # the offload images and entries inside compiled files, without running them
         from ..errors import InvalidImageError
         from ..elf.imageinfo import describe, format_description
         infos = []
@@ -153,10 +161,15 @@ def cmd_info(args) -> int:
         else:
             print("\n".join(format_description(i) for i in infos))
         return 0
-    recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices)
+    recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices,
+                        timeout=args.timeout)
+    # what the user named on the command line must be usable
+    named_bad = [r for r in recs if r.get("source") == "explicit"
+                 and (r.get("abi") is None or r.get("error"))]
+    status = 1 if named_bad else 0
     if args.json:
         print(json.dumps(recs, indent=2))
-        return 0
+        return status
     if not recs:
         print("no plugins found")
         return 1
@@ -187,7 +200,9 @@ def cmd_info(args) -> int:
             print(f"    {where}: {d['name']!r} type={d['type']} platform={d.get('platform')!r} "
                   f"backend={d['backend']}{extra}"
                   + (" (memcpy endpoint only)" if d["index"] is None else ""))
-    return 0
+    for r in named_bad:
+        _error(f"{r['path']}: not usable: {r.get('error')}")
+    return status
 
 
 # -- demo -----------------------------------------------------------------------
@@ -258,9 +273,11 @@ def _demo_one(path: str, abi: str | None) -> int:
     return 0 if ok else 1
 
 
-def demo_targets(paths=(), *, system=True) -> list[tuple[str, str | None, str]]:
+def demo_targets(paths=(), *, system=True,
+                 timeout: float | None = None) -> list[tuple[str, str | None, str]]:
     """(path, abi view, label) of every plugin view that runs on this CPU and
-    has at least one device (vendor GPU plugins report 0 devices here)."""
+    has at least one device (vendor GPU plugins report 0 devices here).
+    ``timeout``: seconds the child-process probe of each new plugin may take."""
     from ..plugins import discovery
     from ..errors import OffloadError
     out = []
@@ -268,7 +285,7 @@ def demo_targets(paths=(), *, system=True) -> list[tuple[str, str | None, str]]:
         if not discovery.is_host_plugin(cand.path) and cand.source not in ("explicit",):
             continue
         try:
-            views = _plugin_views(cand.path)
+            views = _plugin_views(cand.path, timeout)
         except (OffloadError, OSError):
             if cand.source == "explicit":
                 out.append((cand.path, None, os.path.basename(cand.path)))
@@ -286,59 +303,79 @@ def cmd_demo(args) -> int:
         except Exception as exc:  # report, as a failed row
             print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
             return 1
-    import signal
     import subprocess
-    targets = demo_targets(args.plugins, system=not args.no_system)
+    from ..plugins.isolation import run_child, signal_name
+    targets = demo_targets(args.plugins, system=not args.no_system, timeout=args.timeout)
+    # --json: stdout holds the JSON only; the children's logs and the table go to stderr
+    log = sys.stderr if args.json else sys.stdout
     if not targets:
-        print("no plugin with a device found")
+        print("no plugin with a device found", file=log)
+        if args.json:
+            print(json.dumps([]))
         return 1
     rows = []
     for path, abi, label in targets:
-        print(f"== {label}", flush=True)
+        print(f"== {label}", file=log, flush=True)
         # -P: do not put the working directory first on sys.path (a source checkout there
         # would shadow the installed package)
         cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "demo", "--one", path]
         if abi:
             cmd += ["--abi", abi]
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=args.timeout, text=True)
-            sys.stdout.write(proc.stdout)
+            proc = run_child(cmd, timeout=args.timeout, merge_stderr=True)
+            log.write(proc.stdout)
+            log.flush()
             rc = proc.returncode
             status = "verified" if rc == 0 else (
-                f"crashed ({signal.Signals(-rc).name})" if rc < 0 else "failed")
-        except subprocess.TimeoutExpired:
-            status = f"hung (>{args.timeout}s)"
+                f"crashed ({signal_name(rc)})" if rc < 0 else "failed")
+        except subprocess.TimeoutExpired as exc:
+            log.write(exc.output or "")
+            status = f"hung (>{args.timeout:g}s)"
         rows.append((label, path, status))
-    print()
+    print(file=log)
     w = max(len(r[0]) for r in rows)
-    print(f"{'plugin'.ljust(w)}  result")
-    print(f"{'-' * w}  --------")
+    print(f"{'plugin'.ljust(w)}  result", file=log)
+    print(f"{'-' * w}  --------", file=log)
     for label, _, status in rows:
-        print(f"{label.ljust(w)}  {status}")
+        print(f"{label.ljust(w)}  {status}", file=log)
+    log.flush()
     if args.json:
         print(json.dumps([{"plugin": l, "path": p, "result": s} for l, p, s in rows]))
     return 0 if all(r[2] == "verified" for r in rows) else 1
+
+
+def _check_config() -> None:
+    """UsageError naming the variable for a bad configuration variable
+    (:func:`offload_shim.core.runtime.check_environment`)."""
+    from ..core.runtime import check_environment
+    try:
+        check_environment()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 _SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_shim.cli.run",
                        "offload_shim.cli.compare")
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["run"]:
-        # the start-up of every `offload-shim run`: only its own parser and module
-        from .run import main_run
-        return main_run(argv[1:])
-    ap = argparse.ArgumentParser(prog="offload-shim", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``offload-shim`` argument parser with every subcommand."""
+    from .. import __version__
+    ap = Parser(prog="offload-shim", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", action="version", version=f"offload-shim {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     pi = sub.add_parser("info", help="list plugins, ABIs and devices")
-    pi.add_argument("plugins", nargs="*", help="extra plugin paths")
-    pi.add_argument("--json", action="store_true")
+    pi.add_argument("plugins", nargs="*", help="extra plugin paths (exit status 1 when one "
+                    "of them is not usable)")
+    pi.add_argument("--json", action="store_true",
+                    help="print the plugin list (or the --image description) as JSON on "
+                         "stdout: one object per plugin view")
     pi.add_argument("--no-system", action="store_true", help="skip the standard locations")
     pi.add_argument("--no-devices", action="store_true",
                     help="do not initialise devices to print their info")
+    pi.add_argument("--timeout", type=positive_float, default=None, metavar="SEC",
+                    help="seconds the first load of each plugin may take (its constructors "
+                         "run in a child process first; default 120)")
     pi.add_argument("--image", action="append", metavar="FILE",
                     help="list the offload images and host entries inside FILE "
                          "(clang .llvm.offloading / omp_offloading_entries, GCC "
@@ -346,9 +383,12 @@ def main(argv=None) -> int:
     pi.set_defaults(func=cmd_info)
     pd = sub.add_parser("demo", help="the main job on every plugin with a device")
     pd.add_argument("plugins", nargs="*", help="extra plugin paths")
-    pd.add_argument("--json", action="store_true")
-    pd.add_argument("--no-system", action="store_true")
-    pd.add_argument("--timeout", type=float, default=120.0)
+    pd.add_argument("--json", action="store_true",
+                    help="print the result table as JSON on stdout ([{plugin, path, "
+                         "result}]); the children's logs go to stderr")
+    pd.add_argument("--no-system", action="store_true", help="skip the standard locations")
+    pd.add_argument("--timeout", type=positive_float, default=120.0, metavar="SEC",
+                    help="seconds each plugin's child process may take (default 120)")
     pd.add_argument("--one", help=argparse.SUPPRESS)
     pd.add_argument("--abi", help=argparse.SUPPRESS)
     pd.set_defaults(func=cmd_demo)
@@ -363,13 +403,43 @@ def main(argv=None) -> int:
                 raise
             continue
         mod.register_cli(sub)
-    args = ap.parse_args(argv)
-    from ..memory import read_threshold_env
+    return ap
+
+
+def main(argv=None) -> int:
+    """Run one command; returns the exit status (see :mod:`offload_shim.cli.common`):
+    usage and configuration errors are one line and 2, Ctrl-C is one line
+    ``interrupted`` and 130, SIGTERM one line ``terminated`` and 143, after the
+    command's children were stopped and their leftovers removed."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        # the start-up of every `offload-shim run`: only its own parser and module
+        from .run import main_run
+        return main_run(argv[1:])
+    import signal
+    args = build_parser().parse_args(argv)
+    previous = install_sigterm()
     try:
-        read_threshold_env()        # LLVM plugins would abort on a bad value (std::stoul)
-    except ValueError as exc:
+        # a bad configuration variable is the user's mistake, named before any work (LLVM
+        # plugins would abort on a bad LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD: std::stoul)
+        _check_config()
+        with contextlib.suppress(BrokenPipeError):
+            return args.func(args)
+        return 0
+    except UsageError as exc:
         _error(str(exc))
-        return 2
-    with contextlib.suppress(BrokenPipeError):
-        return args.func(args)
-    return 0
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _interrupted("interrupted")
+        return EXIT_INTERRUPTED
+    except Terminated:
+        _interrupted("terminated")
+        return EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(what: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    print(f"offload-shim: {what}", file=sys.stderr, flush=True)

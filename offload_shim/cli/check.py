@@ -19,8 +19,16 @@ With ``--probe-misuse`` every known misuse sequence
 against the plugin's entry points, and a conformance table says what the
 plugin did: error code, silently accepted, exit, crash (signal), hang.
 
+Progress goes to stderr (a bar: sequences started of ``--max-examples``;
+hypothesis starts more sequences than it counts, see ``_print_result``),
+the result to stdout.
+
 Exit status: 0 only when nothing was found (no crash, hang, invariant
-violation; with ``--probe-misuse``: every misuse answered with an error).
+violation; with ``--probe-misuse``: every misuse answered with an error);
+1 findings; 2 a usage or configuration error (a bad option value, a bad
+``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``..., a plugin that cannot be
+loaded), never reported as a finding; 130 Ctrl-C, 143 SIGTERM (children
+stopped, their leftovers removed).
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
+
+from .common import (ProgressBar, Terminated, UsageError, install_sigterm, positive_float,
+                     positive_int)
 
 __all__ = ["register_cli", "run_check", "cmd_check"]
 
@@ -45,16 +55,23 @@ def register_cli(subparsers) -> None:
                     help="ABI view of a plugin that exports several (the bundled one)")
     pc.add_argument("--probe-misuse", action="store_true",
                     help="run the known misuse sequences, each in its own child process")
-    pc.add_argument("--max-examples", type=int, default=200, help="sequences to generate")
-    pc.add_argument("--steps", type=int, default=30, help="steps per sequence")
+    pc.add_argument("--max-examples", type=positive_int, default=200, metavar="N",
+                    help="sequences hypothesis counts as examples (it starts a few more: "
+                         "invalid ones and replays do not count)")
+    pc.add_argument("--steps", type=positive_int, default=30, metavar="N",
+                    help="steps per sequence")
     pc.add_argument("--seed", type=int, default=None,
                     help="random seed (default: derandomized, the same run every time)")
-    pc.add_argument("--timeout", type=float, default=None,
-                    help="seconds for the whole child run (default 600; probes: 60 each)")
+    pc.add_argument("--timeout", type=positive_float, default=None, metavar="SEC",
+                    help="seconds for the whole child run (default 600; probes: 60 each); "
+                         "also bounds the first load of the plugin")
     pc.add_argument("--no-threads", action="store_true", help="leave out the concurrency rules")
     pc.add_argument("--no-faults", action="store_true",
                     help="leave out fault injection (bundled plugin only)")
-    pc.add_argument("--json", action="store_true", help="print the result as JSON")
+    pc.add_argument("--json", action="store_true",
+                    help="print the result as JSON on stdout (run: plugin, view, examples, "
+                         "steps, seed, children, ok, findings; --probe-misuse: plugin, view, "
+                         "rows, ok)")
     pc.add_argument("--child", help=__import__("argparse").SUPPRESS)
     pc.set_defaults(func=cmd_check)
 
@@ -66,11 +83,6 @@ def _resolve(plugin: str) -> str:
     return plugin
 
 
-def _say(args, msg: str) -> None:
-    if not args.json:
-        print(msg, flush=True)
-
-
 def cmd_check(args) -> int:
     if args.child:
         return _child_main(args)
@@ -78,16 +90,19 @@ def cmd_check(args) -> int:
     from ..errors import PluginLoadError
     from ..plugins.plugin import load_plugin
     try:
-        plugin = load_plugin(path, abi=args.abi)
+        plugin = load_plugin(path, abi=args.abi, timeout=args.timeout)
     except (PluginLoadError, OSError) as exc:
-        print(f"offload-shim check: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"check {args.plugin}: {type(exc).__name__}: {exc}") from None
     if args.probe_misuse:
         return _probe_main(args, path, plugin)
-    result = run_check(path, args.abi, max_examples=args.max_examples, steps=args.steps,
-                       seed=args.seed, timeout=args.timeout or 600.0,
-                       threads=not args.no_threads, faults=not args.no_faults,
-                       progress=None if args.json else (lambda m: print(m, flush=True)))
+    bar = ProgressBar(args.max_examples, "sequences", enabled=not args.json)
+    try:
+        result = run_check(path, args.abi, max_examples=args.max_examples, steps=args.steps,
+                           seed=args.seed, timeout=args.timeout or 600.0,
+                           threads=not args.no_threads, faults=not args.no_faults,
+                           progress=bar.update)
+    finally:
+        bar.close()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -98,13 +113,17 @@ def cmd_check(args) -> int:
 def _print_result(r: dict) -> None:
     print(f"plugin   {r['plugin']} ({r['view']})")
     kids = r.get("children", 1)
-    print(f"examples {r['examples']} x {r['steps']} steps, seed {r['seed']}"
+    print(f"ran      {r['examples']} sequences of up to {r['steps']} steps, seed {r['seed']}"
           + (f" ({kids} child processes)" if kids > 1 else ""))
+    print("         (every sequence hypothesis started; --max-examples counts only the "
+          "valid ones, so this may be more)")
     if r["ok"]:
         print("result   nothing found")
         return
     for f in r["findings"]:
         print(f"FINDING  {f['kind']}: {f['message']}")
+        for c in f.get("causes", []):
+            print(f"    cause: {c}")
         if f.get("program"):
             print("shrunk program:\n" + f["program"])
         elif f.get("steps"):
@@ -132,16 +151,32 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     from ``seed`` and the child's number (the same run every time).
     ``children``: how many were started; ``max_mappings``: the fraction of
     ``vm.max_map_count`` at which a child stops (default
-    :data:`CHILD_MAX_MAPPINGS`)."""
+    :data:`CHILD_MAX_MAPPINGS`).  ``progress(n)``: called with the number
+    of sequences started so far.
+
+    Each child runs in a session of its own with a private ``TMPDIR``; when
+    the run ends -- normally, past ``timeout``, or by an exception such as
+    KeyboardInterrupt -- the child's process group is killed and what it left
+    is removed (:class:`~offload_shim.plugins.leftovers.ChildScope`).  A child
+    ended by SIGTERM, SIGKILL or SIGINT from outside is reported as
+    ``"interrupted"``, not as a crash of the plugin."""
     import threading
     import time
 
+    from ..plugins.isolation import stop_child
+    from ..plugins.leftovers import ChildScope
     from ..plugins.plugin import load_plugin
+    for name, value in (("max_examples", max_examples), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     plugin = load_plugin(path, abi=abi)
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
     deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory(prefix="osh_check_") as tmp:
+    with ChildScope(prefix="osh_check_") as scope:
+        tmp = scope.tmpdir
         while True:
             k = base["children"]
             base["children"] += 1
@@ -153,8 +188,10 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                        max_mappings=CHILD_MAX_MAPPINGS if max_mappings is None else max_mappings)
             cmd = [sys.executable, "-m", "offload_shim.cli", "check", plugin.path,
                    "--child", json.dumps(cfg)]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    env=scope.env(), start_new_session=True)
+            scope.track(proc.pid)
             tail: list[str] = []
             killed = False
 
@@ -163,7 +200,10 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                     line = line.rstrip("\n")
                     if line.startswith("progress "):
                         if progress:
-                            progress(line[len("progress "):])
+                            try:
+                                progress(int(line.split()[1]))
+                            except (ValueError, IndexError):
+                                pass
                     else:
                         tail.append(line)
                         del tail[:-40]
@@ -174,8 +214,12 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                 rc = proc.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 killed = True
-                proc.kill()
+                stop_child(proc)
                 rc = proc.wait()
+            finally:
+                stop_child(proc)          # Ctrl-C / SIGTERM here: the child goes too
+                if proc.returncode != 0:
+                    scope.stop_strays()   # and whatever it had started
             t.join(10)
             steps_run = _read_trace(trace_file)
             child: dict = {}
@@ -187,6 +231,14 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             if killed:
                 base["findings"].append({"kind": "hang",
                                          "message": f"no result after {timeout} s",
+                                         "steps": steps_run})
+            elif rc in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
+                sig = signal.Signals(-rc).name
+                who = "from outside" if sig != "SIGKILL" else \
+                    "from outside or by the kernel's out-of-memory killer"
+                base["findings"].append({"kind": "interrupted", "signal": sig,
+                                         "message": f"the child was ended by {sig} {who} "
+                                         "(not counted as a crash of the plugin)",
                                          "steps": steps_run})
             elif rc < 0:
                 try:
@@ -234,34 +286,27 @@ def _child_seed(seed: int | None, child: int) -> int | None:
     return zlib.crc32(f"offload-shim check {seed} {child}".encode())
 
 
-def _unlink_temp_copies() -> int:
-    """Unlink the temp copies of images this process dlopened
-    (``/tmp/tmpfile_XXXXXX``; the nextgen plugins never remove them, the
-    classic ones only at exit).  Only files mapped by this process are
-    touched, so a copy another process is loading right now is safe; the
-    mappings themselves stay valid.  Returns the number removed."""
-    import re
-    pat = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$")
-    seen, n = set(), 0
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                m = pat.search(line.rstrip("\n"))
-                if m and m.group(1) not in seen:
-                    seen.add(m.group(1))
-                    try:
-                        os.unlink(m.group(1))
-                        n += 1
-                    except OSError:
-                        pass
-    except OSError:
-        pass
-    return n
+def _sub_exceptions(exc: BaseException, limit: int = 6) -> list[str]:
+    """``"Type: message (file:line)"`` of each exception inside an exception group
+    (hypothesis's FlakyFailure holds the failures of the runs that disagreed)."""
+    import traceback
+    out = []
+    for sub in getattr(exc, "exceptions", ())[:limit]:
+        tb = traceback.extract_tb(sub.__traceback__)
+        where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+        out.append(f"{type(sub).__name__}: {sub}{where}"[:2000])
+    return out
 
 
 def _child_main(args) -> int:
-    """In the child: run the machine, write the result file."""
+    """In the child: run the machine, write the result file.  SIGTERM ends
+    it after removing its image copies, by that signal (the parent tells it
+    from a crash)."""
     import logging
+    from ..abi import libc
+    from ..plugins.leftovers import unlink_mapped_copies
+    libc.set_parent_death_signal(signal.SIGKILL)     # no orphan if the parent is killed
+    install_sigterm()
     cfg = json.loads(args.child)
     logging.getLogger("offload_shim").setLevel(logging.ERROR)
     from hypothesis import HealthCheck, settings
@@ -286,8 +331,7 @@ def _child_main(args) -> int:
             counter["n"] += 1
             trace.seek(0)
             trace.truncate()
-            if (done + counter["n"]) % 25 == 0:
-                print(f"progress {done + counter['n']} sequences", flush=True)
+            print(f"progress {done + counter['n']}", flush=True)
             super().__init__()
 
     Machine.__name__ = base.__name__
@@ -304,6 +348,12 @@ def _child_main(args) -> int:
         test()
     except ProcessExhausted as exc:   # not a finding: the parent starts a fresh child
         exhausted = str(exc)          # (raised after a sequence that passed)
+    except (Terminated, KeyboardInterrupt):
+        unlink_mapped_copies()
+        trace.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)     # die by the signal: the parent sees it
+        raise
     except BaseException as exc:   # the finding itself
         notes = "\n".join(getattr(exc, "__notes__", []))
         kind = "invariant" if isinstance(exc, AssertionError) else "error"
@@ -314,9 +364,13 @@ def _child_main(args) -> int:
             kind = "resource"
             msg = (f"the process ran out of memory mappings ({use[0]} of vm.max_map_count="
                    f"{use[1]}); what hypothesis reported then: {msg}")
-        findings.append({"kind": kind, "message": msg, "program": notes})
+        finding = {"kind": kind, "message": msg, "program": notes}
+        subs = _sub_exceptions(exc)
+        if subs:                       # hypothesis's Flaky*: what each run actually raised
+            finding["causes"] = subs
+        findings.append(finding)
     finally:
-        _unlink_temp_copies()
+        unlink_mapped_copies()
     res = {"examples": counter["n"], "findings": findings, "exhausted": exhausted}
     with open(cfg["result"], "w") as f:
         json.dump(res, f)

@@ -172,7 +172,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--policy", choices=["disabled", "default", "mandatory"],
                    help="override OMP_TARGET_OFFLOAD in the offload-shim run")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print both runs and the verdict as one JSON object on stdout")
     p.add_argument("program")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_compare)

@@ -69,6 +69,12 @@ def cmd_run_library(args) -> int:
         _error(bad)
         return 2
     from ..interposer.embed import default_plugins
+    from ..plugins.isolation import probe_library
+    try:                                      # constructors run at dlopen: try a child first
+        probe_library(args.library)
+    except OffloadError as exc:
+        _error(f"--library {exc}")
+        return 2
     try:
         rt = osh.Runtime(args.plugin or default_plugins(), bundled=args.bundled)
     except (OffloadError, OSError) as exc:
@@ -185,8 +191,9 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
 
 
 def cmd_run(args) -> int:
-    """exec the program with :func:`run_environment`: its output and exit status are
-    its own."""
+    """Run the program with :func:`run_environment` in the foreground
+    (:func:`offload_shim.plugins.isolation.run_program`): its output and exit status
+    are its own, and what it leaves (its libomp segment...) is removed after it."""
     import os
     bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
     if bad:
@@ -204,8 +211,9 @@ def cmd_run(args) -> int:
         prog = shutil.which(prog) or prog
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        os.execve(prog, [args.program, *args.args], env)
+    from ..plugins.isolation import run_program
+    try:                  # as exec would, then remove what it left (libomp segment...)
+        return run_program([args.program, *args.args], env, executable=prog)
     except OSError as exc:
         print(f"offload-shim run: cannot execute {args.program}: {exc}", file=sys.stderr)
         return 127
@@ -244,7 +252,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--gomp-host-device", action="store_true",
                    help="GCC-built code gets one device with separate host memory and "
                    "libgomp 12's mapping (default: its own libgomp)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object on stdout (library, plugins, "
+                        "results, images, devices, calls, errors...)")
     p.set_defaults(func=cmd_run_library)
 
 

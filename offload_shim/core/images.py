@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import bisect
-import ctypes
 import itertools
 import os
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .. import elf
+from ..abi import buffers
 from ..errors import InvalidImageError
 
 _ids = itertools.count(1)
@@ -111,7 +111,7 @@ class OffloadImage:
         self.trusted = bool(trusted)
         self._elf_type: str | None = None
         if machine is not None:
-            # not an ELF image (issue 7: a GCC mkoffload image, e.g. "nvptx" PTX text)
+            # not an ELF image (a GCC mkoffload image, e.g. "nvptx" PTX text)
             self.machine = machine
         else:
             try:
@@ -123,7 +123,7 @@ class OffloadImage:
         self._anchors = None
         self._host_addrs: list[int] | None = None
         if host_addresses is not None:
-            # Real host addresses (issue 7: a compiled library's own functions/region ids
+            # Real host addresses (a compiled library's own functions/region ids
             # and globals, from its __tgt_offload_entry table); the caller keeps that
             # memory alive (the library stays loaded while the image is registered).
             addrs = [int(a) for a in host_addresses]
@@ -211,7 +211,7 @@ class OffloadImage:
         (plugins keep pointers into it)."""
         with self._lock:
             if self._cbytes is None:
-                self._cbytes = ctypes.create_string_buffer(self.data, len(self.data))
+                self._cbytes = buffers.new_buffer(self.data)[1]
             return self._cbytes
 
     def host_addresses(self) -> list[int]:
@@ -220,17 +220,16 @@ class OffloadImage:
         given at construction (the real ones of a compiled library)."""
         with self._lock:
             if self._host_addrs is None:
-                anchors = ctypes.create_string_buffer(max(1, len(self.entries)))
+                base, anchors = buffers.new_buffer(len(self.entries))
                 keep = [anchors]
                 addrs = []
-                base = ctypes.addressof(anchors)
                 for i, e in enumerate(self.entries):
                     if e.is_kernel:
                         addrs.append(base + i)
                     else:
-                        buf = ctypes.create_string_buffer(e.size)
+                        addr, buf = buffers.new_buffer(e.size)
                         keep.append(buf)
-                        addrs.append(ctypes.addressof(buf))
+                        addrs.append(addr)
                 self._anchors = keep
                 self._host_addrs = addrs
             return list(self._host_addrs)

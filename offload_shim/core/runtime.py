@@ -24,12 +24,12 @@ import logging
 import threading
 from typing import Iterable
 
-from ..plugins import discovery
+from ..plugins import discovery, leftovers
 from .device import Device, DeviceState
-from ..errors import (ImageNotRegisteredError, InvalidImageError, LifecycleError,
+from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImageError, LifecycleError,
                      OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
-from ..plugins.plugin import Plugin, load_plugin
+from ..plugins.plugin import Plugin, load_plugin, loaded_plugins
 
 log = logging.getLogger("offload_shim")
 
@@ -48,6 +48,8 @@ def _close_all_at_exit() -> None:
             rt.close()
         except Exception as exc:  # never raise out of atexit
             log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
+    if any(p.abi == "llvm" and not p.bundled for p in loaded_plugins()):
+        leftovers.unlink_mapped_copies()        # image copies of plugins used without a Runtime
 
 
 def _ensure_atexit() -> None:
@@ -70,7 +72,7 @@ class Runtime:
     ``pool``: keyword options for every device's MemoryManager (e.g.
     ``{"policy": "binned"}``).  ``pinned``: pinned host memory policy
     ``"none"``/``"mapped"``/``"all"`` (default ``$OFFLOAD_SHIM_PINNED`` or
-    ``"none"``; issue 6, seed 003, see :mod:`offload_shim.memory.pinned`);
+    ``"none"``; seed 003, see :mod:`offload_shim.memory.pinned`);
     ``"all"`` calls ``mlockall`` now (warns when ``ulimit -l`` is too low).
 
     Raises the PluginLoadError family for a plugin that cannot be loaded,
@@ -180,31 +182,31 @@ class Runtime:
                 for i in range(p.num_devices):
                     devices.append(Device(
                         p, i, pool_options=self._pool_options,
-                        images=functools.partial(self._accepted_images, p),
+                        images=functools.partial(self.accepted_images, p),
                         check_open=self._check_open, pinned=self._pinned))
             self._devices = devices
 
     @property
-    def devices(self) -> list[Device]:
+    def devices(self) -> "DeviceList":
         """All devices of all plugins, in plugin order (initialises the plugins,
-        not the devices).  Raises LifecycleError after close."""
+        not the devices): a list whose out-of-range index raises
+        DeviceNotFoundError (an IndexError) naming the devices there are.
+        Raises LifecycleError after close."""
         if self._devices is None:
             self._acquire_plugins()
         self._check_open()
-        return list(self._devices)
+        return DeviceList(self._devices)
 
     def device(self, index: int = 0, plugin: str | None = None) -> Device:
-        """Device ``index`` overall, or of the plugin whose name is ``plugin``."""
+        """Device ``index`` overall, or of the plugin whose name is ``plugin``.
+        Raises DeviceNotFoundError."""
         devs = self.devices
         if plugin is not None:
-            devs = [d for d in devs if d.plugin.name == plugin]
-        try:
-            return devs[index]
-        except IndexError:
-            raise IndexError(f"no device {index}" + (f" of plugin {plugin}" if plugin else "")
-                             + f" ({len(devs)} devices)") from None
+            devs = DeviceList([d for d in devs if d.plugin.name == plugin],
+                              what=f"of plugin {plugin}")
+        return devs[index]
 
-    # -- pinned host memory (issue 6) ----------------------------------------------
+    # -- pinned host memory (seed 003) --------------------------------------------
     @property
     def pinned_policy(self) -> str:
         return self._pin_policy
@@ -216,15 +218,20 @@ class Runtime:
         return self._pinned
 
     # -- images --------------------------------------------------------------------
-    def _accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
+    def accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
+        """True when ``plugin`` takes ``image`` (``is_valid_binary``; GOMP: the
+        target type), asked once per (plugin, image) and remembered.  The
+        plugin must be initialised (any device list or registration did)."""
         key = (id(plugin), image.id)
         ok = self._accept_cache.get(key)
         if ok is None:
             ok = self._accept_cache[key] = bool(plugin.is_valid_binary(image))
         return ok
 
-    def _accepted_images(self, plugin: Plugin) -> list[OffloadImage]:
-        return [img for img in self._registry.snapshot() if self._accepts(plugin, img)]
+    def accepted_images(self, plugin: Plugin) -> list[OffloadImage]:
+        """The registered images ``plugin`` accepts, in registration order."""
+        return [img for img in self._registry.snapshot() if self.accepts(plugin, img)]
+
 
     def register_image(self, image: OffloadImage) -> None:
         """Register an image (``__tgt_register_lib`` / ``GOMP_offload_register_ver``):
@@ -250,14 +257,14 @@ class Runtime:
             self._check_open()
             if image in self._registry:
                 return
-            if not any(self._accepts(p, image) for p in self._plugins):
+            if not any(self.accepts(p, image) for p in self._plugins):
                 raise InvalidImageError(
                     f"image {image.name!r} ({image.machine}): no plugin of this runtime "
                     f"accepts it (is_valid_binary): {[p.name for p in self._plugins]}")
             self._registry.add(image)
             try:
                 for dev in self._devices:
-                    if self._accepts(dev.plugin, image):
+                    if self.accepts(dev.plugin, image):
                         dev.load_registered(image)
             except BaseException:
                 self._registry.remove(image)
@@ -292,10 +299,10 @@ class Runtime:
         """Images registered for ``device``'s plugin but not loaded in it."""
         if device.state is DeviceState.READY:
             loaded = {img.id for img in device.loaded_images}
-            return [i for i in self._accepted_images(device.plugin) if i.id not in loaded]
+            return [i for i in self.accepted_images(device.plugin) if i.id not in loaded]
         if device.state is DeviceState.CLOSED:
             return []
-        return self._accepted_images(device.plugin)
+        return self.accepted_images(device.plugin)
 
     # -- teardown ---------------------------------------------------------------------
     def close(self) -> dict[str, tuple[int, int]]:
@@ -326,9 +333,51 @@ class Runtime:
                     errors.append(exc)
             self._acquired.clear()
             _LIVE.discard(self)
+            if any(p.abi == "llvm" and not p.bundled for p in self._plugins):
+                # the LLVM x86_64 plugins' /tmp/tmpfile_* image copies (the plugin
+                # layer unlinks each after its load; this catches any it missed)
+                leftovers.unlink_mapped_copies()
             if errors:
                 raise errors[0]
             return leaks
+
+
+class DeviceList(list):
+    """The devices of a runtime: a plain list, but an index it does not
+    have raises DeviceNotFoundError ("no device 999: this runtime has 3
+    devices (0..2)") instead of a bare IndexError."""
+
+    def __init__(self, items=(), what: str = ""):
+        super().__init__(items)
+        self._what = what
+
+    def __getitem__(self, index):
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            n = len(self)
+            have = f"{n} device{'s' if n != 1 else ''}" + (f" (0..{n - 1})" if n else "")
+            where = f" {self._what}" if self._what else ""
+            raise DeviceNotFoundError(f"no device {index}{where}: this runtime has {have}",
+                                      index=index, count=n) from None
+        except TypeError:
+            raise TypeError(f"device index must be an int or a slice, not "
+                            f"{type(index).__name__}") from None
+
+
+def check_environment() -> None:
+    """Read the configuration variables a runtime reads later (when it is
+    created or a device initialises) and raise ``ValueError`` naming the
+    variable and its value for a bad one: ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``
+    and ``OFFLOAD_SHIM_POOL_DEBUG`` (:class:`~offload_shim.memory.MemoryManager`),
+    ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`).
+    Front ends call it before starting any work, so a bad setting is a
+    configuration error, not a failure of the plugin."""
+    from ..memory.config import read_threshold_env, resolve_debug
+    from ..memory.pinned import resolve_policy
+    read_threshold_env()
+    resolve_debug(None)
+    resolve_policy(None)
 
 
 def _check_pool_options(options: dict) -> None:

@@ -1,20 +1,21 @@
-"""ctypes wrapper over the control API of the bundled C host plugin.
+"""The bundled C host plugin: where its files are, and its control API.
 
 ``libosh_hostplugin.so`` (built from ``native/host_plugin.c``) is an OpenMP offload plugin
 for both the LLVM ``__tgt_rtl_*`` ABI (LLVM 16 nextgen shape) and the GCC 12
 ``GOMP_OFFLOAD_*`` ABI whose "device memory" is host ``malloc`` memory.  Besides the plugin
 entry points it exports an ``osh_host_*`` control API (fault injection, call counters,
 contract-violation log, capacity and latency emulation); :class:`HostPluginControl` wraps that
-API only.  The plugin entry points are driven through the ordinary plugin layer.
+API only (its ctypes binding is :mod:`offload_shim.abi.hostctl`).  The plugin entry points are driven through the ordinary plugin layer.
 
 Nothing is loaded at import time.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pathlib
+
+from ..abi.hostctl import ControlAPI
 
 __all__ = [
     "ABI_LLVM",
@@ -35,59 +36,6 @@ SAMPLE_IMAGE_FILENAME = "libosh_sample_kernels.so"
 
 _NOT_BUILT = ("bundled host plugin not built: install the package with `pip install .` "
               "or set OFFLOAD_SHIM_NATIVE_DIR")
-
-# Size of the violation-log buffer: 256 kept lines of at most 255 bytes each, plus NUL.
-_LOG_BUFSIZE = 256 * 256 + 1
-
-# name -> (restype, argtypes); C prototypes from native/osh_host_plugin.h
-_PROTOTYPES = {
-    # int osh_host_set_num_devices(int n);
-    "osh_host_set_num_devices": (ctypes.c_int, [ctypes.c_int]),
-    # int osh_host_set_capacity(int dev, int64_t bytes);
-    "osh_host_set_capacity": (ctypes.c_int, [ctypes.c_int, ctypes.c_int64]),
-    # void osh_host_set_latency(int64_t alloc_ns, int64_t free_ns);
-    "osh_host_set_latency": (None, [ctypes.c_int64, ctypes.c_int64]),
-    # void osh_host_set_table_shortfall(int n);
-    "osh_host_set_table_shortfall": (None, [ctypes.c_int]),
-    # int osh_host_fail_nth(const char *entry, int64_t nth);
-    "osh_host_fail_nth": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
-    # int64_t osh_host_call_count(const char *entry);
-    "osh_host_call_count": (ctypes.c_int64, [ctypes.c_char_p]),
-    # int64_t osh_host_live_allocs(int dev);
-    "osh_host_live_allocs": (ctypes.c_int64, [ctypes.c_int]),
-    # int64_t osh_host_live_bytes(int dev);
-    "osh_host_live_bytes": (ctypes.c_int64, [ctypes.c_int]),
-    # int64_t osh_host_leaked_allocs(int dev);
-    "osh_host_leaked_allocs": (ctypes.c_int64, [ctypes.c_int]),
-    # int64_t osh_host_violation_count(const char *kind);   /* NULL = all */
-    "osh_host_violation_count": (ctypes.c_int64, [ctypes.c_char_p]),
-    # int osh_host_violation_log(char *buf, int64_t len);
-    "osh_host_violation_log": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int64]),
-    # const char *osh_host_last_error(void);
-    "osh_host_last_error": (ctypes.c_char_p, []),
-    # int osh_host_is_plugin_initialized(void);
-    "osh_host_is_plugin_initialized": (ctypes.c_int, []),
-    # int osh_host_is_device_initialized(int abi, int dev);
-    "osh_host_is_device_initialized": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
-    # void osh_host_reset_counters(void);
-    "osh_host_reset_counters": (None, []),
-    # const char *osh_host_entry_point_name(int i);
-    "osh_host_entry_point_name": (ctypes.c_char_p, [ctypes.c_int]),
-    # const char *osh_host_violation_kind_name(int i);
-    "osh_host_violation_kind_name": (ctypes.c_char_p, [ctypes.c_int]),
-    # int osh_host_ol_refcount(void);                     /* liboffload view (host_plugin_ol.c) */
-    "osh_host_ol_refcount": (ctypes.c_int, []),
-    # int64_t osh_host_ol_live_queues(int dev);
-    "osh_host_ol_live_queues": (ctypes.c_int64, [ctypes.c_int]),
-    # int64_t osh_host_ol_live_programs(int dev);
-    "osh_host_ol_live_programs": (ctypes.c_int64, [ctypes.c_int]),
-    # void *osh_host_nop_alloc(int32_t dev, int64_t size, void *host_ptr, int32_t kind);
-    "osh_host_nop_alloc": (ctypes.c_void_p,
-                           [ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32]),
-    # int32_t osh_host_nop_delete(int32_t dev, void *ptr, int32_t kind);
-    "osh_host_nop_delete": (ctypes.c_int32, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32]),
-}
-
 
 def bundled_native_dir() -> pathlib.Path:
     """Directory holding the bundled native libraries: ``$OFFLOAD_SHIM_NATIVE_DIR`` if set,
@@ -138,21 +86,16 @@ def _encode(name: str) -> bytes:
 class HostPluginControl:
     """Control/inspection handle on a loaded ``libosh_hostplugin.so``.
 
-    ``path``: the plugin file.  It is loaded with ``ctypes.CDLL(path, mode=os.RTLD_NOW)``;
-    dlopen returns the same handle as every other load of that path in the process, so the
-    settings and counters are those seen by the plugin layer driving the same file.
+    ``path``: the plugin file.  It is loaded with ``dlopen(path, RTLD_NOW)``
+    (:class:`offload_shim.abi.hostctl.ControlAPI`); dlopen returns the same handle as every
+    other load of that path in the process, so the settings and counters are those seen by
+    the plugin layer driving the same file.
     Device numbers are plugin-local (0..N-1); ``dev=-1`` means all devices.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
-        self._lib = ctypes.CDLL(self.path, mode=os.RTLD_NOW)
-        self._fn = {}
-        for name, (restype, argtypes) in _PROTOTYPES.items():
-            fn = getattr(self._lib, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-            self._fn[name] = fn
+        self._api = ControlAPI(self.path)
 
     def __repr__(self) -> str:
         return f"HostPluginControl({self.path!r})"
@@ -160,19 +103,19 @@ class HostPluginControl:
     # -- enumeration ---------------------------------------------------------------
     def entry_points(self) -> list[str]:
         """Full names of every plugin entry point known to the counters (both ABIs)."""
-        return self._enumerate("osh_host_entry_point_name")
+        return self._enumerate("entry_point_name")
 
     def violation_kinds(self) -> list[str]:
         """Every contract-violation kind the plugin records."""
-        return self._enumerate("osh_host_violation_kind_name")
+        return self._enumerate("violation_kind_name")
 
     def _enumerate(self, fname: str) -> list[str]:
         out, i = [], 0
         while True:
-            s = self._fn[fname](i)
+            s = self._api.call(fname, i)
             if s is None:
                 return out
-            out.append(s.decode())
+            out.append(s)
             i += 1
 
     def nop_entry_points(self) -> tuple:
@@ -184,39 +127,48 @@ class HostPluginControl:
         floor of any plugin call from Python (``offload-shim bench``)."""
         return self._fn["osh_host_nop_alloc"], self._fn["osh_host_nop_delete"]
 
+    def nop_entry_points(self) -> tuple:
+        """``(nop_alloc, nop_delete)``: the bound ctypes functions of
+        ``osh_host_nop_alloc`` / ``osh_host_nop_delete``, empty C functions
+        with the prototypes of ``__tgt_rtl_data_alloc`` / ``data_delete``
+        (native/osh_host_plugin.h).  Unchecked; ``nop_alloc`` returns a fixed
+        address that is not memory.  A pair of calls through them is the cost
+        floor of any plugin call from Python (``offload-shim bench``)."""
+        return self._api.function("nop_alloc"), self._api.function("nop_delete")
+
     # -- settings ------------------------------------------------------------------
     def set_num_devices(self, n: int) -> None:
         """Devices exposed by both ABIs (0..256).  ``ValueError`` if refused: only allowed
         while the LLVM side is not initialised and no GOMP device is initialised."""
-        if self._fn["osh_host_set_num_devices"](int(n)) != 0:
+        if self._api.call("set_num_devices", int(n)) != 0:
             raise ValueError(f"set_num_devices({n}) refused: {self.last_error()}")
 
     def set_capacity(self, dev: int, nbytes: int) -> None:
         """Per-device capacity in bytes for both ABIs (``<= 0``: unlimited; ``dev=-1``: all).
         Allocations beyond it return NULL ("out of memory").  ``ValueError``: bad device."""
-        if self._fn["osh_host_set_capacity"](int(dev), int(nbytes)) != 0:
+        if self._api.call("set_capacity", int(dev), int(nbytes)) != 0:
             raise ValueError(f"set_capacity({dev}, {nbytes}) refused: {self.last_error()}")
 
     def set_latency(self, alloc_ns: int, free_ns: int) -> None:
         """Busy-wait latency in nanoseconds added to every alloc / free (both ABIs)."""
-        self._fn["osh_host_set_latency"](int(alloc_ns), int(free_ns))
+        self._api.call("set_latency", int(alloc_ns), int(free_ns))
 
     def set_table_shortfall(self, n: int) -> None:
         """Fault injection (prior-art B6): while ``n`` > 0 every image load
         reports a target table ``n`` entries shorter than the host table."""
-        self._fn["osh_host_set_table_shortfall"](int(n))
+        self._api.call("set_table_shortfall", int(n))
 
     def fail_nth(self, entry: str, nth: int) -> None:
         """Make the ``nth`` call from now (1 = next) of ``entry`` (full name, e.g.
         ``"__tgt_rtl_data_alloc"``) return its failure value; ``nth=0`` clears.
         ``ValueError``: unknown entry point or negative ``nth``."""
-        if self._fn["osh_host_fail_nth"](_encode(entry), int(nth)) != 0:
+        if self._api.call("fail_nth", _encode(entry), int(nth)) != 0:
             raise ValueError(f"fail_nth({entry!r}, {nth}): {self.last_error()}")
 
     # -- inspection ----------------------------------------------------------------
     def call_count(self, entry: str) -> int:
         """Calls of ``entry`` since load or the last :meth:`reset_counters`."""
-        n = self._fn["osh_host_call_count"](_encode(entry))
+        n = self._api.call("call_count", _encode(entry))
         if n < 0:
             raise ValueError(f"unknown entry point {entry!r}")
         return n
@@ -228,37 +180,35 @@ class HostPluginControl:
         return {e: self.call_count(e) for e in entries}
 
     def _dev_stat(self, fname: str, dev: int) -> int:
-        n = self._fn[fname](int(dev))
+        n = self._api.call(fname, int(dev))
         if n < 0:
             raise ValueError(f"bad device {dev}")
         return n
 
     def live_allocs(self, dev: int = -1) -> int:
         """Live allocations (both ABIs summed); ``dev=-1``: all devices."""
-        return self._dev_stat("osh_host_live_allocs", dev)
+        return self._dev_stat("live_allocs", dev)
 
     def live_bytes(self, dev: int = -1) -> int:
         """Live allocated bytes (both ABIs summed); ``dev=-1``: all devices."""
-        return self._dev_stat("osh_host_live_bytes", dev)
+        return self._dev_stat("live_bytes", dev)
 
     def leaked_allocs(self, dev: int = -1) -> int:
         """Allocations the plugin freed itself at deinit_device/fini_device (caller leaks)."""
-        return self._dev_stat("osh_host_leaked_allocs", dev)
+        return self._dev_stat("leaked_allocs", dev)
 
     def violation_count(self, kind: str | None = None) -> int:
         """Recorded contract violations of ``kind`` (``None``: all kinds).
         ``ValueError``: unknown kind."""
-        n = self._fn["osh_host_violation_count"](None if kind is None else _encode(kind))
+        n = self._api.call("violation_count", None if kind is None else _encode(kind))
         if n < 0:
             raise ValueError(f"unknown violation kind {kind!r}")
         return n
 
     def violations(self) -> list[tuple[str, str, str]]:
         """The last (up to 256) violations, oldest first, as ``(kind, entry_point, detail)``."""
-        buf = ctypes.create_string_buffer(_LOG_BUFSIZE)
-        n = self._fn["osh_host_violation_log"](buf, len(buf))
         out = []
-        for line in buf.raw[:n].decode(errors="replace").splitlines():
+        for line in self._api.violation_log().splitlines():
             parts = line.split(" ", 2)
             while len(parts) < 3:
                 parts.append("")
@@ -267,35 +217,34 @@ class HostPluginControl:
 
     def last_error(self) -> str:
         """Text of the last failure on the calling thread ("" if none)."""
-        s = self._fn["osh_host_last_error"]()
-        return s.decode(errors="replace") if s else ""
+        return self._api.call("last_error") or ""
 
     def is_plugin_initialized(self) -> bool:
         """True between ``__tgt_rtl_init_plugin`` and ``__tgt_rtl_deinit_plugin``."""
-        return bool(self._fn["osh_host_is_plugin_initialized"]())
+        return bool(self._api.call("is_plugin_initialized"))
 
     def is_device_initialized(self, abi: int, dev: int) -> bool:
         """``abi``: 0 (``ABI_LLVM``), 1 (``ABI_GOMP``) or 2 (``ABI_LIBOFFLOAD``:
         the device has a live queue, liboffload having no per-device init).
         ``ValueError``: bad abi/device."""
-        r = self._fn["osh_host_is_device_initialized"](int(abi), int(dev))
+        r = self._api.call("is_device_initialized", int(abi), int(dev))
         if r < 0:
             raise ValueError(f"bad abi/device ({abi}, {dev})")
         return bool(r)
 
     def reset_counters(self) -> None:
         """Clear call counters, violations and fail_nth settings (not plugin state)."""
-        self._fn["osh_host_reset_counters"]()
+        self._api.call("reset_counters")
 
     # -- liboffload view (native/host_plugin_ol.c) ------------------------------------
     def ol_refcount(self) -> int:
         """The ``olInit`` reference count of the ``ol*`` view (0: not initialised)."""
-        return int(self._fn["osh_host_ol_refcount"]())
+        return int(self._api.call("ol_refcount"))
 
     def ol_live_queues(self, dev: int = -1) -> int:
         """Live ``olCreateQueue`` queues of ``ol*`` device ``dev`` (-1: all)."""
-        return self._dev_stat("osh_host_ol_live_queues", dev)
+        return self._dev_stat("ol_live_queues", dev)
 
     def ol_live_programs(self, dev: int = -1) -> int:
         """Live ``olCreateProgram`` programs of ``ol*`` device ``dev`` (-1: all)."""
-        return self._dev_stat("osh_host_ol_live_programs", dev)
+        return self._dev_stat("ol_live_programs", dev)

@@ -16,19 +16,28 @@ caller go on in-process.
   :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
   GOMP version/caps probes); verdicts are cached per ``(realpath, size,
   mtime)`` in the process and by the SHA-256 of the file across runs.
+* :func:`probe_library` -- ``dlopen`` a compiled OpenMP library in a child
+  with the interposer in place (its constructors register its images).
 
-Both raise a typed :class:`~offload_shim.errors.OffloadError`; they never
-let the bytes or the file reach this process.
+All raise a typed :class:`~offload_shim.errors.OffloadError`; they never
+let the bytes or the file reach this process.  Every child runs through
+:func:`run_child`: a private ``TMPDIR``, its process group killed whatever
+ends the wait (a timeout, Ctrl-C, SIGTERM), and what it leaves removed
+(:class:`~offload_shim.plugins.leftovers.ChildScope`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 
+# subprocess and plugins/leftovers are imported where they are used (start-up time of
+# `offload-shim run`, whose embedded runtime reaches load_plugin)
+
 from ..core import verdicts as _verdicts
-from ..errors import InvalidImageError, PluginDlopenError
+from ..errors import InvalidImageError, LibraryLoadError, PluginDlopenError
 
 #: the modules whose code decides the verdicts stored across runs (core/verdicts.py)
 _CHECKERS = ("offload_shim.plugins.isolation",)
@@ -49,11 +58,77 @@ _plugin_verdicts: dict[tuple[str, int, int], tuple[str, str] | None] = {}
 
 def signal_name(rc: int) -> str:
     """``SIGSEGV`` for a child return code of -11."""
-    import signal
     try:
         return signal.Signals(-rc).name
     except ValueError:
         return f"signal {-rc}"
+
+
+def stop_child(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` and its process group (it was started in a session of
+    its own) and reap it; SIGINT and SIGTERM wait until it is done."""
+    from .leftovers import signals_deferred
+    with signals_deferred():
+        _stop_child(proc)
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    import subprocess
+    try:                                  # the group: also grandchildren still running
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        if proc.poll() is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        pass
+
+
+def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
+              merge_stderr: bool = False, scope: ChildScope | None = None,
+              cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``
+    that leaves nothing behind: the child runs in a session of its own with
+    stdin from /dev/null and a private ``TMPDIR`` (``scope``, default a new
+    :class:`ChildScope`); whatever ends the wait -- the child's exit, the
+    ``timeout`` (TimeoutExpired is raised, as ``subprocess.run`` does),
+    KeyboardInterrupt, a SIGTERM turned into an exception -- its process group
+    is killed and reaped, then the scope removes the child's leftovers
+    (libomp segment, image copies, the private folder).  ``merge_stderr``:
+    stderr into stdout."""
+    import subprocess
+    from .leftovers import ChildScope
+    own = scope is None
+    sc = ChildScope() if own else scope
+    proc = None
+    try:
+        if own:
+            sc.__enter__()
+        # (signals are not held back around Popen: the child would inherit the mask)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                                text=True, errors="replace", env=sc.env(env), cwd=cwd,
+                                start_new_session=True)
+        sc.track(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_child(proc)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        if proc is not None:
+            sc.track(proc.pid)                # (again: an interrupt may have come first)
+            stop_child(proc)                  # the child and its group (grandchildren)
+            if proc.returncode != 0:          # it may have left children of its own
+                sc.stop_strays()
+        if own:
+            sc.cleanup()
 
 
 def _tail(text: str, limit: int = 400) -> str:
@@ -81,9 +156,8 @@ def _run_image_child(data: bytes) -> str | None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         try:
-            proc = subprocess.run([sys.executable, "-P", "-I", "-c", _IMAGE_CHILD, path],
-                                  capture_output=True, text=True, timeout=IMAGE_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL)
+            proc = run_child([sys.executable, "-P", "-I", "-c", _IMAGE_CHILD, path],
+                             timeout=IMAGE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return f"dlopen of the image did not finish within {IMAGE_TIMEOUT_S:.0f} s"
     finally:
@@ -156,14 +230,13 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run_plugin_child(real: str, abi: str | None) -> tuple[str, str] | None:
+def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, str] | None:
     import subprocess                   # children only when a verdict is not known
     try:
-        proc = subprocess.run([sys.executable, "-P", "-c", _PLUGIN_CHILD, _package_root(),
-                               real, abi or ""], capture_output=True, text=True,
-                              timeout=PLUGIN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        proc = run_child([sys.executable, "-P", "-c", _PLUGIN_CHILD, _package_root(),
+                          real, abi or ""], timeout=timeout)
     except subprocess.TimeoutExpired:
-        return ("hung", f"did not finish loading within {PLUGIN_TIMEOUT_S:.0f} s "
+        return ("hung", f"did not finish loading within {timeout:g} s "
                 "in a child process; its constructors run at dlopen")
     rc = proc.returncode
     if rc == 0:
@@ -177,7 +250,7 @@ def _run_plugin_child(real: str, abi: str | None) -> tuple[str, str] | None:
             "its constructors run at dlopen (seen in a child process, not loaded here)")
 
 
-def probe_plugin(real: str, abi: str | None = None) -> None:
+def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = None) -> None:
     """Load the plugin file ``real`` (a real path) in a child process the way
     :func:`~offload_shim.plugins.plugin.load_plugin` does, once per ``(realpath,
     size, mtime)`` per process.  Raises PluginDlopenError when the child
@@ -185,7 +258,14 @@ def probe_plugin(real: str, abi: str | None = None) -> None:
     (not a plugin, dlopen error) are left to the in-process load, which
     raises them without running any constructor.  Costs one interpreter
     start plus the package import and the dlopen (measured 0.04-0.06 s for
-    the LLVM 16 and GCC 12 plugins)."""
+    the LLVM 16 and GCC 12 plugins).  ``timeout``: seconds (default
+    :data:`PLUGIN_TIMEOUT_S`); past it the plugin is refused as hung
+    (``.dlerror == "hung"``; a hang is not cached, a later call may wait
+    longer)."""
+    if timeout is None:
+        timeout = PLUGIN_TIMEOUT_S
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     st = os.stat(real)
     key = (real, st.st_size, st.st_mtime_ns)
     with _lock:
@@ -197,10 +277,12 @@ def probe_plugin(real: str, abi: str | None = None) -> None:
             if stored is not None and "verdict" in stored:
                 verdict = tuple(stored["verdict"]) if stored["verdict"] else None
             else:
-                verdict = _run_plugin_child(real, abi)
-                _verdicts.put("plugin-probe", _PLUGIN_CHECKERS, content,
-                              {"verdict": list(verdict) if verdict else None})
-            _plugin_verdicts[key] = verdict
+                verdict = _run_plugin_child(real, abi, timeout)
+                if verdict is None or verdict[0] != "hung":     # a hang depends on timeout=
+                    _verdicts.put("plugin-probe", _PLUGIN_CHECKERS, content,
+                                  {"verdict": list(verdict) if verdict else None})
+            if verdict is None or verdict[0] != "hung":
+                _plugin_verdicts[key] = verdict
     if verdict is not None:
         short, msg = verdict
         raise PluginDlopenError(f"{real}: {msg}", path=real, dlerror=short)
@@ -226,6 +308,135 @@ def remember_good_plugin(path: str, abi: str | None = None) -> None:
     except OSError:
         return
     _verdicts.put("plugin-load", _PLUGIN_CHECKERS, content, {"ok": True})
+
+
+# -- a program in the foreground --------------------------------------------------------
+
+def run_program(argv: list[str], env: dict, *, executable: str | None = None) -> int:
+    """Run ``argv`` in the foreground as ``exec`` would -- the same stdin,
+    stdout, stderr and process group (a terminal's Ctrl-C reaches it
+    directly) -- with a private ``TMPDIR``, and wait; then remove what it left
+    (its libomp segment, image copies no process has open, the private
+    folder) and end like it: its exit status is returned, and a
+    death by a signal is repeated on this process (the caller's caller sees
+    the same status as after ``exec``).  While waiting, SIGINT and SIGQUIT
+    are ignored here (the program has them, as with a shell), SIGTERM and
+    SIGHUP sent to this process are passed on to the program.  Raises
+    OSError when the program cannot be started."""
+    import subprocess
+    from .leftovers import ChildScope
+    scope = ChildScope(prefix="osh_run_")
+    scope.__enter__()
+    proc = None
+    passed = (signal.SIGTERM, signal.SIGHUP)
+    ignored = (signal.SIGINT, signal.SIGQUIT)
+    old = {s: signal.getsignal(s) for s in passed + ignored}
+    try:
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
+        # the program gets the default dispositions back (restore_signals does SIGPIPE
+        # & co.; SIG_IGN would be inherited through exec, so reset it in the child)
+        proc = subprocess.Popen(argv, executable=executable, env=scope.env(env),
+                                preexec_fn=_default_signals, close_fds=False)
+        scope.track(proc.pid)
+
+        def forward(signum, frame, proc=proc):
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        for s in passed:
+            signal.signal(s, forward)
+        rc = proc.wait()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if proc is None or proc.returncode < 0:
+            scope.stop_strays()            # what a killed program had started
+        scope.cleanup()
+    if rc < 0:
+        sig = -rc
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)          # die the way the program did
+    return rc
+
+
+def _default_signals() -> None:              # in the child, between fork and exec
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+# -- compiled libraries ---------------------------------------------------------------
+
+_LIBRARY_CHILD = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+os.environ.pop("OFFLOAD_SHIM_EMBED", None)       # no runtime: registration is recorded only
+from offload_shim.interposer import load_interposer
+load_interposer()                                # __tgt_register_lib & co. resolve to it
+import ctypes
+try:
+    ctypes.CDLL(sys.argv[2], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+except OSError:
+    pass             # a typed refusal: the parent's own load reports it
+sys.stdout.flush()
+sys.exit(0)          # a normal exit: the library's destructors run too
+"""
+
+_library_verdicts: dict[tuple[str, int, int], tuple[str, str] | None] = {}
+
+
+def probe_library(path: str, *, timeout: float = PLUGIN_TIMEOUT_S) -> None:
+    """``dlopen`` the compiled library ``path`` (``RTLD_NOW | RTLD_LOCAL``,
+    as :meth:`Interposer.load_library` does) in a child process with the
+    interposer loaded first, so that its constructors
+    (``__tgt_register_lib``, ``GOMP_offload_register_ver``) run against the
+    same symbols as here, and unload it at the child's exit.  Raises
+    LibraryLoadError when the child dies of a signal, exits with another
+    status, or runs past ``timeout`` seconds; a missing file or a dlopen
+    error is left to the in-process load, which reports it.  Cached per
+    ``(realpath, size, mtime)``."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return                                   # the in-process load says what is wrong
+    key = (real, st.st_size, st.st_mtime_ns)
+    with _lock:
+        if key in _library_verdicts:
+            verdict = _library_verdicts[key]
+        else:
+            verdict = _run_library_child(real, timeout)
+            if verdict is None or verdict[0] != "hung":
+                _library_verdicts[key] = verdict
+    if verdict is not None:
+        short, msg = verdict
+        raise LibraryLoadError(f"{path}: {msg}", path=real, reason=short)
+
+
+def _run_library_child(real: str, timeout: float) -> tuple[str, str] | None:
+    import subprocess
+    try:
+        proc = run_child([sys.executable, "-P", "-c", _LIBRARY_CHILD, _package_root(), real],
+                         timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ("hung", f"loading it did not finish within {timeout:g} s in a child "
+                "process; its constructors run at dlopen (not loaded here)")
+    rc = proc.returncode
+    if rc == 0:
+        return None
+    if rc < 0:
+        sig = signal_name(rc)
+        return (sig, f"crashed while loading ({sig}) in a child process: its constructors "
+                "run at dlopen (not loaded here)")
+    why = _tail(proc.stderr) or "no message"
+    return (f"exit {rc}", f"loading it exited a child process with status {rc} ({why}); "
+            "its constructors run at dlopen (not loaded here)")
 
 
 def mapped_in_process(real: str) -> bool:

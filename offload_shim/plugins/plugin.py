@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..abi import gomp as _gomp
+from ..abi import libc as _libc
 from ..abi import tgt_rtl as _tgt
 from ..errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
                      LifecycleError, MissingEntryPointError, NotAPluginError,
-                     PluginCallError, PluginDlopenError, PluginNotFoundError,
-                     TableMismatchError)
+                     OffloadError, PluginCallError, PluginDlopenError,
+                     PluginNotFoundError, TableMismatchError, WrongArchitectureError)
+from . import leftovers
 
 MAX_KERNEL_ARGS = 64
 
@@ -102,12 +104,64 @@ def _exported(lib: ctypes.CDLL, prefix: str, names) -> set[str]:
     return found
 
 
-def _resolve(path: str | os.PathLike) -> str:
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"plugin path must be str or os.PathLike, not {type(path).__name__}")
-    if not os.fspath(path):
+def _path_text(path) -> str:
+    """``path`` as ``str``: ``str``, ``bytes`` (decoded as the file system
+    does) or ``os.PathLike``; TypeError naming what was given otherwise."""
+    if isinstance(path, (str, bytes)) or hasattr(path, "__fspath__"):
+        try:
+            text = os.fsdecode(path)
+        except TypeError:                        # __fspath__ returned something else
+            text = None
+        if isinstance(text, str):
+            return text
+    raise TypeError(f"plugin path must be str, bytes or os.PathLike, not "
+                    f"{type(path).__name__}")
+
+
+# e_machine of the process (what dlopen accepts), by CPU as os.uname() names it
+_HOST_MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "ppc64": 21, "s390x": 22,
+                 "riscv64": 243}
+
+
+def _machine_name(value: int) -> str:
+    try:
+        from elftools.elf.enums import ENUM_E_MACHINE
+    except ImportError:  # pragma: no cover - dependency declared
+        return f"e_machine {value}"
+    for name, v in ENUM_E_MACHINE.items():
+        if v == value and name.startswith("EM_"):
+            return name
+    return f"e_machine {value}"
+
+
+def _check_architecture(given: str, real: str) -> None:
+    """WrongArchitectureError for an ELF file built for another machine or
+    ELF class, read from its header (20 bytes) before any dlopen (glibc would
+    say only "cannot open shared object file: No such file or directory").
+    Files that are not ELF are left to dlopen, which names the problem."""
+    try:
+        with open(real, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return                                   # dlopen reports it
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return
+    order = "little" if head[5] == 1 else "big"
+    machine = int.from_bytes(head[18:20], order)
+    want = _HOST_MACHINE.get(os.uname().machine)
+    if want is None:
+        return                                   # a CPU without a table entry: dlopen says
+    cls64 = head[4] == 2
+    if machine != want or not cls64 or (order != "little" and want in (62, 183, 243)):
+        got = _machine_name(machine) + ("" if cls64 else " ELFCLASS32")
+        exp = _machine_name(want)
+        raise WrongArchitectureError(
+            f"{given}: wrong architecture ({got}): this process runs {exp} code and "
+            "can only load plugins built for it", path=real, machine=got, expected=exp)
+
+
+def _resolve(path: str) -> str:
+    if not path:
         raise ValueError("empty plugin path")
     p = Path(path)
     if not p.exists():
@@ -171,8 +225,8 @@ def probe(path: str | os.PathLike) -> dict:
     return {"path": plugin.path, "abi": plugin.abi, "generation": plugin.generation}
 
 
-def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
-                probe: bool | None = None) -> "Plugin":
+def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
+                probe: bool | None = None, timeout: float | None = None) -> "Plugin":
     """Load the plugin at ``path`` and return the process-wide Plugin for it.
 
     ``abi``: ``"llvm"``, ``"gomp"`` or ``"liboffload"`` to pick a view of a
@@ -198,18 +252,29 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
     crashed: ``.dlerror`` is the signal name, e.g. ``"SIGSEGV"``),
     NotAPluginError, ABIMismatchError (a known family in an unsupported
     generation), ValueError for an empty path or an unknown ``abi``.
+
+    ``path``: ``str``, ``bytes`` or ``os.PathLike`` (TypeError otherwise).
+    Before any ``dlopen`` the ELF header is read: a file built for another
+    machine raises WrongArchitectureError ("wrong architecture
+    (EM_AARCH64)"), a PluginDlopenError.  ``timeout``: seconds the
+    child-process probe may take (default
+    :data:`~offload_shim.plugins.isolation.PLUGIN_TIMEOUT_S`); a plugin
+    whose constructors run longer is refused as hung (``.dlerror ==
+    "hung"``).
     """
     if abi not in (None, "llvm", "gomp", "liboffload"):
         raise ValueError(f"abi must be 'llvm', 'gomp', 'liboffload' or None, not {abi!r}")
+    path = _path_text(path)
     real = _resolve(path)
     with _REGISTRY_LOCK:
         # abi None: the default view chosen before (not any view loaded explicitly)
         if (real, abi) in _PLUGINS:
             return _PLUGINS[(real, abi)]
-    _refuse_host_runtime(os.fspath(path), real)
+    _refuse_host_runtime(path, real)
+    _check_architecture(path, real)
     if _needs_probe(real, probe):
         from .isolation import probe_plugin
-        probe_plugin(real, abi)
+        probe_plugin(real, abi, timeout=timeout)
     lib = _open_library(real)
     llvm_syms = _exported(lib, _tgt.PREFIX, _tgt.all_names())
     gomp_syms = _exported(lib, _gomp.PREFIX, _gomp._GCC12)
@@ -257,6 +322,12 @@ def load_plugin(path: str | os.PathLike, *, abi: str | None = None,
         return got
 
 
+def loaded_plugins() -> list["Plugin"]:
+    """Every Plugin loaded in this process so far (one per file and ABI view)."""
+    with _REGISTRY_LOCK:
+        return list({id(p): p for p in _PLUGINS.values()}.values())
+
+
 def _triples(ops):
     """``ops`` as ``(a, b, size)`` triples: a list of them as it is, an ``array('Q')``
     of them one after the other cut into threes."""
@@ -300,6 +371,7 @@ class Plugin:
         self._dev_users: dict[int, int] = {}
         self._dev_locks: dict[int, threading.Lock] = {}
         self._keepalive: list = []               # buffers the plugin may still point into
+        self._control = None                     # bundled plugin: its control API (lazy)
         self.generation = ""
 
     # -- binding -------------------------------------------------------------
@@ -373,14 +445,67 @@ class Plugin:
         """Extra failure text: the bundled plugin keeps its last error."""
         if not self.bundled:
             return ""
-        try:
-            fn = self._lib.osh_host_last_error
-        except AttributeError:
-            return ""
-        fn.restype = c_char_p
-        fn.argtypes = []
-        msg = fn()
-        return f": {msg.decode(errors='replace')}" if msg else ""
+        if self._control is None:
+            from ..abi.hostctl import ControlAPI
+            try:
+                self._control = ControlAPI(self.path)
+            except (OSError, AttributeError):
+                self._control = False
+        msg = self._control.call("last_error") if self._control else None
+        return f": {msg}" if msg else ""
+
+    # -- return conventions -> typed errors ---------------------------------------
+    def _error(self, cls: type[OffloadError], function: str, dev: int | None = None, *,
+               code: int | None = None, args: str = "", tail: str = "", head: str = "",
+               detail: bool = True) -> OffloadError:
+        """The typed error of a failed entry point ``function`` (short name):
+        ``"<plugin>[:<dev>]: <prefix><function><args> failed[ (<code>)]<tail>"``
+        (``head`` replaces everything after the label), plus the bundled
+        plugin's last error text when ``detail``; ``code``, ``function`` (the
+        full name) and ``device`` (the label; None for plugin-wide calls) set."""
+        full = self.prefix + function
+        if not head:
+            head = f"{full}{args} failed" + (f" ({code})" if code is not None else "") + tail
+        msg = f"{self._label(dev)}: {head}" + (self._detail() if detail else "")
+        return cls(msg, code=code, function=full,
+                   device=None if dev is None else self._label(dev))
+
+    def _check_int32(self, rc: int, function: str, dev: int | None = None, *,
+                     error: type[OffloadError] = PluginCallError, **kw) -> None:
+        """LLVM convention: ``int32_t`` ``OFFLOAD_SUCCESS`` (0) or a failure
+        code (``OFFLOAD_FAIL`` = ~0), libomptarget ``omptarget.h``; raises
+        ``error`` built by :meth:`_error` with the code."""
+        if rc != _tgt.OFFLOAD_SUCCESS:
+            raise self._error(error, function, dev, code=rc, **kw)
+
+    def _check_bool(self, ok: bool, function: str, dev: int | None = None, *,
+                    error: type[OffloadError] = PluginCallError, **kw) -> None:
+        """GOMP convention: ``bool``, true on success, no code (libgomp
+        ``libgomp-plugin.h``); raises ``error`` built by :meth:`_error`."""
+        if not ok:
+            raise self._error(error, function, dev, **kw)
+
+    # -- page-locked host memory (optional; GCC trunk ``libgomp-plugin.h``) -----------
+    @property
+    def has_page_locked_host_memory(self) -> bool:
+        """True when the plugin exports ``page_locked_host_alloc`` and ``_free``."""
+        return self.has("page_locked_host_alloc") and self.has("page_locked_host_free")
+
+    def page_locked_host_alloc(self, size: int) -> int:
+        """``GOMP_OFFLOAD_page_locked_host_alloc(&ptr, size)``: ``size`` bytes of
+        page-locked host memory allocated by the plugin; returns the address.
+        Raises MissingEntryPointError (not exported: GCC 12, every LLVM
+        plugin), PluginCallError (the plugin returned false or a NULL pointer)."""
+        addr, ok = _gomp.call_out_pointer(self._need("page_locked_host_alloc"), size)
+        self._check_bool(ok and bool(addr), "page_locked_host_alloc", args=f"({size})")
+        return addr
+
+    def page_locked_host_free(self, addr: int) -> None:
+        """``GOMP_OFFLOAD_page_locked_host_free(addr)`` of an address from
+        :meth:`page_locked_host_alloc`.  Raises MissingEntryPointError,
+        PluginCallError (the plugin returned false)."""
+        self._check_bool(self._need("page_locked_host_free")(addr), "page_locked_host_free",
+                         args=f"({addr:#x})")
 
     # -- plugin lifecycle (reference counted, process wide) -----------------
     @property
@@ -511,19 +636,12 @@ class LLVMPlugin(Plugin):
     def _init_plugin(self):
         fn = self._fn.get("init_plugin")
         if fn is not None:
-            rc = fn()
-            if rc != _tgt.OFFLOAD_SUCCESS:
-                raise PluginCallError(f"{self.name}: __tgt_rtl_init_plugin failed ({rc})"
-                                      + self._detail(), code=rc,
-                                      function="__tgt_rtl_init_plugin")
+            self._check_int32(fn(), "init_plugin")
 
     def _deinit_plugin(self):
         fn = self._fn.get("deinit_plugin")
         if fn is not None:
-            rc = fn()
-            if rc != _tgt.OFFLOAD_SUCCESS:
-                raise PluginCallError(f"{self.name}: __tgt_rtl_deinit_plugin failed ({rc})",
-                                      code=rc, function="__tgt_rtl_deinit_plugin")
+            self._check_int32(fn(), "deinit_plugin", detail=False)
 
     def _query_num_devices(self) -> int:
         return self._fn["number_of_devices"]()
@@ -532,21 +650,14 @@ class LLVMPlugin(Plugin):
         req = self._fn.get("init_requires")
         if req is not None:
             req(flags)                          # libomptarget: init_requires before init_device
-        rc = self._fn["init_device"](dev)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise DeviceInitError(f"{self._label(dev)}: __tgt_rtl_init_device failed ({rc})"
-                                  + self._detail(), code=rc,
-                                  function="__tgt_rtl_init_device", device=self._label(dev))
+        self._check_int32(self._fn["init_device"](dev), "init_device", dev,
+                          error=DeviceInitError)
 
     def _deinit_device(self, dev):
         fn = self._fn.get("deinit_device")
         if fn is None:
             return                               # B7: optional, degrade silently
-        rc = fn(dev)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_deinit_device failed ({rc})",
-                                  code=rc, function="__tgt_rtl_deinit_device",
-                                  device=self._label(dev))
+        self._check_int32(fn(dev), "deinit_device", dev, detail=False)
 
     # images ----------------------------------------------------------------
     def _device_image(self, image) -> tuple[_tgt.DeviceImage, list]:
@@ -587,12 +698,15 @@ class LLVMPlugin(Plugin):
         dimg, keep = self._device_image(image)
         with self._lock:
             self._keepalive.append(keep)         # the plugin may keep pointers into them
-        table = self._fn["load_binary"](dev, byref(dimg))
+        try:
+            table = self._fn["load_binary"](dev, byref(dimg))
+        finally:
+            if not self.bundled:
+                # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image
+                leftovers.unlink_new_copies()
         if not table:
-            raise InvalidImageError(
-                f"{self._label(dev)}: __tgt_rtl_load_binary rejected image "
-                f"{image.name!r}{self._detail()}", function="__tgt_rtl_load_binary",
-                device=self._label(dev))
+            raise self._error(InvalidImageError, "load_binary", dev,
+                              head=f"__tgt_rtl_load_binary rejected image {image.name!r}")
         t = table.contents
         begin = cast(t.EntriesBegin, c_void_p).value or 0
         end = cast(t.EntriesEnd, c_void_p).value or 0
@@ -627,24 +741,14 @@ class LLVMPlugin(Plugin):
             rc = self._fn["data_delete"](dev, ptr)
         else:
             rc = self._fn["data_delete"](dev, ptr, kind)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_delete({ptr:#x}) "
-                                  f"failed ({rc}){self._detail()}", code=rc,
-                                  function="__tgt_rtl_data_delete", device=self._label(dev))
+        self._check_int32(rc, "data_delete", dev, args=f"({ptr:#x})")
 
     def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
-        rc = self._fn["data_submit"](dev, tgt, host_addr, size)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_submit failed ({rc})"
-                                  + self._detail(), code=rc,
-                                  function="__tgt_rtl_data_submit", device=self._label(dev))
+        self._check_int32(self._fn["data_submit"](dev, tgt, host_addr, size), "data_submit", dev)
 
     def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
-        rc = self._fn["data_retrieve"](dev, host_addr, tgt, size)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_retrieve failed ({rc})"
-                                  + self._detail(), code=rc,
-                                  function="__tgt_rtl_data_retrieve", device=self._label(dev))
+        self._check_int32(self._fn["data_retrieve"](dev, host_addr, tgt, size),
+                          "data_retrieve", dev)
 
     def submit_many(self, dev: int, ops) -> None:
         """:meth:`Plugin.submit_many`: the ``data_submit`` calls in one foreign call
@@ -668,18 +772,13 @@ class LLVMPlugin(Plugin):
             if res is not None:
                 done, rc = res
                 if done != count:
-                    raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"
-                                          + self._detail(), code=rc,
-                                          function=f"__tgt_rtl_{name}",
-                                          device=self._label(dev))
+                    raise self._error(PluginCallError, name, dev, code=rc)
                 return
         ok = _tgt.OFFLOAD_SUCCESS
         for a, b, size in _triples(ops):
             rc = fn(dev, a, b, size)
             if rc != ok:
-                raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_{name} failed ({rc})"
-                                      + self._detail(), code=rc, function=f"__tgt_rtl_{name}",
-                                      device=self._label(dev))
+                self._check_int32(rc, name, dev)
 
     def lock(self, dev: int, host_addr: int, size: int) -> int:
         """``data_lock`` (LLVM 16+: ``int32_t (ID, HstPtr, Size, void **LockedPtr)``,
@@ -689,19 +788,14 @@ class LLVMPlugin(Plugin):
         fn = self._need("data_lock")
         locked = c_void_p()
         rc = fn(dev, host_addr, size, byref(locked))
-        if rc != _tgt.OFFLOAD_SUCCESS or not locked.value:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_lock failed ({rc})"
-                                  + self._detail(), code=rc, function="__tgt_rtl_data_lock",
-                                  device=self._label(dev))
+        if rc == _tgt.OFFLOAD_SUCCESS and not locked.value:
+            raise self._error(PluginCallError, "data_lock", dev, code=rc)   # success, NULL
+        self._check_int32(rc, "data_lock", dev)
         return locked.value
 
     def unlock(self, dev: int, host_addr: int) -> None:
         """``data_unlock`` (``int32_t (ID, HstPtr)``); PluginCallError on failure."""
-        rc = self._need("data_unlock")(dev, host_addr)
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_data_unlock failed ({rc})"
-                                  + self._detail(), code=rc, function="__tgt_rtl_data_unlock",
-                                  device=self._label(dev))
+        self._check_int32(self._need("data_unlock")(dev, host_addr), "data_unlock", dev)
 
     # launch ------------------------------------------------------------------
     def launch(self, dev: int, entry: int, args: Sequence[int],
@@ -717,7 +811,7 @@ class LLVMPlugin(Plugin):
         offs = (_tgt.c_ptrdiff_t * max(n, 1))(*(offsets or [0] * n))
         if self.generation == "llvm14":
             rc = self._fn["run_target_team_region"](dev, entry, argv, offs, n, 1, 1, 0)
-            fname = "__tgt_rtl_run_target_team_region"
+            fname = "run_target_team_region"
         else:
             ka = _tgt.KernelArgs()
             ka.Version = _tgt.KERNEL_ARGS_VERSION
@@ -729,19 +823,17 @@ class LLVMPlugin(Plugin):
             sync = self._fn.get("synchronize") if self.generation == "llvm16-classic" else None
             if sync is None:
                 rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), None)
-                fname = "__tgt_rtl_launch_kernel"
+                fname = "launch_kernel"
             else:
                 # LLVM 16 classic CUDA/AMDGPU take the stream from the async info and
                 # crash on NULL; libomptarget passes one and synchronizes on it
                 ai = (ctypes.c_char * _tgt.ASYNC_INFO_BYTES)()
                 rc = self._fn["launch_kernel"](dev, entry, argv, offs, byref(ka), ai)
-                fname = "__tgt_rtl_launch_kernel"
+                fname = "launch_kernel"
                 if rc == _tgt.OFFLOAD_SUCCESS:
                     rc = sync(dev, ai)
-                    fname = "__tgt_rtl_synchronize"
-        if rc != _tgt.OFFLOAD_SUCCESS:
-            raise PluginCallError(f"{self._label(dev)}: {fname} failed ({rc}){self._detail()}",
-                                  code=rc, function=fname, device=self._label(dev))
+                    fname = "synchronize"
+        self._check_int32(rc, fname, dev)
 
     def launcher(self, dev: int, entry: int, nargs: int):
         """:meth:`Plugin.launcher`: for the LLVM 16 plugins that take a NULL async
@@ -771,6 +863,7 @@ class LLVMPlugin(Plugin):
                                 ctypes.addressof(ka))
         lock = threading.Lock()
         ok = _tgt.OFFLOAD_SUCCESS
+        check = self._check_int32
 
         def launch(args, offsets):
             with lock:
@@ -779,10 +872,7 @@ class LLVMPlugin(Plugin):
                     offs[:nargs] = offsets
                 rc = call(dev, entry, a_argv, a_offs, a_ka, None)
             if rc != ok:
-                raise PluginCallError(f"{self._label(dev)}: __tgt_rtl_launch_kernel failed "
-                                      f"({rc}){self._detail()}", code=rc,
-                                      function="__tgt_rtl_launch_kernel",
-                                      device=self._label(dev))
+                check(rc, "launch_kernel", dev)
         launch.keep = (argv, offs, ka, call)    # the blocks live as long as the function
         return launch
 
@@ -848,15 +938,10 @@ class GompPlugin(Plugin):
         return self._fn["get_num_devices"](0)
 
     def _init_device(self, dev, flags):
-        if not self._fn["init_device"](dev):
-            raise DeviceInitError(f"{self._label(dev)}: GOMP_OFFLOAD_init_device failed"
-                                  + self._detail(), function="GOMP_OFFLOAD_init_device",
-                                  device=self._label(dev))
+        self._check_bool(self._fn["init_device"](dev), "init_device", dev, error=DeviceInitError)
 
     def _deinit_device(self, dev):
-        if not self._fn["fini_device"](dev):
-            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_fini_device failed",
-                                  function="GOMP_OFFLOAD_fini_device", device=self._label(dev))
+        self._check_bool(self._fn["fini_device"](dev), "fini_device", dev, detail=False)
 
     # images ----------------------------------------------------------------
     def image_version(self) -> int:
@@ -864,8 +949,9 @@ class GompPlugin(Plugin):
 
     def _target_data(self, image):
         """The bundled plugin's ``osh_gomp_target_data`` for an OffloadImage, or the
-        compiler's own ``target_data`` of a GCC library's image (issue 7,
-        :class:`~offload_shim.gompimage.GompImage`: functions first, then variables)."""
+        compiler's own ``target_data`` of a GCC library's image (an image with a
+        ``gomp_target_data`` address, made by :mod:`offload_shim.interposer` at
+        ``GOMP_offload_register_ver``: functions first, then variables)."""
         gomp_td = getattr(image, "gomp_target_data", None)
         if gomp_td:
             return ctypes.c_char.from_address(gomp_td), [image], list(image.entries)
@@ -894,7 +980,7 @@ class GompPlugin(Plugin):
     def is_valid_binary(self, image) -> bool:
         """GOMP has no such entry point: an image is for this plugin when its
         target type matches (x86-64 ELF -> host type, bundled plugin only; a GCC
-        library's image (issue 7) -> the ``target_type`` it was registered with)."""
+        library's image -> the ``target_type`` it was registered with)."""
         gomp_type = getattr(image, "gomp_target_type", None)
         if gomp_type is not None:
             return gomp_type == self.target_type
@@ -910,10 +996,8 @@ class GompPlugin(Plugin):
             self._keepalive.append(keep)         # the plugin keys images by this pointer
         table = POINTER(_gomp.AddrPair)()
         n = self._fn["load_image"](dev, self.image_version(), byref(td), byref(table), None)
-        if n < 0:
-            raise InvalidImageError(f"{self._label(dev)}: GOMP_OFFLOAD_load_image failed for "
-                                    f"{image.name!r}{self._detail()}",
-                                    function="GOMP_OFFLOAD_load_image", device=self._label(dev))
+        if n < 0:      # int: the table's length, -1 on failure (libgomp-plugin.h)
+            raise self._error(InvalidImageError, "load_image", dev, tail=f" for {image.name!r}")
         expected = len(order)
         try:
             if n not in (expected, expected + 1):
@@ -930,62 +1014,28 @@ class GompPlugin(Plugin):
                 got[e.name] = TargetEntry(e.name, pair.start,
                                           pair.end - pair.start if e.size else 0)
         finally:
-            _libc_free(ctypes.cast(table, c_void_p).value)
+            _libc.free(_gomp.table_address(table))   # malloc'ed by the plugin (target.c)
         loaded = LoadedImage([got[e.name] for e in image.entries], keep)
         loaded.target_data = ctypes.addressof(td)  # type: ignore[attr-defined]
         return loaded
 
     def unload_image(self, dev: int, loaded: LoadedImage) -> None:
         self._check_dev(dev)
-        if not self._fn["unload_image"](dev, self.image_version(), loaded.target_data):
-            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_unload_image failed"
-                                  + self._detail(), function="GOMP_OFFLOAD_unload_image",
-                                  device=self._label(dev))
+        self._check_bool(self._fn["unload_image"](dev, self.image_version(),
+                                                  loaded.target_data), "unload_image", dev)
 
     # data ------------------------------------------------------------------
     def alloc(self, dev: int, size: int, kind: int = 0) -> int:
         return self._fn["alloc"](dev, size) or 0
 
     def free(self, dev: int, ptr: int, kind: int = 0) -> None:
-        if not self._fn["free"](dev, ptr):
-            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_free({ptr:#x}) failed"
-                                  + self._detail(), function="GOMP_OFFLOAD_free",
-                                  device=self._label(dev))
+        self._check_bool(self._fn["free"](dev, ptr), "free", dev, args=f"({ptr:#x})")
 
     def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
-        if not self._fn["host2dev"](dev, tgt, host_addr, size):
-            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_host2dev failed"
-                                  + self._detail(), function="GOMP_OFFLOAD_host2dev",
-                                  device=self._label(dev))
+        self._check_bool(self._fn["host2dev"](dev, tgt, host_addr, size), "host2dev", dev)
 
     def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
-        if not self._fn["dev2host"](dev, host_addr, tgt, size):
-            raise PluginCallError(f"{self._label(dev)}: GOMP_OFFLOAD_dev2host failed"
-                                  + self._detail(), function="GOMP_OFFLOAD_dev2host",
-                                  device=self._label(dev))
-
-    # page-locked host memory (optional; GCC trunk ``libgomp-plugin.h``) -------
-    def page_locked_host_alloc(self, size: int) -> int:
-        """``GOMP_OFFLOAD_page_locked_host_alloc(&ptr, size)``: ``size`` bytes of
-        page-locked host memory allocated by the plugin; returns the address.
-        Raises MissingEntryPointError (not exported: GCC 12), PluginCallError
-        (the plugin returned false or a NULL pointer)."""
-        fn = self._need("page_locked_host_alloc")
-        out = c_void_p()
-        if not fn(byref(out), size) or not out.value:
-            raise PluginCallError(f"{self.name}: GOMP_OFFLOAD_page_locked_host_alloc({size}) "
-                                  "failed" + self._detail(),
-                                  function="GOMP_OFFLOAD_page_locked_host_alloc")
-        return out.value
-
-    def page_locked_host_free(self, addr: int) -> None:
-        """``GOMP_OFFLOAD_page_locked_host_free(addr)`` of an address from
-        :meth:`page_locked_host_alloc`.  Raises MissingEntryPointError,
-        PluginCallError (the plugin returned false)."""
-        if not self._need("page_locked_host_free")(addr):
-            raise PluginCallError(f"{self.name}: GOMP_OFFLOAD_page_locked_host_free"
-                                  f"({addr:#x}) failed" + self._detail(),
-                                  function="GOMP_OFFLOAD_page_locked_host_free")
+        self._check_bool(self._fn["dev2host"](dev, host_addr, tgt, size), "dev2host", dev)
 
     def launch(self, dev: int, entry: int, args: Sequence[int],
                offsets: Sequence[int] | None = None) -> None:
@@ -1011,17 +1061,3 @@ class GompPlugin(Plugin):
             if block:
                 self.free(dev, block)
 
-
-_libc = None
-
-
-def _libc_free(addr: int | None) -> None:
-    """free() a table the plugin malloc'ed (libgomp frees it, target.c)."""
-    global _libc
-    if not addr:
-        return
-    if _libc is None:
-        _libc = ctypes.CDLL(None)
-        _libc.free.argtypes = [c_void_p]
-        _libc.free.restype = None
-    _libc.free(addr)

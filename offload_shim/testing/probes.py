@@ -5,7 +5,7 @@ contract (docs/prior-art.md section 1: data before init, out-of-range
 device, double init/deinit, anything after ``deinit_plugin``, garbage
 images, unknown pointers and kernels...).  The runtime refuses all of them
 in Python; the probes go *around* it (the plugin's bound ctypes functions,
-``Plugin._fn``) to record what the plugin itself does: return an error
+:meth:`Plugin.entry_point`, unchecked) to record what the plugin itself does: return an error
 code, accept silently, exit, or crash.  Every probe runs in its own child
 process (:func:`run_probe`), so a segfault becomes a row of the
 conformance table (docs/conformance.md), not the end of the run.
@@ -61,10 +61,10 @@ class _Ctx:
         self.keep = []
 
     def has(self, name):
-        return name in self.p._fn
+        return self.p.has(name)
 
     def call(self, name, *args):
-        fn = self.p._fn[name]
+        fn = self.p.entry_point(name)
         shown = [a if isinstance(a, (int, str, type(None))) else type(a).__name__ for a in args]
         print(json.dumps({"call": f"{name}({', '.join(map(_fmt, shown))})"}), flush=True)
         value = fn(*args)
@@ -431,9 +431,9 @@ def run_probe(path: str, abi: str | None, name: str, *, timeout: float = 60.0) -
     from ..plugins.plugin import load_plugin
     family = load_plugin(path, abi=abi).abi
     cmd = [sys.executable, "-m", "offload_shim.testing.probes", str(path), abi or "-", name]
-    env = dict(os.environ)
+    from ..plugins.isolation import run_child
     try:
-        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        cp = run_child(cmd, timeout=timeout)      # private TMPDIR, leftovers removed
         out, err, rc = cp.stdout, cp.stderr, cp.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")

@@ -1,0 +1,135 @@
+"""What every ``offload-shim`` command shares: one-line usage errors, checked
+option values, interrupts, a progress bar on stderr.
+
+Conventions (exit status): 0 done and nothing found; 1 something was found or
+did not verify (a plugin's fault); 2 a usage or configuration error, named in
+one line ``offload-shim: error: ...`` on stderr (the user's mistake, never a
+finding); 130 interrupted (Ctrl-C, SIGINT); 143 terminated (SIGTERM).  Both
+interrupts stop the command's child processes and remove what they left
+(:func:`offload_shim.plugins.isolation.run_child`) before the one line
+``offload-shim: interrupted`` / ``terminated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+
+__all__ = ["UsageError", "Terminated", "error", "positive_int", "positive_float",
+           "nonnegative_int", "ProgressBar", "install_sigterm", "EXIT_USAGE",
+           "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT      # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM      # 143
+
+
+class UsageError(Exception):
+    """A bad option value or configuration variable: ``main`` prints the
+    message in one line and exits 2."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks (child
+    processes stopped, leftovers removed) run before the exit."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def install_sigterm():
+    """Turn SIGTERM into :class:`Terminated` (main thread only); returns the
+    previous handler."""
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def error(message: str) -> None:
+    """Print the one-line error of a command given bad input (the caller exits 2)."""
+    sys.stdout.flush()
+    print(f"offload-shim: error: {message}", file=sys.stderr, flush=True)
+
+
+def _number(text: str, kind, what: str):
+    try:
+        v = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
+    if isinstance(v, float) and not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    v = _number(text, int, "a positive integer")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text}")
+    return v
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an int >= 0."""
+    v = _number(text, int, "an integer >= 0")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, not {text}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (seconds)."""
+    v = _number(text, float, "a positive number of seconds")
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text}")
+    return v
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``offload-shim: error: argument
+    --steps: expected a positive integer, not 0 (offload-shim check --help)``,
+    exit status 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"offload-shim: error: {message} (see: {self.prog} --help)\n")
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr: ``[#####-----] 120/200 what``,
+    redrawn in place (``\\r``) on a terminal, a line every ``every`` steps
+    otherwise.  ``total``: the expected count (the bar is full there; the
+    count may pass it)."""
+
+    def __init__(self, total: int, what: str, *, enabled: bool = True, width: int = 28,
+                 every: int = 25, stream=None):
+        self.total = max(int(total), 1)
+        self.what = what
+        self.enabled = enabled
+        self.width = width
+        self.every = max(every, 1)
+        self.stream = stream or sys.stderr
+        self.tty = enabled and self.stream.isatty()
+        self.count = 0
+        self._drawn = False
+
+    def update(self, count: int, note: str = "") -> None:
+        self.count = count
+        if not self.enabled or (not self.tty and count % self.every and count != self.total):
+            return
+        fill = min(self.width, self.width * count // self.total)
+        text = f"[{'#' * fill}{'-' * (self.width - fill)}] {count}/{self.total} {self.what}"
+        if note:
+            text += f" {note}"
+        if self.tty:
+            self.stream.write("\r" + text[:110].ljust(110))
+            self._drawn = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False

@@ -1,0 +1,384 @@
+"""What plugins and the libraries they load leave on the machine, and its removal.
+
+Two kinds of leftovers come from code we do not control:
+
+* **Image copies in /tmp.**  The LLVM x86_64 plugins (14 classic, 16 classic
+  and nextgen) write every image they load to ``/tmp/tmpfile_XXXXXX``
+  (``mkstemp``, the directory hard-coded, ``TMPDIR`` ignored) and
+  ``dlopen`` that file.  The nextgen plugins never remove it; the classic
+  ones only from a destructor at a normal exit (LLVM
+  ``plugins/generic-elf-64bit/src/rtl.cpp``,
+  ``plugins-nextgen/host/src/rtl.cpp``).  The copy is not needed once it is
+  mapped, so the plugin layer unlinks the copies its process has mapped right
+  after each load (:func:`unlink_mapped_copies`); only files this process
+  maps are touched, so a copy another process is writing or loading right
+  now is safe.  The bundled plugin writes ``$TMPDIR/tmposh_image_*`` and
+  unlinks it itself after ``dlopen``.
+* **libomp's registration segment.**  libomp (the LLVM OpenMP CPU runtime,
+  loaded with compiled OpenMP code) creates
+  ``/dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>`` at start-up and removes it
+  from its exit code (``kmp_runtime.cpp``, ``__kmp_register_library_startup``
+  / ``__kmp_unregister_library``); a process that dies by a signal or
+  ``os._exit`` leaves it.  The segment names its pid, so the parent of a
+  child removes the child's own (:func:`remove_kmp_segment`).
+
+A parent that runs work in child processes wraps them in a
+:class:`ChildScope`: each child gets a private ``TMPDIR`` (removed with
+everything in it afterwards) and, whatever ended the child, the scope removes
+the child's libomp segment and the ``/tmp/tmpfile_*`` copies that appeared
+while it ran and that no process of this user still has open or mapped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import signal
+import threading
+import time
+
+# shutil and tempfile are imported where they are used (start-up: the plugin layer
+# imports this module)
+
+__all__ = ["LLVM_COPY_GLOB", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
+           "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
+           "dead_kmp_segments", "ChildScope"]
+
+#: where the LLVM x86_64 plugins put their image copies (hard-coded template)
+LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
+_KMP_GLOB = "/dev/shm/__KMP_REGISTERED_LIB_*"
+_KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
+_COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
+
+_lock = threading.Lock()
+_removed: list[str] = []
+
+
+def mapped_copies(pid: int | str = "self") -> set[str]:
+    """The ``/tmp/tmpfile_*`` files process ``pid`` has mapped and that still
+    exist (``/proc/PID/maps``; an unlinked file shows as ``(deleted)``)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    return set(_COPY_RE.findall(text))
+
+
+def unlink_mapped_copies() -> list[str]:
+    """Unlink the image copies this process has mapped (the mappings stay
+    valid); returns the paths removed.  Called by the plugin layer after
+    every image load of an LLVM plugin, and by ``Runtime.close`` and the exit
+    hook."""
+    out = []
+    for path in sorted(mapped_copies()):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        out.append(path)
+    if out:
+        with _lock:
+            _removed.extend(out)
+            del _removed[:-1000]
+    return out
+
+
+_foreign: set[tuple[str, int]] = set()        # (path, inode) seen in /tmp, not mapped here
+_SETTLE_S = 5.0
+
+
+def unlink_new_copies() -> list[str]:
+    """The cheap form of :func:`unlink_mapped_copies` for after each load:
+    list ``/tmp`` and read ``/proc/self/maps`` only when a copy appeared
+    there that was not seen before (the process may map tens of thousands
+    of regions, /tmp holds a few files).  Returns the paths removed."""
+    try:
+        names = {(e.path, e.inode()) for e in os.scandir("/tmp")
+                 if e.name.startswith("tmpfile_") and len(e.name) == 14}
+    except OSError:
+        return []
+    with _lock:
+        _foreign.intersection_update(names)
+        unknown = names - _foreign
+    if not unknown:
+        return []
+    mine = mapped_copies()
+    out = []
+    for path, ino in unknown:
+        if path in mine:
+            try:
+                os.unlink(path)
+                out.append(path)
+            except OSError:
+                pass
+    # a copy not mapped here is another process's -- or one a thread of ours is still
+    # writing: only copies older than a few seconds are set aside for good
+    now = time.time()
+    settled = set()
+    for path, ino in unknown:
+        if path not in mine:
+            try:
+                if now - os.stat(path).st_mtime > _SETTLE_S:
+                    settled.add((path, ino))
+            except OSError:
+                pass
+    with _lock:
+        _foreign.update(settled)
+        _removed.extend(out)
+        del _removed[:-1000]
+    return sorted(out)
+
+
+def removed_copies() -> list[str]:
+    """The copies :func:`unlink_mapped_copies` removed in this process (the last 1000)."""
+    with _lock:
+        return list(_removed)
+
+
+def kmp_segments(pid: int) -> list[str]:
+    """libomp's registration segment names of process ``pid``: LLVM 12+ uses
+    ``__KMP_REGISTERED_LIB_<pid>_<uid>``, older ones ``__KMP_REGISTERED_LIB_<pid>``."""
+    return [f"/dev/shm/__KMP_REGISTERED_LIB_{pid}_{os.getuid()}",
+            f"/dev/shm/__KMP_REGISTERED_LIB_{pid}"]
+
+
+def remove_kmp_segment(pid: int) -> bool:
+    """Remove the libomp segment of the ENDED process ``pid`` (a child of
+    ours); True if one was there."""
+    found = False
+    for path in kmp_segments(pid):
+        try:
+            os.unlink(path)
+            found = True
+        except OSError:
+            pass
+    return found
+
+
+def _in_use(paths: set[str]) -> set[str]:
+    """Those of ``paths`` that a process of this user has open or mapped."""
+    if not paths:
+        return set()
+    busy: set[str] = set()
+    uid = os.getuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/maps") as f:
+                text = f.read()
+        except OSError:
+            continue
+        busy |= {p for p in paths if p in text}
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                try:
+                    target = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if target in paths:
+                    busy.add(target)
+        except OSError:
+            continue
+    return busy
+
+
+def sweep(paths, *, settle_s: float = 0.5) -> list[str]:
+    """Unlink those of ``paths`` that no process of this user has open or
+    mapped any more (the leftovers of processes that died); returns them.
+    A copy another process is loading right now is open from ``mkstemp`` to
+    ``fclose`` and mapped from ``dlopen`` on; only between the two (its
+    writer's ``fclose`` and ``dlopen``'s ``open``) is it neither, so a file
+    counts as a leftover only when it is still neither ``settle_s`` seconds
+    later and was not modified meanwhile."""
+    def idle(candidates):
+        candidates = {p for p in candidates if os.path.lexists(p)}
+        return candidates - _in_use(candidates)
+
+    first = {}
+    for p in idle(paths):
+        try:
+            first[p] = os.stat(p).st_mtime_ns
+        except OSError:
+            pass
+    if not first:
+        return []
+    time.sleep(settle_s)
+    out = []
+    for path in sorted(idle(first)):
+        try:
+            if os.stat(path).st_mtime_ns != first[path]:
+                continue
+            os.unlink(path)
+            out.append(path)
+        except OSError:
+            pass
+    return out
+
+
+_SCOPES_VAR = "OSH_CHILD_SCOPES"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def dead_kmp_segments() -> list[str]:
+    """libomp segments in /dev/shm of this user whose process is gone (or a
+    zombie: killed, not yet reaped)."""
+    out = []
+    uid = os.getuid()
+    for path in glob.glob(_KMP_GLOB):
+        m = _KMP_RE.fullmatch(os.path.basename(path))
+        try:
+            if m is None or os.stat(path).st_uid != uid:
+                continue
+        except OSError:
+            continue
+        if _state(int(m.group(1))) in ("Z", "X"):          # gone, or a zombie (killed)
+            out.append(path)
+    return out
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold SIGINT and SIGTERM back while the block runs (main thread; a
+    no-op elsewhere): a cleanup half done because Ctrl-C landed in it would
+    leave what it was removing.  A signal that arrives meanwhile is delivered
+    when the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _tagged_processes(needle: bytes) -> list[int]:
+    """Live processes of this user whose ``OSH_CHILD_SCOPES`` holds ``needle``
+    (``b":<tag>"``; the variable's value is read with a leading ':')."""
+    uid = os.getuid()
+    me = os.getpid()
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        i = env.find(_SCOPES_VAR.encode() + b"=")
+        if i < 0:
+            continue
+        value = b":" + env[i + len(_SCOPES_VAR) + 1:].split(b"\0", 1)[0] + b":"
+        if needle + b":" in value and _state(int(entry.name)) != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+class ChildScope:
+    """The leftovers of child processes, removed whatever ended them.
+
+    ``with ChildScope() as scope:`` start children with ``env=scope.env()``
+    (a private ``TMPDIR``) and tell the scope their pids
+    (:meth:`track`).  On exit: the private folder is removed with all in it,
+    each tracked child's libomp segment is removed, and so are the segments
+    and ``/tmp/tmpfile_*`` copies that appeared meanwhile and whose process
+    is gone (segments) or that no process of this user has open or mapped
+    (copies): a killed child or grandchild cannot remove its own.
+    ``prefix``: of the private folder's name.
+
+    Every process started with :meth:`env` -- and every process those start
+    -- carries the scope's tag in ``OSH_CHILD_SCOPES``; :meth:`stop_strays`
+    kills those still running after a child ended abnormally (grandchildren
+    in sessions of their own, which a process-group kill does not reach)."""
+
+    def __init__(self, prefix: str = "osh_child_"):
+        self.prefix = prefix
+        self.tmpdir: str | None = None
+        self.tag = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns():x}"
+        self.pids: list[int] = []
+        self._before: set[str] = set()
+        self._kmp_before: set[str] = set()
+
+    def __enter__(self) -> "ChildScope":
+        with signals_deferred():
+            self._before = set(glob.glob(LLVM_COPY_GLOB))
+            self._kmp_before = set(glob.glob(_KMP_GLOB))
+            import tempfile
+            self.tmpdir = tempfile.mkdtemp(prefix=self.prefix)
+        return self
+
+    def env(self, base: dict | None = None) -> dict:
+        """``base`` (default ``os.environ``) with ``TMPDIR`` set to the private
+        folder and the scope's tag added to ``OSH_CHILD_SCOPES``."""
+        env = dict(os.environ if base is None else base)
+        env["TMPDIR"] = self.tmpdir
+        tags = [t for t in env.get(_SCOPES_VAR, "").split(":") if t]
+        env[_SCOPES_VAR] = ":".join(tags + [self.tag])
+        return env
+
+    def stop_strays(self, grace_s: float = 2.0) -> list[int]:
+        """SIGKILL every live process of this user that carries the scope's tag
+        (started by a child, directly or not) and wait up to ``grace_s`` for
+        them to go; returns their pids (remembered for their libomp segments)."""
+        needle = f":{self.tag}".encode()
+        strays = []
+        for pid in _tagged_processes(needle):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                strays.append(pid)
+            except OSError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while strays and time.monotonic() < deadline:
+            if not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in strays):
+                break
+            time.sleep(0.02)
+        self.pids.extend(strays)
+        return strays
+
+    def track(self, pid: int) -> None:
+        """Remember a child's pid (for its libomp segment)."""
+        self.pids.append(pid)
+
+    def cleanup(self) -> None:
+        """Remove the leftovers now (the children must have ended); SIGINT and
+        SIGTERM wait until it is done."""
+        with signals_deferred():
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        for pid in self.pids:
+            remove_kmp_segment(pid)
+        self.pids.clear()
+        # grandchildren (killed with the child's process group) have pids we never saw:
+        # the segments that appeared meanwhile and whose process is gone
+        for seg in set(dead_kmp_segments()) - self._kmp_before:
+            try:
+                os.unlink(seg)
+            except OSError:
+                pass
+        sweep(set(glob.glob(LLVM_COPY_GLOB)) - self._before)
+        if self.tmpdir:
+            import shutil
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()

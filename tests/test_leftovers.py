@@ -1,0 +1,265 @@
+"""Nothing is left behind: every command, finished or interrupted part way with
+SIGINT (Ctrl-C) or SIGTERM, leaves nothing new in /tmp or /dev/shm and no process of
+its own running.
+
+Counted are only the files the processes under test had open or mapped, their
+private TMPDIR and their pids' libomp segments (tests/leftover_watch.py), so that
+other test runs on the machine cannot make this fail.  Interrupted commands of our
+own must also say so in one line and exit 130 (SIGINT) / 143 (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import NEXTGEN16
+from leftover_watch import Watch
+from test_interpose_run import prog  # noqa: F401  (fixture: the clang-16 sample program)
+
+CLI = [sys.executable, "-P", "-m", "offload_shim.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+README_EXAMPLE = textwrap.dedent("""
+    import offload_shim as osh
+    from array import array
+
+    with osh.Runtime.discover(host_only=True) as rt:        # bundled + LLVM x86_64 plugins
+        img = osh.OffloadImage.sample()                      # host entries read from the ELF
+        rt.register_image(img)                               # pending until a device initialises
+        dev = rt.devices[0]                                  # initialised lazily, exactly once
+        n = 1024
+        a = dev.alloc(8 * n)                                 # bytes, through the memory manager
+        dev.submit(a, array("q", range(n)))                  # increment(long *p, long n)
+        dev.launch("increment", [a, n])                      # pointer-sized arguments
+        out = array("q", bytes(8 * n)); dev.retrieve(out, a)
+        assert list(out) == list(range(1, n + 1))
+        dev.free(a)
+        rt.unregister_image(img)
+""")
+
+# the same on every device of every host plugin (LLVM 16 nextgen and classic copy each
+# image to /tmp), with a pause in the middle so that an interrupt lands there
+README_ALL_DEVICES = textwrap.dedent("""
+    import sys, time
+    import offload_shim as osh
+    from array import array
+    rt = osh.Runtime.discover(host_only=True)               # closed by the exit hook
+    img = osh.OffloadImage.sample()
+    rt.register_image(img)
+    for dev in rt.devices:
+        a = dev.alloc(64)
+        dev.submit(a, array("q", range(8)))
+        dev.launch("increment", [a, 8])
+    open(sys.argv[2], "w").close()             # part way: every image loaded
+    time.sleep(float(sys.argv[1]))
+""")
+
+
+def _readme_script(tmp_path, text):
+    p = tmp_path / "example.py"
+    p.write_text(text)
+    return p
+
+
+def _started_children(n):
+    """Part way: the command has ``n`` processes of its own running (itself included)."""
+    return lambda w: len(w.tagged_alive()) >= n
+
+
+def _after(seconds):
+    import time
+    t0 = []
+
+    def when(w):
+        if not t0:
+            t0.append(time.monotonic())
+        return time.monotonic() - t0[0] >= seconds
+    return when
+
+
+def _both(a, b):
+    state = []
+
+    def when(w):
+        if not state and a(w):
+            state.append(1)
+        return bool(state) and b(w)
+    return when
+
+
+def _watch(cmd, interrupt=None, **kw):
+    w = Watch(cmd, interrupt=interrupt, **kw)
+    res = w.run()
+    return w, res
+
+
+def _assert_clean(w, res, *, ours=True, finished_rc=(0,), completed=None):
+    problems = w.problems()
+    assert not problems, (problems, res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    if w.interrupted_at is None:
+        assert res.returncode in finished_rc, (res.returncode, res.stderr[-3000:])
+        return
+    if not ours:
+        return
+    sig = w.interrupt[0]
+    if res.returncode in finished_rc and "offload-shim:" not in res.stderr:
+        return                      # it ended before the signal landed: nothing to judge
+    if res.returncode == -sig and completed is not None and completed(res):
+        return                      # the signal came after the command had finished its work
+                                    # (its handler removed): nothing was left, see above
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    want = {signal.SIGINT: (130, "offload-shim: interrupted"),
+            signal.SIGTERM: (143, "offload-shim: terminated")}[sig]
+    assert res.returncode == want[0], (res.returncode, res.stderr[-3000:])
+    assert res.stderr.strip().splitlines()[-1] == want[1], res.stderr[-3000:]
+
+
+INTERRUPTS = [pytest.param(None, id="finished"),
+              pytest.param(signal.SIGINT, id="SIGINT"),
+              pytest.param(signal.SIGTERM, id="SIGTERM")]
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_demo_leaves_nothing(sig):
+    # part way: the second plugin's child is running (the first one is done)
+    when = _both(_started_children(2), _after(0.5))
+    w, res = _watch([*CLI, "demo"], interrupt=(sig, when) if sig else None)
+    _assert_clean(w, res, completed=lambda r: "verified" in r.stdout.split("result")[-1])
+
+
+@pytest.mark.llvm16
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_check_leaves_nothing(sig):
+    cmd = [*CLI, "check", str(NEXTGEN16), "--max-examples", "20", "--steps", "8"]
+    when = _both(_started_children(2), _after(2.0))
+    w, res = _watch(cmd, interrupt=(sig, when) if sig else None)
+    _assert_clean(w, res)
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_bench_tiny_leaves_nothing(sig):
+    when = _both(_started_children(2), _after(0.5))
+    w, res = _watch([*CLI, "bench", "--profile", "tiny"],
+                    interrupt=(sig, when) if sig else None)
+    # exit status and message of an interrupted bench: the bench tests' business
+    _assert_clean(w, res, ours=False)
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_readme_example_leaves_nothing(sig, tmp_path):
+    if sig is None:
+        w, res = _watch([sys.executable, "-P", str(_readme_script(tmp_path, README_EXAMPLE))])
+        _assert_clean(w, res)
+    # every device of every host plugin, interrupted while the runtime is open (after the
+    # loads: a plain script killed by SIGTERM in the middle of a plugin's load_binary
+    # cannot remove the copy being written -- our commands turn SIGTERM into a clean exit)
+    script = _readme_script(tmp_path, README_ALL_DEVICES)
+    marker = tmp_path / "part_way"
+    w, res = _watch([sys.executable, "-P", str(script), "60" if sig else "0", str(marker)],
+                    interrupt=(sig, lambda w: marker.exists()) if sig else None)
+    # a plain Python script: its SIGINT is a KeyboardInterrupt (the exit hook closes the
+    # runtime); SIGTERM kills it without any exit code -- the plugin layer removed each
+    # image copy right after its load, so nothing is left either way
+    _assert_clean(w, res, ours=False, finished_rc=(0,))
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_run_program_leaves_nothing(sig, prog):
+    """``offload-shim run PROGRAM``: the program itself runs the Python runtime (embedded);
+    the LLVM plugins' image copies are unlinked right after each load."""
+    w, res = _watch([*CLI, "run", prog],
+                    interrupt=(sig, _both(_started_children(1), _after(0.3))) if sig else None)
+    _assert_clean(w, res, ours=False, finished_rc=(3,))
+
+
+def test_run_library_crash_is_one_line_naming_the_library(tmp_path):
+    """A library whose constructor crashes: tried in a child first (exit 2, one line
+    naming it), nothing left."""
+    src = tmp_path / "crash.c"
+    src.write_text("__attribute__((constructor)) static void boom(void) "
+                   "{ *(volatile int *)0 = 1; }\nint osh_f(void) { return 1; }\n")
+    lib = tmp_path / "libcrash.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    w, res = _watch([*CLI, "run-library", "--library", str(lib), "--call", "osh_f",
+                     "--bundled"])
+    assert not w.problems()
+    assert res.returncode == 2, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith("offload-shim: error: --library ") and str(lib) in lines[0]
+    assert "SIGSEGV" in lines[0], lines[0]
+
+
+def test_the_watch_sees_leftovers_and_orphans():
+    """The check above can fail: a command that leaves a file in /tmp that it had open,
+    a libomp-style segment of its own pid, something in its TMPDIR, and a process of its
+    own still running is reported on each count."""
+    code = textwrap.dedent("""
+        import os, subprocess, sys, tempfile, time
+        name = "/tmp/tmpfile_" + os.urandom(3).hex()
+        with open(name, "w") as f:
+            f.write("x")
+            time.sleep(1.0)                 # open long enough to be seen (polled)
+        seg = f"/dev/shm/__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}"
+        open(seg, "w").close()
+        tempfile.mkstemp()
+        subprocess.Popen(["sleep", "30"], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(name, seg)
+    """)
+    w, res = _watch([sys.executable, "-c", code])
+    assert res.returncode == 0, res.stderr
+    name, seg = res.stdout.split()
+    try:
+        problems = w.problems(grace_s=0.5)
+        text = "\n".join(problems)
+        assert "processes still running" in text and "sleep" in text
+        assert "left in its TMPDIR" in text
+        assert name in text and seg in text
+        assert len(problems) == 4, problems
+    finally:
+        for p in (name, seg):
+            try:
+                import os
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+@pytest.mark.llvm16
+@pytest.mark.parametrize("plugin", ["nextgen", "classic"])
+def test_llvm_image_copies_are_unlinked_right_after_each_load(plugin):
+    """The plugin layer unlinks the /tmp/tmpfile_* copy of every image an LLVM x86_64 plugin
+    loads, right after the load (the mapping stays valid: the kernels still run), so even a
+    process killed later leaves none."""
+    from conftest import CLASSIC16
+    path = NEXTGEN16 if plugin == "nextgen" else CLASSIC16
+    code = textwrap.dedent(f"""
+        import os, signal
+        from array import array
+        import offload_shim as osh
+        from offload_shim.plugins import leftovers
+        rt = osh.Runtime([{str(path)!r}])
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        for dev in rt.devices:
+            a = dev.alloc(64)
+            dev.submit(a, array("q", range(8)))
+            dev.launch("increment", [a, 8])
+            out = array("q", bytes(64)); dev.retrieve(out, a)
+            assert list(out) == list(range(1, 9)), list(out)
+        assert leftovers.mapped_copies() == set(), leftovers.mapped_copies()
+        removed = leftovers.removed_copies()
+        assert len(removed) >= len(rt.devices), removed
+        print("removed", len(removed), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)     # no exit code, no close
+    """)
+    w, res = _watch([sys.executable, "-P", "-c", code])
+    assert res.returncode == -signal.SIGKILL and "removed" in res.stdout, res.stderr[-3000:]
+    assert not w.problems()
