@@ -64,3 +64,30 @@ def read_bytes(addr: int, size: int) -> bytes:
 
 
 __all__ += ["new_buffer", "read_bytes"]
+
+
+def host_view(buf, writable: bool) -> tuple[int, int, object]:
+    """``(address, nbytes, keepalive)`` of a C-contiguous buffer-protocol object
+    (``(0, 0, None)`` when empty); a read-only buffer is copied unless
+    ``writable`` is asked for.  Raises TypeError (an int or str, or a read-only
+    buffer with ``writable``), ValueError (not C-contiguous)."""
+    if isinstance(buf, (int, str)):
+        raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
+                        f"ctypes array), not {type(buf).__name__}")
+    mv = memoryview(buf)
+    if not mv.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, None
+    if mv.readonly:
+        if writable:
+            raise TypeError("cannot retrieve into a read-only buffer")
+        tmp = ctypes.create_string_buffer(mv.tobytes(), n)
+        return ctypes.addressof(tmp), n, tmp
+    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
+    arr = (ctypes.c_char * n).from_buffer(flat)
+    return ctypes.addressof(arr), n, arr
+
+
+__all__ += ["host_view"]

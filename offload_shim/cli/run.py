@@ -1,5 +1,5 @@
 """``offload-shim run-library``: load a compiled OpenMP library through the
-interposer and call its functions (issue 7).
+interposer and call its functions.
 
     offload-shim run-library --library libomp_regions.so --call osh_region_saxpy \\
         [--call ...] [--plugin PATH ...] [--policy disabled|default|mandatory] [--json]

@@ -29,7 +29,6 @@ load at init, the owner's open check and the pinning hooks.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import enum
 import logging
 import threading
@@ -39,6 +38,7 @@ from typing import Callable, Sequence
 from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
                      LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,
                      UnknownPointerError)
+from ..abi.buffers import host_view as _host_view, new_buffer
 from .images import AddressMap, OffloadImage
 
 log = logging.getLogger("offload_shim")
@@ -52,27 +52,6 @@ class DeviceState(enum.Enum):
 
 
 _READY = DeviceState.READY
-
-
-def _host_view(buf, writable: bool):
-    """(address, nbytes, keepalive) for a buffer-protocol object."""
-    if isinstance(buf, (int, str)):
-        raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
-                        f"ctypes array), not {type(buf).__name__}")
-    mv = memoryview(buf)
-    if not mv.c_contiguous:
-        raise ValueError("host buffer must be C-contiguous")
-    n = mv.nbytes
-    if n == 0:
-        return 0, 0, None
-    if mv.readonly:
-        if writable:
-            raise TypeError("cannot retrieve into a read-only buffer")
-        tmp = ctypes.create_string_buffer(mv.tobytes(), n)
-        return ctypes.addressof(tmp), n, tmp
-    flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
-    arr = (ctypes.c_char * n).from_buffer(flat)
-    return ctypes.addressof(arr), n, arr
 
 
 def _pointer_args(args, what: str = "argument") -> list[int]:
@@ -503,8 +482,8 @@ class Device:
         self.plugin.free(self.index, ptr)
 
     def _poison(self, ptr: int, size: int) -> None:
-        buf = (ctypes.c_char * size).from_buffer(bytearray(b"\xdb" * size))
-        self.plugin.submit(self.index, ptr, ctypes.addressof(buf), size)
+        addr, _keep = new_buffer(b"\xdb" * size)
+        self.plugin.submit(self.index, ptr, addr, size)
 
     @property
     def pool(self):

@@ -1,4 +1,4 @@
-"""Read offload images without running them (issue 7, priority 2).
+"""Read offload images without running them.
 
 * :func:`parse_offload_binaries` -- LLVM's ``OffloadBinary`` container (magic
   ``0x10FF10AD``, ``llvm/Object/OffloadBinary.h`` of LLVM 15/16, version 1): a 32-byte

@@ -1,4 +1,4 @@
-"""The Python side of ``offload-shim run PROGRAM`` (issue 7): runs inside the program.
+"""The Python side of ``offload-shim run PROGRAM``: runs inside the program.
 
 ``offload-shim run`` starts ``PROGRAM`` with ``LD_PRELOAD=libosh_interposer.so`` and
 ``OFFLOAD_SHIM_EMBED=1``.  The program's first offload call (the ``__tgt_register_lib``

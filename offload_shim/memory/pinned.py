@@ -1,4 +1,4 @@
-"""Pinned (page-locked) host memory for offloaded data (issue 6, seed 003).
+"""Pinned (page-locked) host memory for offloaded data (seed 003).
 
 Seed 003 (Schwinge/Stubbs on ``-foffload-memory=pinned``): libgomp pins the
 *whole process* with ``mlockall``, which (a) runs into ``ulimit -l`` and (b)
@@ -735,7 +735,7 @@ def _address_of(obj, size: int | None, *, writable_only: bool = False):
 
 
 class PinnedRegistry:
-    """Reference-counted pinned host ranges of one runtime (issue 6).
+    """Reference-counted pinned host ranges of one runtime.
 
     ``runtime``: the owning :class:`~offload_shim.Runtime` (or None);
     ``policy``: ``"none"``/``"mapped"``/``"all"`` (see the module docstring).

@@ -277,7 +277,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
         probe_plugin(real, abi, timeout=timeout)
     lib = _open_library(real)
     llvm_syms = _exported(lib, _tgt.PREFIX, _tgt.all_names())
-    gomp_syms = _exported(lib, _gomp.PREFIX, _gomp._GCC12)
+    gomp_syms = _exported(lib, _gomp.PREFIX, _gomp.PROTOTYPES[_gomp.GOMP_VERSION_GCC12])
     llvm_gen = _tgt.classify(llvm_syms)
     candidates = []
     if abi in (None, "llvm") and llvm_gen is not None:
