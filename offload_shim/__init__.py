@@ -51,3 +51,43 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
+
+#: module paths of the flat layout before the package was grouped by layer -> the
+#: module that now holds the code.  ``import offload_shim.runtime`` (and ``from
+#: offload_shim.plugin import load_plugin``) still work: the old name is the same
+#: module object.  ``offload_shim.interpose`` is the public function, not a module.
+_MOVED = {"runtime": "core.runtime", "device": "core.device", "images": "core.images",
+          "plugin": "plugins.plugin", "discovery": "plugins.discovery",
+          "isolation": "plugins.isolation", "imageinfo": "elf.imageinfo",
+          "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check"}
+
+
+class _MovedModules:
+    """A meta-path finder and loader for :data:`_MOVED` (consulted after the
+    regular finders, so it never shadows a real module)."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        head, _, tail = fullname.partition(".")
+        if head != __name__ or tail not in _MOVED:
+            return None
+        from importlib.machinery import ModuleSpec
+        return ModuleSpec(fullname, cls)
+
+    @staticmethod
+    def create_module(spec):
+        import importlib
+        return importlib.import_module(f"{__name__}.{_MOVED[spec.name.partition('.')[2]]}")
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+import sys as _sys  # noqa: E402
+
+if not any(f is _MovedModules or getattr(f, "__qualname__", "") == "_MovedModules"
+           for f in _sys.meta_path):
+    _sys.meta_path.append(_MovedModules)
+del _sys
