@@ -187,19 +187,21 @@ def _run(cmd, env, log) -> bool:
     return p.returncode == 0
 
 
-def build(program: Program, tc: Toolchain, identity: str, root: Path) -> Built:
-    """Compile ``program`` once (object), link it as an executable and as a library.
-    Cached by the hash of the toolchain identity, flags, source and entry.c."""
+def build(program: Program, tc: Toolchain, identity: str, root: Path,
+          library: bool = True) -> Built:
+    """Compile ``program`` once (object), link it as an executable and (``library``)
+    as a library.  Cached by the hash of the toolchain identity, flags, source and
+    entry.c."""
     h = hashlib.sha256()
     for part in (BUILD_VERSION, identity, repr(tc.flags), repr(tc.ldflags), program.name,
-                 repr(program.cflags),
+                 repr(program.cflags), "lib" if library else "exe",
                  program.path.read_text(), (SUPPORT / "entry.c").read_text()):
         h.update(part.encode())
         h.update(b"\0")
     out = root / tc.name / f"{program.path.stem}-{h.hexdigest()[:16]}"
     exe, lib = out / program.path.stem, out / f"lib{program.path.stem}.so"
     if (out / "ok").exists():
-        return Built(program, exe, lib)
+        return Built(program, exe, lib if library else None)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=root))
     cc = tc.cxx if program.cpp else tc.cc
     env = tc.env()
@@ -209,10 +211,11 @@ def build(program: Program, tc: Toolchain, identity: str, root: Path) -> Built:
     ok = (_run([cc, *tc.flags, "-O1", *program.cflags, "-fPIC", "-c", str(program.path), "-o",
                 str(obj)], env, log)
           and _run([cc, *tc.flags, str(obj), *tc.ldflags, "-o", str(texe)], env, log)
-          and _run([tc.cc, "-O1", "-fPIC", "-c", str(SUPPORT / "entry.c"), "-o", str(entry)],
-                   env, log)
-          and _run([cc, *tc.flags, "-shared", str(obj), str(entry), *tc.ldflags, "-o",
-                    str(tlib)], env, log))
+          and (not library
+               or _run([tc.cc, "-O1", "-fPIC", "-c", str(SUPPORT / "entry.c"), "-o",
+                        str(entry)], env, log)
+               and _run([cc, *tc.flags, "-shared", str(obj), str(entry), *tc.ldflags, "-o",
+                         str(tlib)], env, log)))
     if not ok:
         shutil.rmtree(tmp, ignore_errors=True)
         return Built(program, error="\n".join(log)[-3000:])
@@ -222,13 +225,13 @@ def build(program: Program, tc: Toolchain, identity: str, root: Path) -> Built:
         tmp.rename(out)          # atomic: a finished build appears whole or not at all
     except OSError:              # another session built it meanwhile (and may be running
         shutil.rmtree(tmp, ignore_errors=True)      # it): keep theirs
-    return Built(program, exe, lib)
+    return Built(program, exe, lib if library else None)
 
 
-def build_all(progs, tc: Toolchain, jobs: int = 2) -> dict[str, Built]:
+def build_all(progs, tc: Toolchain, jobs: int = 2, library: bool = True) -> dict[str, Built]:
     identity, root = tc.identity(), cache_root()
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futs = {p.name: pool.submit(build, p, tc, identity, root) for p in progs}
+        futs = {p.name: pool.submit(build, p, tc, identity, root, library) for p in progs}
         return {name: f.result() for name, f in futs.items()}
 
 
@@ -294,5 +297,20 @@ def run_all(builts: dict[str, Built], tc: Toolchain, jobs: int = 2) -> dict:
         return {k: f.result() for k, f in tasks.items()}
 
 
+def run_all_exe(builts: dict[str, Built], tc: Toolchain, jobs: int = 2,
+                timeout: float = 120.0) -> dict:
+    """{(program name, run label): (reference Outcome, offload_shim Outcome)} of the
+    executables only (the program as built, then under ``offload-shim run``)."""
+    def one(b: Built, run: Run):
+        base = tc.env(dict(os.environ, **run.env))
+        argv = [str(b.exe), *run.args]
+        return (run_outcome(argv, env=base, timeout=timeout),
+                run_outcome(argv, env=_shim_env(base, tc), timeout=timeout))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        tasks = {(name, run.label): pool.submit(one, b, run)
+                 for name, b in builts.items() if not b.error for run in b.program.runs}
+        return {k: f.result() for k, f in tasks.items()}
+
+
 __all__ = ["CLANG16", "Built", "Program", "Run", "Toolchain", "VARIANTS", "build",
-           "build_all", "outcomes", "programs", "run_all"]
+           "build_all", "outcomes", "programs", "run_all", "run_all_exe"]
