@@ -335,8 +335,9 @@ class Runtime:
             _LIVE.discard(self)
             if any(p.abi == "llvm" and not p.bundled for p in self._plugins):
                 # the LLVM x86_64 plugins' /tmp/tmpfile_* image copies (the plugin
-                # layer unlinks each after its load; this catches any it missed)
-                leftovers.unlink_mapped_copies()
+                # layer unlinks each after its load; this catches any it missed; the
+                # exit hook reads /proc/self/maps once more)
+                leftovers.unlink_new_copies()
             if errors:
                 raise errors[0]
             return leaks
