@@ -24,6 +24,16 @@ import conformance as cf
 TOOLCHAINS = {cc.name: cf.Toolchain.of(ct.toolchain_fields(cc)) for cc in (ct.CLANG19, ct.CLANG22)}
 PROGRAMS = [p for p in cf.programs() if "exe" in p.modes]
 
+#: the reference crashes, or not, by the order of the destructors at exit (not strict)
+FLAKY_REFERENCE = {
+    ("exit_atexit_offload.c", None):
+        "a destructor function that offloads after main: libomptarget 19/22 free their "
+        "plugin manager in their own destructor, and when that one runs first the "
+        "program's region crashes (SIGSEGV in omp_get_num_devices, seen with gdb; no "
+        "stdout, it was still buffered) -- in some runs and not in others; offload_shim "
+        "runs the region and the program exits 0",
+}
+
 #: (program, toolchain name or None) -> why the results differ (docs/conformance.md)
 KNOWN = {
     ("api_print_device_info.c", None):
@@ -47,6 +57,9 @@ def _cases():
             for run in prog.runs:
                 why = KNOWN.get((prog.name, tc)) or KNOWN.get((prog.name, None))
                 marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+                flaky = FLAKY_REFERENCE.get((prog.name, tc)) or FLAKY_REFERENCE.get((prog.name, None))
+                if flaky:
+                    marks = [pytest.mark.xfail(reason=flaky, strict=False)]
                 yield pytest.param(tc, prog.name, run.label, id=f"{tc}-{prog.name}[{run.label}]",
                                    marks=marks)
 
@@ -87,5 +100,6 @@ def test_program_clang(clang_results, tc, name, label):
 
 def test_every_known_difference_names_a_program():
     names = {p.name for p in PROGRAMS}
-    assert {p for p, _tc in KNOWN} <= names
-    assert all(tc is None or tc in TOOLCHAINS for _p, tc in KNOWN)
+    for table in (KNOWN, FLAKY_REFERENCE):
+        assert {p for p, _tc in table} <= names
+        assert all(tc is None or tc in TOOLCHAINS for _p, tc in table)
