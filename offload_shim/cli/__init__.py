@@ -344,6 +344,11 @@ def cmd_demo(args) -> int:
     return 0 if all(r[2] == "verified" for r in rows) else 1
 
 
+#: the variables :func:`offload_shim.core.runtime.check_environment` reads
+CONFIG_VARIABLES = ("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "OFFLOAD_SHIM_POOL_DEBUG",
+                    "OFFLOAD_SHIM_PINNED")
+
+
 def _check_config() -> None:
     """UsageError naming the variable for a bad configuration variable
     (:func:`offload_shim.core.runtime.check_environment`)."""
@@ -413,7 +418,14 @@ def main(argv=None) -> int:
     command's children were stopped and their leftovers removed."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
-        # the start-up of every `offload-shim run`: only its own parser and module
+        # the start-up of every `offload-shim run`: only its own parser and module; the
+        # configuration variables are checked (a module import) only when one is set
+        if any(os.environ.get(v) is not None for v in CONFIG_VARIABLES):
+            try:
+                _check_config()
+            except UsageError as exc:
+                _error(str(exc))
+                return EXIT_USAGE
         from .run import main_run
         return main_run(argv[1:])
     import signal

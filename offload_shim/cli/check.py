@@ -163,14 +163,13 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     import threading
     import time
 
-    from ..plugins.isolation import stop_child
+    from ..plugins.isolation import check_timeout, stop_child
     from ..plugins.leftovers import ChildScope
     from ..plugins.plugin import load_plugin
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    timeout = check_timeout(timeout)
     plugin = load_plugin(path, abi=abi)
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}

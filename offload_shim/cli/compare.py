@@ -13,7 +13,10 @@ the exit status, stdout and the runtime's diagnostic lines on stderr
 ``device N info:``, the LLVM 16 nextgen plugins' ``"PluginInterface" error:`` /
 ``device N info:``, GCC's ``libgomp:``) are equal after addresses (``0x...``) are
 normalised.  Both results and a unified diff are printed; exit status 0 only when they
-agree, 1 when they differ, 2 when the program cannot be run.
+agree, 1 when they differ or a run was killed at ``--timeout``, 2 when the program
+cannot be run.  Each run has a private ``TMPDIR`` and a session of its own; what it
+leaves (image copies, libomp segments, processes) is removed, also after a timeout,
+Ctrl-C or SIGTERM.
 
 The comparison itself (:func:`run_outcome`, :func:`compare`) is what the differential
 conformance tests (tests/test_conformance.py) use.
@@ -76,10 +79,24 @@ class Outcome:
         return (self.status, tuple(self.stdout), tuple(self.diagnostics))
 
 
-def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None) -> Outcome:
+def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
+                isolated: bool = False) -> Outcome:
     """Run ``argv`` (stdin empty, stdout/stderr captured through pipes) and return its
-    :class:`Outcome`.  Raises FileNotFoundError / PermissionError when it cannot be
-    started."""
+    :class:`Outcome` (``status == "timeout"`` when it ran past ``timeout`` seconds and
+    was killed).  ``isolated``: as :func:`offload_shim.plugins.isolation.run_child` --
+    a session of its own and a private ``TMPDIR``; whatever ends it (its exit, the
+    timeout, Ctrl-C, SIGTERM) its process group is killed and what it left is removed
+    (the LLVM x86_64 plugins' ``/tmp/tmpfile_*`` image copies, libomp's
+    ``/dev/shm/__KMP_REGISTERED_LIB_*`` segment); about 0.6 s more per run (the copies
+    are removed only once nothing writes them).  Raises FileNotFoundError /
+    PermissionError when it cannot be started."""
+    if isolated:
+        from ..plugins.isolation import run_child
+        try:
+            p = run_child(list(argv), env=env, timeout=timeout, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            return Outcome.from_output("timeout", exc.stdout or "", exc.stderr or "")
+        return Outcome.from_output(p.returncode, p.stdout, p.stderr)
     try:
         p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
                            env=env, timeout=timeout, cwd=cwd)
@@ -106,8 +123,14 @@ class Comparison:
     shim: Outcome
 
     @property
+    def timed_out(self) -> bool:
+        """A run was killed at the timeout: nothing was compared."""
+        return "timeout" in (self.reference.status, self.shim.status)
+
+    @property
     def same(self) -> bool:
-        return self.reference.key() == self.shim.key()
+        """Both runs finished and agree (two runs killed at the timeout do not)."""
+        return not self.timed_out and self.reference.key() == self.shim.key()
 
     def diff(self) -> list[str]:
         return list(difflib.unified_diff(self.reference.render(), self.shim.render(),
@@ -115,13 +138,16 @@ class Comparison:
 
 
 def compare(argv, *, env=None, plugins=(), bundled=False, policy=None,
-            timeout: float = 120.0) -> Comparison:
+            timeout: float = 120.0, isolated: bool = True) -> Comparison:
     """Run ``argv`` as is and under ``offload-shim run``; ``env`` is the base
-    environment of both (default: this process's)."""
+    environment of both (default: this process's); ``timeout``: seconds per run;
+    ``isolated``: see :func:`run_outcome` (``offload-shim compare`` leaves nothing
+    behind, also when interrupted)."""
     base = dict(os.environ if env is None else env)
-    ref = run_outcome(argv, env=base, timeout=timeout)
+    ref = run_outcome(argv, env=base, timeout=timeout, isolated=isolated)
     got = run_outcome(argv, env=shim_environment(plugins=plugins, bundled=bundled,
-                                                 policy=policy, base=base), timeout=timeout)
+                                                 policy=policy, base=base), timeout=timeout,
+                      isolated=isolated)
     return Comparison(list(argv), ref, got)
 
 
@@ -144,7 +170,7 @@ def cmd_compare(args) -> int:
         print(f"offload-shim: error: cannot run {args.program}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"argv": c.argv, "same": c.same,
+        print(json.dumps({"argv": c.argv, "same": c.same, "timed_out": c.timed_out,
                           "reference": {k: v for k, v in asdict(c.reference).items()
                                         if k != "stderr"},
                           "offload_shim": {k: v for k, v in asdict(c.shim).items()
@@ -155,14 +181,18 @@ def cmd_compare(args) -> int:
                          ("offload-shim run", c.shim)):
             print(f"== {title}")
             print("\n".join(o.render()))
-        print("== " + ("same: exit status, stdout and diagnostics agree" if c.same
-                       else "DIFFERENT:"))
-        if not c.same:
+        if c.timed_out:
+            print(f"== NOT COMPARED: a run took longer than --timeout {args.timeout:g} s")
+        else:
+            print("== " + ("same: exit status, stdout and diagnostics agree" if c.same
+                           else "DIFFERENT:"))
+        if not c.same and not c.timed_out:
             print("\n".join(c.diff()))
     return 0 if c.same else 1
 
 
 def register_cli(subparsers) -> None:
+    from .common import positive_float
     p = subparsers.add_parser(
         "compare", help="run a program under its real OpenMP runtime and under "
         "offload-shim run; print both results and a diff (exit 0 when they agree)")
@@ -171,7 +201,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
     p.add_argument("--policy", choices=["disabled", "default", "mandatory"],
                    help="override OMP_TARGET_OFFLOAD in the offload-shim run")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per run")
+    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="SEC",
+                   help="seconds each of the two runs may take (default 120); a run "
+                        "past it is killed and the command exits 1")
     p.add_argument("--json", action="store_true",
                    help="print both runs and the verdict as one JSON object on stdout")
     p.add_argument("program")

@@ -261,7 +261,8 @@ def register_cli(subparsers) -> None:
 def main_run(argv) -> int:
     """``offload-shim run ARGV...`` without building the other subcommands' parsers
     (they import the whole package): same options, errors and exit statuses."""
-    ap = argparse.ArgumentParser(prog="offload-shim")
+    from .common import Parser           # one-line usage errors, exit status 2
+    ap = Parser(prog="offload-shim")
     register_cli(ap.add_subparsers(dest="cmd", required=True, prog="offload-shim"))
     args = ap.parse_args(["run", *argv])
     return args.func(args)

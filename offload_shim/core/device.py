@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import operator
 import threading
 from array import array
 from typing import Callable, Sequence
@@ -465,9 +466,18 @@ class Device:
     def translate(self, host_addr: int) -> int:
         """Target address mapped for a host address (host->target map of the
         loaded images).  Raises NotMappedError (a KeyError) when unmapped,
-        LifecycleError after close."""
+        LifecycleError after close, TypeError for a host address that is not an
+        int (``operator.index``: a float would give a float address)."""
         if self._state is DeviceState.CLOSED:
             raise LifecycleError(f"{self.label}: device used after close", device=self.label)
+        if type(host_addr) is not int:
+            if isinstance(host_addr, bool):
+                raise TypeError("host address must be an int, not bool")
+            try:
+                host_addr = operator.index(host_addr)
+            except TypeError:
+                raise TypeError(f"host address must be an int, not "
+                                f"{type(host_addr).__name__}") from None
         try:
             return self.address_map.lookup(host_addr)
         except KeyError:

@@ -139,9 +139,16 @@ class OffloadImage:
     @classmethod
     def from_file(cls, path: str | os.PathLike, entries: Iterable[HostEntry] | None = None,
                   *, num_args: Mapping[str, int] | None = None) -> "OffloadImage":
-        """Read an image file.  Without ``entries`` they come from the image's
-        ``omp_offloading_entries`` section (elf.offload_entries).  Raises
-        FileNotFoundError, InvalidImageError (not ELF, corrupt, no entries)."""
+        """Read an image file (``path``: a str, bytes or os.PathLike, as
+        :func:`~offload_shim.load_plugin` takes).  Without ``entries`` they come
+        from the image's ``omp_offloading_entries`` section (elf.offload_entries).
+        Raises FileNotFoundError, IsADirectoryError, InvalidImageError (not ELF,
+        corrupt, no entries), TypeError naming what was given for another type."""
+        if isinstance(path, (bytes, bytearray)) or hasattr(path, "__fspath__"):
+            path = os.fsdecode(bytes(path) if isinstance(path, bytearray) else path)
+        elif not isinstance(path, str):
+            raise TypeError(f"image path must be str, bytes or os.PathLike, not "
+                            f"{type(path).__name__}")
         p = Path(path)
         data = p.read_bytes()
         if entries is None:

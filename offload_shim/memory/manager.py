@@ -84,6 +84,18 @@ _NO_DEFAULT = object()
 _NO_GUARD = contextlib.nullcontext()
 
 
+
+def _as_pointer(ptr) -> int:
+    """``ptr`` as a plain int (``operator.index``: numpy integers...); TypeError
+    naming the type for a bool, float, str..."""
+    if isinstance(ptr, bool):
+        raise TypeError("ptr must be an int (device address), not bool")
+    try:
+        return operator.index(ptr)
+    except TypeError:
+        raise TypeError(f"ptr must be an int (device address), not "
+                        f"{type(ptr).__name__}") from None
+
 class MemoryManager:
     """Cache of freed device blocks in front of ``backend_alloc``/``backend_free``.
 
@@ -488,6 +500,10 @@ class MemoryManager:
         event log gets a ``free_failed`` event after the ``free``.  (If the
         manager was drained meanwhile the block is not recorded again.)
         """
+        if type(ptr) is not int and ptr is not None:
+            # a float or numpy integer equal to a live pointer would find it in the
+            # table and be cached as the key (and handed to the plugin later)
+            ptr = _as_pointer(ptr)
         lockq = self._lockq     # see allocate: the lock's queue, inlined
         lockq.get()
         try:
@@ -510,14 +526,6 @@ class MemoryManager:
         the guard booked under the lock and finished outside it."""
         if not ptr:
             return
-        if type(ptr) is not int:
-            if isinstance(ptr, bool):
-                raise TypeError("ptr must be an int (device address), not bool")
-            try:
-                ptr = operator.index(ptr)
-            except TypeError:
-                raise TypeError(f"ptr must be an int (device address), not "
-                                f"{type(ptr).__name__}") from None
         if strict is None:
             strict = self._strict
         owner = None

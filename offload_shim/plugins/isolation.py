@@ -88,6 +88,18 @@ def _stop_child(proc: subprocess.Popen) -> None:
         pass
 
 
+def check_timeout(value, name: str = "timeout") -> float:
+    """``value`` as a number of seconds > 0 (``math.inf``: no limit).  Raises
+    TypeError naming ``name`` for a value that is not a real number (a str, a
+    bool), ValueError for zero, a negative number or NaN."""
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
 def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
               merge_stderr: bool = False, scope: ChildScope | None = None,
               cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -262,10 +274,7 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
     :data:`PLUGIN_TIMEOUT_S`); past it the plugin is refused as hung
     (``.dlerror == "hung"``; a hang is not cached, a later call may wait
     longer)."""
-    if timeout is None:
-        timeout = PLUGIN_TIMEOUT_S
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    timeout = check_timeout(PLUGIN_TIMEOUT_S if timeout is None else timeout)
     st = os.stat(real)
     key = (real, st.st_size, st.st_mtime_ns)
     with _lock:

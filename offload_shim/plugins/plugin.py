@@ -260,11 +260,15 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
     child-process probe may take (default
     :data:`~offload_shim.plugins.isolation.PLUGIN_TIMEOUT_S`); a plugin
     whose constructors run longer is refused as hung (``.dlerror ==
-    "hung"``).
+    "hung"``); a ``timeout`` that is not a number (TypeError) or not > 0
+    (ValueError) is refused whether or not a probe runs.
     """
     if abi not in (None, "llvm", "gomp", "liboffload"):
         raise ValueError(f"abi must be 'llvm', 'gomp', 'liboffload' or None, not {abi!r}")
     path = _path_text(path)
+    if timeout is not None:            # refused also when no probe would run
+        from .isolation import check_timeout
+        timeout = check_timeout(timeout)
     real = _resolve(path)
     with _REGISTRY_LOCK:
         # abi None: the default view chosen before (not any view loaded explicitly)

@@ -1,0 +1,202 @@
+"""Variants of the misuse classes that the command line and the Python API must
+answer the same way everywhere: every command (``run`` and ``compare`` too) turns a
+bad option or configuration variable into one line and exit status 2, bounds its
+``--timeout``, and leaves nothing behind, also interrupted; every entry point that
+takes a device pointer, a host address, a path or a timeout takes the same types
+(``operator.index`` integers; str/bytes/os.PathLike; real seconds > 0) and refuses
+the others with a TypeError naming what was given -- before a plugin sees it.
+
+Plugins are the bundled one in process (it cannot crash the interpreter on these
+calls); commands run in child processes from a scratch directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from array import array
+
+import pytest
+
+import offload_shim as osh
+from offload_shim.cli import CONFIG_VARIABLES
+
+from leftover_watch import Watch
+from test_leftovers import CLI, INTERRUPTS, _after, _assert_clean, _both, _started_children
+from test_interpose_run import prog  # noqa: F401  (fixture: the clang-16 sample program)
+from test_usage_errors import _cli, _usage_error
+
+BAD_CONFIG = {"LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD": "12abc",
+              "OFFLOAD_SHIM_POOL_DEBUG": "sometimes",
+              "OFFLOAD_SHIM_PINNED": "everything"}
+
+
+# -- `run` and `compare` follow the conventions of the other commands ---------------------
+
+@pytest.mark.parametrize("args, needle", [((), "program"),
+                                          (("--bogus", "/bin/true"), "--bogus"),
+                                          (("--policy", "sometimes", "/bin/true"), "--policy")])
+def test_run_usage_errors_are_one_line(tmp_path, args, needle):
+    _usage_error(_cli("run", *args, cwd=tmp_path), needle)
+
+
+def test_config_variables_are_the_ones_checked():
+    """What ``offload-shim run`` checks before it starts the program is what every other
+    command checks (core.runtime.check_environment): each variable, set bad, is refused."""
+    from offload_shim.core.runtime import check_environment
+    assert set(BAD_CONFIG) == set(CONFIG_VARIABLES)
+    for var, value in BAD_CONFIG.items():
+        old = os.environ.get(var)
+        os.environ[var] = value
+        try:
+            with pytest.raises(ValueError, match=var):
+                check_environment()
+        finally:
+            if old is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = old
+
+
+@pytest.mark.parametrize("var", sorted(BAD_CONFIG))
+def test_run_refuses_a_bad_configuration_variable_before_the_program(tmp_path, var):
+    """Not a silent host fallback (exit 0) inside the program: exit 2 and one line naming
+    the variable; the program never starts."""
+    marker = tmp_path / "ran"
+    p = _cli("run", "/bin/sh", "-c", f"touch {marker}", cwd=tmp_path,
+             env_extra={var: BAD_CONFIG[var]})
+    _usage_error(p, var, BAD_CONFIG[var])
+    assert not marker.exists()
+
+
+def test_run_with_good_configuration_variables_runs(tmp_path):
+    marker = tmp_path / "ran"
+    p = _cli("run", "/bin/sh", "-c", f"touch {marker}", cwd=tmp_path,
+             env_extra={"LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD": " 0 ",
+                        "OFFLOAD_SHIM_POOL_DEBUG": "off", "OFFLOAD_SHIM_PINNED": "none"})
+    assert p.returncode == 0, p.stderr
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_compare_timeout_is_bounded(tmp_path, value):
+    _usage_error(_cli("compare", "--timeout", value, "/bin/true", cwd=tmp_path),
+                 "--timeout", value)
+
+
+def test_compare_runs_killed_at_the_timeout_are_not_agreement(tmp_path):
+    """Two runs that both ran past --timeout agree on nothing: exit 1, said so, and in
+    --json ``same`` is false and ``timed_out`` true."""
+    p = _cli("compare", "--timeout", "0.5", "/bin/sh", "-c", "sleep 30", cwd=tmp_path)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "NOT COMPARED" in p.stdout and "same:" not in p.stdout
+    p = _cli("compare", "--json", "--timeout", "0.5", "/bin/sh", "-c", "sleep 30",
+             cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    data = json.loads(p.stdout)
+    assert data["same"] is False and data["timed_out"] is True
+    assert data["reference"]["status"] == data["offload_shim"]["status"] == "timeout"
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS)
+def test_compare_leaves_nothing(sig, prog):
+    """The reference run is the program under the real libomptarget 16, whose x86_64
+    plugins leave ``/tmp/tmpfile_*`` image copies (and, killed, its libomp segment):
+    removed, whatever ends the command."""
+    when = _both(_started_children(2), _after(0.3))
+    w = Watch([*CLI, "compare", prog], interrupt=(sig, when) if sig else None)
+    res = w.run()
+    _assert_clean(w, res, finished_rc=(0, 1))
+
+
+# -- the Python API: one set of argument types ---------------------------------------------
+
+@pytest.fixture
+def dev():
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    rt = osh.Runtime([osh.load_plugin(bundled_plugin_path())])
+    rt.register_image(osh.OffloadImage.sample())
+    yield rt.devices[0]
+    rt.close()
+
+
+@pytest.mark.parametrize("bad", [float, str, lambda p: [p], lambda p: True])
+def test_free_of_a_pointer_that_is_not_an_int_is_refused(dev, bad):
+    """A float (or a numpy float) equal to a live pointer found the block in the pool's
+    table and was cached as the key: the block came back out of alloc as a float and
+    ctypes refused it at close.  Now a TypeError, and the block stays live."""
+    a = dev.alloc(64)
+    with pytest.raises(TypeError, match="ptr must be an int"):
+        dev.free(bad(a))
+    with pytest.raises(TypeError, match="ptr must be an int"):
+        dev.free_many([bad(a)])
+    assert dev.allocations[0] == 1
+    dev.free(a)
+    b = dev.alloc(64)                 # the cached block comes back as an int
+    assert type(b) is int
+    dev.free(b)
+
+
+def test_free_takes_any_integer_type(dev):
+    np = pytest.importorskip("numpy")
+    a = dev.alloc(64)
+    dev.free(np.uint64(a))
+    b = dev.alloc(64)
+    assert b == a and type(b) is int
+    dev.free(b)
+    with pytest.raises(osh.UnknownPointerError):
+        dev.free(np.int64(b))
+
+
+def test_memory_manager_free_normalises_the_pointer():
+    from offload_shim.memory import MemoryManager
+    freed = []
+    mm = MemoryManager(lambda n: 4096 * (len(freed) + 1), freed.append)
+    p = mm.allocate(64)
+    with pytest.raises(TypeError):
+        mm.free(float(p))
+    mm.free(p)
+    mm.drain()
+    assert all(type(x) is int for x in freed)
+
+
+def test_translate_takes_int_host_addresses(dev):
+    dev.alloc(8)                       # initialises: the image is loaded and mapped
+    img = dev.loaded_images[0]
+    host = img.host_address("osh_scale")
+    tgt = dev.translate(host)
+    assert type(tgt) is int
+    with pytest.raises(TypeError, match="host address must be an int, not float"):
+        dev.translate(float(host))
+    with pytest.raises(TypeError, match="not str"):
+        dev.translate(str(host))
+
+
+@pytest.mark.parametrize("value, exc", [("5", TypeError), (True, TypeError),
+                                        (0, ValueError), (float("nan"), ValueError),
+                                        (-1, ValueError)])
+def test_load_plugin_timeout_types(value, exc):
+    from offload_shim.plugins.isolation import check_timeout
+    with pytest.raises(exc, match="timeout"):
+        check_timeout(value)
+    # the public entry point refuses it before any child starts (a library not yet loaded)
+    with pytest.raises(exc, match="timeout"):
+        osh.load_plugin("/lib/x86_64-linux-gnu/libz.so.1", timeout=value)
+
+
+@pytest.mark.parametrize("kind", [str, os.fsencode, pathlib.Path,
+                                  lambda p: bytearray(os.fsencode(p))])
+def test_image_from_file_takes_the_path_types_of_load_plugin(kind):
+    from offload_shim.plugins.hostplugin import sample_image_path
+    path = sample_image_path()
+    img = osh.OffloadImage.from_file(kind(str(path)))
+    assert img.data == osh.OffloadImage.sample().data
+    assert img.name == os.path.basename(str(path))
+
+
+def test_image_from_file_refuses_other_types():
+    with pytest.raises(TypeError, match="image path must be str, bytes or os.PathLike, not int"):
+        osh.OffloadImage.from_file(3)
