@@ -200,3 +200,73 @@ def test_image_from_file_takes_the_path_types_of_load_plugin(kind):
 def test_image_from_file_refuses_other_types():
     with pytest.raises(TypeError, match="image path must be str, bytes or os.PathLike, not int"):
         osh.OffloadImage.from_file(3)
+
+
+# -- the plugin layer: no data, image or launch call on a device it has not initialised ---
+
+_RAW_CALLS = r"""
+import json, sys
+import offload_shim as osh
+path, abi = sys.argv[1], (sys.argv[2] or None)
+p = osh.load_plugin(path, abi=abi)
+calls = {
+    "alloc": lambda d: p.alloc(d, 64),
+    "free": lambda d: p.free(d, 4096),
+    "submit": lambda d: p.submit(d, 4096, 4096, 8),
+    "retrieve": lambda d: p.retrieve(d, 4096, 4096, 8),
+    "launch": lambda d: p.launch(d, 4096, [1]),
+    "load_image": lambda d: p.load_image(d, osh.OffloadImage.sample()),
+}
+if p.abi == "llvm":
+    calls["print_device_info"] = lambda d: p.print_device_info(d)
+def run(stage, dev):
+    for name, call in calls.items():
+        try:
+            call(dev)
+            out = "reached the plugin"
+        except Exception as exc:
+            out = type(exc).__name__
+        print(json.dumps([stage, dev, name, out]), flush=True)
+run("before init_plugin", 0)
+rt = osh.Runtime([p])
+n = len(rt.devices)                       # init_plugin + number_of_devices
+run("index out of range", n + 5)
+if n:
+    run("device never initialised", 0)
+    rt.devices[0].init()
+    rt.devices[0].deinit()
+    run("device deinitialised", 0)
+rt.close()
+run("after close", 0)
+print("DONE", flush=True)
+"""
+
+
+@pytest.mark.parametrize("path, abi", [
+    pytest.param("NEXTGEN16", None, id="llvm16-nextgen"),
+    pytest.param("CLASSIC16", None, id="llvm16-classic"),
+    pytest.param("NVPTX12", None, id="gcc12-nvptx-no-device"),
+    pytest.param("bundled", "llvm", id="bundled-llvm"),
+    pytest.param("bundled", "gomp", id="bundled-gomp"),
+])
+def test_plugin_calls_on_a_device_not_initialised_are_refused(path, abi):
+    """The LLVM 16 nextgen plugins dereference a device that was never initialised
+    (data_alloc, data_delete, data_submit, load_binary, print_device_info: SIGSEGV), and
+    GCC's nvptx plugin one it does not have; libomptarget never makes these calls.  The
+    plugin layer refuses each (LifecycleError, ValueError for an index out of range)
+    before the plugin sees it -- in a child process, as the calls would kill it."""
+    import conftest
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    real = str(bundled_plugin_path() if path == "bundled" else getattr(conftest, path))
+    if not os.path.exists(real):
+        pytest.skip(f"{real} not installed")
+    proc = subprocess.run([sys.executable, "-P", "-c", _RAW_CALLS, real, abi or ""],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "DONE" in proc.stdout, (proc.returncode,
+                                                            proc.stdout[-3000:],
+                                                            proc.stderr[-3000:])
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert rows
+    for stage, dev, name, out in rows:
+        want = "ValueError" if stage == "index out of range" else "LifecycleError"
+        assert out == want, (stage, dev, name, out)

@@ -601,6 +601,18 @@ class Plugin:
     def device_initialized(self, dev: int) -> bool:
         return self._dev_users.get(dev, 0) > 0
 
+    def _not_ready(self, dev) -> OffloadError:
+        """The error for a data, image or launch call on device ``dev`` that this
+        plugin layer has not initialised (:meth:`acquire_device`): an index out of
+        range (ValueError, as :meth:`acquire_device`), a plugin not initialised
+        or a device never initialised / already deinitialised (LifecycleError).
+        libomptarget and libgomp call these entry points only on initialised
+        devices; the LLVM 16 nextgen plugins dereference the missing device
+        (SIGSEGV), as GCC's nvptx plugin does when it has no device."""
+        self._check_dev(dev)
+        return LifecycleError(f"{self._label(dev)}: device not initialised (acquire_device "
+                              "first; or it was deinitialised)", device=self._label(dev))
+
     def info(self) -> dict:
         """Static facts (no plugin call beyond the probes of the ABI)."""
         return {"path": self.path, "name": self.name, "abi": self.abi,
@@ -698,6 +710,8 @@ class LLVMPlugin(Plugin):
         """``load_binary`` into device ``dev``; returns the target table in host
         entry order.  Raises InvalidImageError (NULL table) or
         TableMismatchError (I5)."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_dev(dev)
         dimg, keep = self._device_image(image)
         with self._lock:
@@ -733,14 +747,20 @@ class LLVMPlugin(Plugin):
     def unload_image(self, dev: int, loaded: LoadedImage) -> None:
         """LLVM <= 18 plugins have no unload entry point: the image stays in
         the plugin until ``deinit_device``; the runtime drops its mappings."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_dev(dev)
 
     # data ------------------------------------------------------------------
     def alloc(self, dev: int, size: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> int:
         """``data_alloc``; returns the device address or 0 (out of memory)."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         return self._fn["data_alloc"](dev, size, None, kind) or 0
 
     def free(self, dev: int, ptr: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         if self.generation == "llvm14":
             rc = self._fn["data_delete"](dev, ptr)
         else:
@@ -748,20 +768,28 @@ class LLVMPlugin(Plugin):
         self._check_int32(rc, "data_delete", dev, args=f"({ptr:#x})")
 
     def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_int32(self._fn["data_submit"](dev, tgt, host_addr, size), "data_submit", dev)
 
     def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_int32(self._fn["data_retrieve"](dev, host_addr, tgt, size),
                           "data_retrieve", dev)
 
     def submit_many(self, dev: int, ops) -> None:
         """:meth:`Plugin.submit_many`: the ``data_submit`` calls in one foreign call
         (:mod:`offload_shim.abi.batch`), or one by one without it."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._many(dev, ops, "data_submit")
 
     def retrieve_many(self, dev: int, ops) -> None:
         """:meth:`Plugin.retrieve_many`: the ``data_retrieve`` calls in one foreign
         call (:mod:`offload_shim.abi.batch`), or one by one without it."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._many(dev, ops, "data_retrieve")
 
     def _many(self, dev: int, ops, name: str) -> None:
@@ -789,6 +817,8 @@ class LLVMPlugin(Plugin):
         verified against the Debian 16.0.6 plugins): returns the locked address.
         Raises MissingEntryPointError if absent, PluginCallError when the plugin
         fails (e.g. the bundled plugin's mlock hit RLIMIT_MEMLOCK)."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         fn = self._need("data_lock")
         locked = c_void_p()
         rc = fn(dev, host_addr, size, byref(locked))
@@ -799,6 +829,8 @@ class LLVMPlugin(Plugin):
 
     def unlock(self, dev: int, host_addr: int) -> None:
         """``data_unlock`` (``int32_t (ID, HstPtr)``); PluginCallError on failure."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_int32(self._need("data_unlock")(dev, host_addr), "data_unlock", dev)
 
     # launch ------------------------------------------------------------------
@@ -808,6 +840,8 @@ class LLVMPlugin(Plugin):
         ``args`` (argument i = args[i] + offsets[i]); synchronous.  LLVM 14:
         ``run_target_team_region`` (1 team, 1 thread); 16: ``launch_kernel``
         with a version-2 ``KernelArgsTy`` (abi-reference 4.7)."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         n = len(args)
         if n > MAX_KERNEL_ARGS:
             raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
@@ -845,6 +879,8 @@ class LLVMPlugin(Plugin):
         ``KernelArgsTy`` are made once, and each launch fills them and calls
         ``__tgt_rtl_launch_kernel``, as :meth:`launch` does (one team, one thread);
         a lock keeps concurrent users apart.  Other generations use :meth:`launch`."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         if nargs > MAX_KERNEL_ARGS:
             raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
         if self.generation == "llvm14" or (self.generation == "llvm16-classic"
@@ -881,6 +917,8 @@ class LLVMPlugin(Plugin):
         return launch
 
     def print_device_info(self, dev: int) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         fn = self._fn.get("print_device_info")
         if fn is not None:
             fn(dev)
@@ -994,6 +1032,8 @@ class GompPlugin(Plugin):
         """``load_image``; returns target entries in host order (functions
         first then variables, libgomp's table order, mapped back to the
         image's entry order).  GCC 12 allows one extra trailing entry (I5)."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_dev(dev)
         td, keep, order = self._target_data(image)
         with self._lock:
@@ -1024,21 +1064,31 @@ class GompPlugin(Plugin):
         return loaded
 
     def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_dev(dev)
         self._check_bool(self._fn["unload_image"](dev, self.image_version(),
                                                   loaded.target_data), "unload_image", dev)
 
     # data ------------------------------------------------------------------
     def alloc(self, dev: int, size: int, kind: int = 0) -> int:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         return self._fn["alloc"](dev, size) or 0
 
     def free(self, dev: int, ptr: int, kind: int = 0) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_bool(self._fn["free"](dev, ptr), "free", dev, args=f"({ptr:#x})")
 
     def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_bool(self._fn["host2dev"](dev, tgt, host_addr, size), "host2dev", dev)
 
     def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         self._check_bool(self._fn["dev2host"](dev, host_addr, tgt, size), "dev2host", dev)
 
     def launch(self, dev: int, entry: int, args: Sequence[int],
@@ -1047,6 +1097,8 @@ class GompPlugin(Plugin):
         argument values (the GOMP convention: the target function receives the
         device address of its variable block); ``args`` is an empty GOMP
         target-argument vector."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
         vals = [int(a or 0) + int(o) for a, o in zip(args, offsets or [0] * len(args))]
         n = len(vals)
         block = 0
