@@ -31,7 +31,8 @@ from test_usage_errors import _cli, _usage_error
 
 BAD_CONFIG = {"LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD": "12abc",
               "OFFLOAD_SHIM_POOL_DEBUG": "sometimes",
-              "OFFLOAD_SHIM_PINNED": "everything"}
+              "OFFLOAD_SHIM_PINNED": "everything",
+              "OFFLOAD_SHIM_NATIVE_DIR": "/nonexistent/native"}
 
 
 # -- `run` and `compare` follow the conventions of the other commands ---------------------
@@ -79,6 +80,20 @@ def test_run_with_good_configuration_variables_runs(tmp_path):
                         "OFFLOAD_SHIM_POOL_DEBUG": "off", "OFFLOAD_SHIM_PINNED": "none"})
     assert p.returncode == 0, p.stderr
     assert marker.exists()
+
+
+@pytest.mark.parametrize("command", ["demo", "info"])
+def test_a_native_dir_without_the_bundled_plugin_is_a_configuration_error(tmp_path, command):
+    """Not "no plugin with a device found" (exit 1, a finding): exit 2 naming the variable."""
+    p = _cli(command, "--no-system", cwd=tmp_path,
+             env_extra={"OFFLOAD_SHIM_NATIVE_DIR": str(tmp_path)})
+    _usage_error(p, "OFFLOAD_SHIM_NATIVE_DIR", str(tmp_path))
+
+
+def test_help_shows_no_markup(tmp_path):
+    p = _cli("--help", cwd=tmp_path)
+    assert p.returncode == 0 and "offload-shim" in p.stdout
+    assert "``" not in p.stdout, p.stdout[:300]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])

@@ -346,7 +346,7 @@ def cmd_demo(args) -> int:
 
 #: the variables :func:`offload_shim.core.runtime.check_environment` reads
 CONFIG_VARIABLES = ("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "OFFLOAD_SHIM_POOL_DEBUG",
-                    "OFFLOAD_SHIM_PINNED")
+                    "OFFLOAD_SHIM_PINNED", "OFFLOAD_SHIM_NATIVE_DIR")
 
 
 def _check_config() -> None:
@@ -366,7 +366,7 @@ _SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_
 def build_parser() -> argparse.ArgumentParser:
     """The ``offload-shim`` argument parser with every subcommand."""
     from .. import __version__
-    ap = Parser(prog="offload-shim", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="offload-shim", description=__doc__.split("\n\n")[0].replace("``", ""))
     ap.add_argument("--version", action="version", version=f"offload-shim {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     pi = sub.add_parser("info", help="list plugins, ABIs and devices")

@@ -371,14 +371,25 @@ def check_environment() -> None:
     created or a device initialises) and raise ``ValueError`` naming the
     variable and its value for a bad one: ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``
     and ``OFFLOAD_SHIM_POOL_DEBUG`` (:class:`~offload_shim.memory.MemoryManager`),
-    ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`).
-    Front ends call it before starting any work, so a bad setting is a
-    configuration error, not a failure of the plugin."""
+    ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`),
+    ``OFFLOAD_SHIM_NATIVE_DIR`` when set (it must hold the bundled plugin:
+    :func:`offload_shim.plugins.hostplugin.bundled_native_dir`; otherwise
+    every command would go on without the bundled plugin and report "no
+    plugin with a device").  Front ends call it before starting any work, so
+    a bad setting is a configuration error, not a failure of the plugin."""
+    import os
     from ..memory.config import read_threshold_env, resolve_debug
     from ..memory.pinned import resolve_policy
     read_threshold_env()
     resolve_debug(None)
     resolve_policy(None)
+    native = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
+    if native:
+        from ..plugins.hostplugin import PLUGIN_FILENAME
+        if not os.path.isfile(os.path.join(native, PLUGIN_FILENAME)):
+            raise ValueError(f"OFFLOAD_SHIM_NATIVE_DIR={native!r}: no {PLUGIN_FILENAME} "
+                             f"there (the folder of the bundled native libraries; unset it "
+                             f"to use the installed ones)")
 
 
 def _check_pool_options(options: dict) -> None:
