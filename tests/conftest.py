@@ -101,7 +101,10 @@ def _leave_nothing_behind():
             os.unlink(seg)
         except OSError:
             pass
-    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+    # mutmut runs pytest several times in one process (and in forks of it), all
+    # with this TMPDIR: there the at-exit removal above cleans up instead
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

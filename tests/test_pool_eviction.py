@@ -298,3 +298,112 @@ def test_trim_gives_back_the_tables_of_a_burst():
     p = mm.allocate(256)
     mm.free(p)
     assert mm.allocate(256) == p and mm.stats.hits == 1
+
+
+# -- the choices themselves (memory/eviction.py, memory/oom.py) ----------------
+# Through the manager the cap always finds one block that covers its need (the
+# cache was under the cap before the block just cached), so these call the
+# choosers directly: several blocks, the k-th oldest of a size, a need beyond
+# the cache, the ladders' (ptr, released, retries) reported in the OOM error.
+
+
+def _free_lists(blocks):
+    """``blocks``: [(ptr, size)] from the least to the most recently freed ->
+    (free lists ``{size: {ptr: None}}`` in that order, stamps ``{ptr: age}``)."""
+    free, stamps = {}, {}
+    for age, (ptr, size) in enumerate(blocks, 1):
+        free.setdefault(size, {})[ptr] = None
+        stamps[ptr] = age
+    return free, stamps
+
+
+def test_fewest_oldest_takes_the_largest_while_no_block_covers_the_rest():
+    from offload_shim.memory.eviction import fewest_oldest
+    free, stamps = _free_lists([(1, 100), (2, 100), (3, 300), (4, 50)])
+    # 450: 300 first, then 100 (the older of the two), then the oldest block
+    # that covers the last 50 (the second 100, older than the 50)
+    assert fewest_oldest(free, stamps, 450) == [(3, 300), (1, 100), (2, 100)]
+    assert fewest_oldest(free, stamps, 400) == [(3, 300), (1, 100)]   # exactly: no more
+    assert fewest_oldest(free, stamps, 10_000) == [(3, 300), (1, 100), (2, 100), (4, 50)]
+    assert fewest_oldest({}, {}, 10) == [] and fewest_oldest(free, stamps, 0) == []
+    assert free == _free_lists([(1, 100), (2, 100), (3, 300), (4, 50)])[0]   # not mutated
+
+
+def test_fewest_oldest_one_block_the_oldest_freed_not_the_first_size():
+    from offload_shim.memory.eviction import fewest_oldest
+    # the 1000-byte list was made first, but the 2000-byte block was freed first
+    free = {1000: {11: None}, 2000: {22: None}, 500: {33: None}}
+    stamps = {22: 1, 11: 2, 33: 3}
+    assert fewest_oldest(free, stamps, 500) == [(22, 2000)]
+    assert fewest_oldest(free, stamps, 1500) == [(22, 2000)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.sampled_from([16, 100, 300, 1000, 2500]), min_size=0, max_size=9),
+       need=st.integers(1, 8000))
+def test_fewest_oldest_against_brute_force(sizes, need):
+    from offload_shim.memory.eviction import fewest_oldest
+    blocks = list(enumerate(sizes, 1))
+    free, stamps = _free_lists(blocks)
+    got = fewest_oldest(free, stamps, need)
+    ptrs = [p for p, _ in got]
+    assert len(set(ptrs)) == len(ptrs) and all(dict(blocks)[p] == s for p, s in got)
+    if need > sum(sizes):
+        assert sorted(ptrs) == [p for p, _ in blocks]          # every block
+        return
+    assert len(got) == _fewest(sizes, need) and sum(s for _, s in got) >= need
+    for size in {s for _, s in got[:-1]}:                     # the oldest of a size first
+        taken = [p for p, s in got[:-1] if s == size]
+        assert taken == list(free[size])[:len(taken)]
+    last_p, last_s = got[-1]
+    rest = need - sum(s for _, s in got[:-1])
+    used = set(ptrs[:-1])
+    covering = [p for p, s in blocks if s >= rest and p not in used]
+    assert last_p == min(covering, key=stamps.get)            # the oldest that covers the rest
+
+
+def test_oom_ladders_report_released_bytes_and_retries():
+    from offload_shim.memory.oom import free_all, incremental
+
+    def ladder(cached, succeed_at):
+        """Callables over a cache of ``cached`` block sizes (largest released
+        first); the ``succeed_at``-th retry returns a pointer (0: never)."""
+        cache = sorted(cached)
+        calls = {"retry": 0, "all": 0}
+
+        def release_all():
+            calls["all"] += 1
+            n = sum(cache)
+            cache.clear()
+            return n
+
+        def release_largest():
+            return cache.pop() if cache else None
+
+        def retry():
+            calls["retry"] += 1
+            return 0x1000 if calls["retry"] == succeed_at else 0
+        return (release_all, release_largest, retry), calls
+
+    args, calls = ladder([100, 200, 300], 0)
+    assert free_all(*args) == (0, 600, 1) and calls == {"retry": 1, "all": 1}
+    args, calls = ladder([], 1)
+    assert free_all(*args) == (0x1000, 0, 1)
+    args, calls = ladder([100, 200, 300], 2)
+    assert incremental(*args) == (0x1000, 500, 2) and calls == {"retry": 2, "all": 0}
+    args, calls = ladder([100, 200, 300], 0)
+    assert incremental(*args) == (0, 600, 3) and calls["retry"] == 3
+    args, calls = ladder([], 0)
+    assert incremental(*args) == (0, 0, 1) and calls["retry"] == 1
+    args, calls = ladder([], 1)
+    assert incremental(*args) == (0x1000, 0, 1)
+
+
+def test_largest_first_stops_as_soon_as_the_need_is_met():
+    from offload_shim.memory.eviction import largest_first
+    free = {100: {2: None, 3: None}, 300: {1: None}}
+    assert largest_first(free, 0) == [] and largest_first(free, -5) == []
+    assert largest_first(free, 400) == [(1, 300), (2, 100)]          # exactly: no more
+    assert largest_first(free, 399) == [(1, 300), (2, 100)]
+    assert largest_first(free, 401) == [(1, 300), (2, 100), (3, 100)]
+    assert largest_first(free, 10_000) == [(1, 300), (2, 100), (3, 100)]

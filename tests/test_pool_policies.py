@@ -314,3 +314,31 @@ def test_runtime_checks_pool_option_types_at_construction(bundled_path):
     for reserved in ("strict", "guard", "backend_key", "device_label", "poison"):
         with pytest.raises(TypeError, match="set by the device"):
             osh.Runtime([bundled_path], pool={reserved: None})
+
+
+def test_binned_classes_of_small_sizes_and_the_policy_object_agree():
+    from offload_shim.memory.policies import BinnedPolicy
+    # [16, 32) has step 2 with 8 bins per power of two; below 16 every size is its class
+    assert [binned_size(s) for s in (15, 16, 17, 18, 31)] == [15, 16, 18, 18, 32]
+    for bins in (1, 2, 8, 16):
+        pol = BinnedPolicy(bins)
+        for s in range(1, 300):
+            assert pol.size_class(s) == pol.bucket(s) == binned_size(s, bins), (bins, s)
+
+
+def test_llvm_find_bucket_of_size_zero_is_bucket_zero():
+    assert llvm_find_bucket_index(0) == 0 and llvm_find_bucket_index(1) == 0
+
+
+@pytest.mark.parametrize("order", [(100, 102), (102, 100), (102, 100, 102, 100)])
+def test_size_class_index_keeps_every_size_of_a_class_sorted(order):
+    from offload_shim.memory.policies import BinnedPolicy
+    idx = BinnedPolicy().index()                  # 97..104 are one class (104)
+    for block in order:
+        idx.add(block)
+    free = {100: [0x100], 102: [0x102]}
+    assert idx.larger(98, free) is free[100]      # the smallest larger block of the class
+    assert idx.larger(100, free) is free[102]
+    free[100] = []                                # an empty list is skipped
+    assert idx.larger(98, free) is free[102]
+    assert idx.larger(102, free) is None and idx.larger(90, free) is None
