@@ -605,7 +605,7 @@ OSH_EXPORT int __tgt_target_kernel_replay(void *loc, int64_t dev, void *host_ptr
 {
   (void)loc; (void)dev; (void)host_ptr; (void)dev_mem; (void)dev_mem_size; (void)args;
   (void)offsets; (void)nargs; (void)teams; (void)threads; (void)tripcount;
-  fprintf(stderr, "Libomptarget error: offload_shim does not support kernel record-replay "
+  fprintf(stderr, "offload_shim: kernel record-replay is not supported "
           "(__tgt_target_kernel_replay).\n");
   return OMP_TGT_FAIL;
 }
@@ -639,7 +639,7 @@ OSH_EXPORT void __tgt_push_mapper_component(void *handle, void *base, void *begi
     int64_t cap = c->cap ? 2 * c->cap : 16;
     struct osh_mapper_component *v = realloc(c->v, (size_t)cap * sizeof *v);
     if (!v) {
-      fprintf(stderr, "Libomptarget fatal error 1: out of memory in "
+      fprintf(stderr, "offload_shim: out of memory in "
               "__tgt_push_mapper_component\n");
       abort();
     }

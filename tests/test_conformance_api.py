@@ -127,5 +127,9 @@ def test_plugin_choice_follows_libomptarget16(tmp_path):
                                                         "libomptarget.rtl.cuda"))
     assert [Path(p).name for p in all_names] == ["libomptarget.rtl.x86_64.so",
                                                  "libomptarget.rtl.cuda.so"]
-    assert bool_env(None, True) and not bool_env("0", True) and bool_env("2", False)
-    assert bool_env("maybe", True) is True
+    # StringParser<bool>: lower-cased exact words; anything else keeps the default
+    # (checked against the real runtime by tests/programs/env_info_parse.c)
+    assert bool_env(None, True) and not bool_env("0", True) and not bool_env("OFF", True)
+    assert bool_env("Yes", False) and bool_env("1", False)
+    for other in ("2", "00", " 0", "0 ", "-1", "", "maybe"):
+        assert bool_env(other, True) is True and bool_env(other, False) is False, other

@@ -151,16 +151,18 @@ def disassociate(ip, host: int, dev: int) -> int:
 
 def mapped_ptr(ip, ptr: int, dev: int) -> int:
     """``omp_get_mapped_ptr``: the device address of mapped data, the pointer itself
-    on the initial device, else NULL."""
+    on the initial device, else NULL.  As LLVM 16 api.cpp: a device number at or
+    above the number of devices gives NULL silently, one below 0 is reported as not
+    ready."""
     if not ptr:
         diag.report("Call to omp_get_mapped_ptr with nullptr.")
         return 0
     if dev == ip.num_devices():
         diag.report(f"Device {dev} is initial device, returning Ptr {diag.ptr(ptr)}.")
         return ptr
-    if not 0 <= dev < len(ip.devices):
+    if dev >= len(ip.devices):              # DevicesSize <= DeviceNum: silent
         return 0
-    if not ip.device_ready(dev):
+    if not ip.device_ready(dev):            # a negative number is "not ready"
         diag.report(f"Device {dev} is not ready, returning nullptr.")
         return 0
     tpr = ip.mapper(dev).get_tgt_ptr_begin(ptr, 1)

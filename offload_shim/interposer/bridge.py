@@ -100,9 +100,17 @@ class Bridge:
             self.lib.osh_interposer_rearm_exit()
 
     def uninstall(self) -> None:
+        """Remove the table from the C side.  Its ctypes thunks stay alive for the
+        rest of the process: another thread may have read a function pointer from
+        the table just before and call it afterwards (freed thunks: SIGSEGV)."""
         if self.lib is not None and self._table is not None:
             _abi.set_callbacks(self.lib, None)
+            _RETIRED_TABLES.append(self._table)
             self._table = None
+
+
+#: callback tables removed from the C side, kept alive (see :meth:`Bridge.uninstall`)
+_RETIRED_TABLES: list = []
 
 
 def guard(fn, on_error, fail: int = _abi.CB_FAIL):

@@ -26,7 +26,7 @@ INFO_DUMP_TABLE = 0x0004
 INFO_MAPPING_CHANGED = 0x0008
 INFO_PLUGIN_KERNEL = 0x0010
 INFO_DATA_TRANSFER = 0x0020
-INFO_EMPTY_MAPPING = 0x0040
+INFO_EMPTY_MAPPING = 0x0040    # defined; libomptarget 16 prints nothing for it
 INFO_ALL = 0xFFFFFFFF
 
 _level: int | None = None
@@ -41,23 +41,81 @@ def set_runtime_name(llvm_major: int) -> None:
     _name = "omptarget" if llvm_major >= 19 else "Libomptarget"
 
 
+class StoiError(ValueError):
+    """What ``std::stoi`` throws: ``kind`` is ``invalid_argument`` (no digits) or
+    ``out_of_range`` (outside a 32-bit ``int``)."""
+
+    def __init__(self, kind: str):
+        super().__init__(f"std::{kind}: stoi")
+        self.kind = kind
+
+
+def stoi(text: str) -> int:
+    """``std::stoi(text)`` (base 10, ``strtol`` rules): leading white space, an
+    optional sign, decimal digits, the rest ignored (``"0x40"`` is 0, ``"64abc"`` is
+    64).  Raises :class:`StoiError` (``invalid_argument``) when there are no digits,
+    (``out_of_range``) when the value does not fit a 32-bit ``int``."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
+    if not m:
+        raise StoiError("invalid_argument")
+    value = int(m.group(1))
+    if not -(1 << 31) <= value < (1 << 31):
+        raise StoiError("out_of_range")
+    return value
+
+
 def _stoi(text: str) -> int:
-    """``std::stoi``: optional blanks and sign, decimal digits; 0 when there are none
-    (std::stoi would throw; libomptarget then terminates, offload_shim reads 0)."""
-    m = re.match(r"\s*([+-]?\d+)", text)
-    return int(m.group(1)) if m else 0
+    """:func:`stoi`, 0 where it would throw (the line and column fields of
+    ``SourceInfo``, which libomptarget reads with ``std::stoi`` of text clang wrote)."""
+    try:
+        return stoi(text)
+    except StoiError:
+        return 0
+
+
+def _terminate(exc: StoiError) -> None:
+    """An exception nothing catches in libomptarget: the C++ runtime's
+    ``std::terminate`` message, then ``abort()`` (SIGABRT)."""
+    _write(f"terminate called after throwing an instance of 'std::{exc.kind}'\n"
+           f"  what():  stoi\n")
+    os.abort()
 
 
 def info_level() -> int:
-    """The INFO bit mask: ``LIBOMPTARGET_INFO`` read once (``std::stoi``, as an
-    unsigned 32-bit value: -1 sets every bit), or the last ``__tgt_set_info_flag``."""
+    """The INFO bit mask: ``LIBOMPTARGET_INFO`` read once, at the first use, with
+    ``std::stoi`` as ``getInfoLevelInternal`` (LLVM 16 ``include/Debug.h``) does, kept
+    as an unsigned 32-bit value (-1 sets every bit); or the last
+    ``__tgt_set_info_flag``.  A value ``std::stoi`` rejects (no digits: ``abc``, the
+    empty string; beyond 32 bits: ``4294967295``) ends the program as libomptarget 16
+    does: ``terminate called after throwing an instance of 'std::invalid_argument'``
+    (or ``'std::out_of_range'``), SIGABRT -- at the first construct, API copy or the
+    device teardown at exit that reads the level."""
     global _level
     if _level is None:
         with _lock:
             if _level is None:
                 raw = os.environ.get("LIBOMPTARGET_INFO")
-                _level = (_stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
+                try:
+                    _level = (stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
+                except StoiError as exc:
+                    _terminate(exc)
     return _level
+
+
+def tracing_possible() -> bool:
+    """Whether INFO lines may be printed, without reading ``LIBOMPTARGET_INFO`` the
+    way :func:`info_level` does (a value ``std::stoi`` rejects counts as tracing:
+    the construct that reads it first must take the general code, which ends the
+    program there)."""
+    if _level is not None:
+        return _level != 0
+    raw = os.environ.get("LIBOMPTARGET_INFO")
+    if raw is None:
+        return False
+    try:
+        return stoi(raw) != 0
+    except StoiError:
+        return True
 
 
 def set_info_level(level: int) -> None:
@@ -159,7 +217,7 @@ def name_of(name: "int | str | None") -> str:
     return s[begin + 1:end if end != -1 else len(s)]
 
 
-__all__ = ["set_runtime_name", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
+__all__ = ["StoiError", "set_runtime_name", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
            "INFO_KERNEL_ARGS", "INFO_MAPPING_CHANGED", "INFO_MAPPING_EXISTS",
            "INFO_PLUGIN_KERNEL", "SourceInfo", "fatal", "info", "info_level", "message",
            "name_of", "ptr", "report", "set_info_level"]

@@ -66,6 +66,18 @@ _active: "Interposer | None" = None
 _active_lock = threading.Lock()
 
 
+def _no_alloc(size, dev_id, kind, out) -> int:
+    """``target_alloc`` after :meth:`Interposer.close`: NULL."""
+    out[0] = None
+    return CB_OK
+
+
+def _closed_construct(addr: int) -> int:
+    """The ``construct`` callback after :meth:`Interposer.close`: a kernel runs on
+    the host (CB_FAIL), a data construct does nothing."""
+    return CB_FAIL if _abi.frame_view(addr)[0] == _abi.FRAME_KERNEL else CB_OK
+
+
 def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str) -> None:
     """``printKernelArguments`` (INFO bit 1)."""
     si = diag.SourceInfo.of_loc(loc)
@@ -125,7 +137,7 @@ class Interposer:
                              slow_kernel=self._on_kernel, slow_data=self._on_data,
                              failed=self._construct_failed,
                              requires=lambda: self.rtls.requires_flags,
-                             tracing=lambda: diag.info_level() != 0,
+                             tracing=diag.tracing_possible,
                              saw_kernel=self.rtls.saw_kernel_args)
 
     # -- views ------------------------------------------------------------------------
@@ -178,25 +190,45 @@ class Interposer:
     def _install(self) -> None:
         construct = self._construct_error
         plain = self._plain_error
+        live = self._while_open
         self._bridge.install({
-            "register_lib": guard(self._on_register, plain),
-            "unregister_lib": guard(self._on_unregister, plain),
-            "register_requires": guard(self._on_requires, plain),
-            "target_kernel": guard(self._on_kernel, construct),
-            "target_data": guard(self._on_data, construct),
-            "target_alloc": guard(self._on_alloc, plain),
-            "target_free": guard(self._on_free, plain),
-            "target_memcpy": guard(self._on_memcpy, plain),
-            "target_is_present": guard(self._on_is_present, plain, fail=0),
-            "num_devices": guard(self.num_devices, plain, fail=0),
-            "construct": guard(self.fast.on_construct, construct),
-            "api": guard(self._on_api, plain),
+            "register_lib": guard(live(self._on_register, CB_OK), plain),
+            "unregister_lib": guard(live(self._on_unregister, CB_OK), plain),
+            "register_requires": guard(live(self._on_requires, CB_OK), plain),
+            "target_kernel": guard(live(self._on_kernel, CB_FAIL), construct),
+            "target_data": guard(live(self._on_data, CB_OK), construct),
+            "target_alloc": guard(live(self._on_alloc, CB_OK, _no_alloc), plain),
+            "target_free": guard(live(self._on_free, CB_OK), plain),
+            "target_memcpy": guard(live(self._on_memcpy, CB_FAIL), plain),
+            "target_is_present": guard(live(self._on_is_present, 0), plain, fail=0),
+            "num_devices": guard(live(self.num_devices, 0), plain, fail=0),
+            "construct": guard(live(self.fast.on_construct, CB_FAIL, _closed_construct),
+                               construct),
+            "api": guard(live(self._on_api, CB_FAIL), plain),
         })
         self.gomp.install(self._bridge.lib)
         # libraries registered before the callbacks existed (e.g. preloaded)
         for desc in self._bridge.registered():
             if desc not in self.libraries:
                 self._on_register(desc)
+
+    def _while_open(self, fn, closed_rc: int, closed=None):
+        """``fn`` as a callback that, once :meth:`close` has run, does nothing and
+        returns ``closed_rc`` (``closed(*args)`` when given): what the C side answers
+        with no callback table (a kernel runs on the host, a data construct does
+        nothing).  Another thread may have fetched a callback just before the table
+        was removed -- a Python program's daemon thread that keeps offloading while
+        the main thread exits: its construct then waits for the lock :meth:`close`
+        holds and must not reach the closed devices (libomptarget 16 keeps its
+        devices until the process ends; offload_shim's teardown runs from Python's
+        ``atexit``, while daemon threads still run)."""
+        def call(*args):
+            with self._lock:
+                if self._closed:
+                    return closed(*args) if closed is not None else closed_rc
+                return fn(*args)
+        call.__name__ = getattr(fn, "__name__", "callback")
+        return call
 
     def close(self) -> None:
         """Close libraries loaded through :meth:`load_library` (newest first),

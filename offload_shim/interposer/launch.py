@@ -50,24 +50,34 @@ class _Privates:
         self.packed.append((index, hp, size))
         return 0
 
+    @staticmethod
+    def layout(sizes) -> tuple[list[int], int]:
+        """Where ``PrivateArgumentManagerTy`` (LLVM 16 omptarget.cpp) puts packed
+        first-private arguments of ``sizes`` bytes: each takes ``AlignedSize = Size +
+        Size % 8`` bytes (not a multiple of 8 in general: 13 bytes take 18), at the
+        running sum of those.  Returns (offsets, total bytes)."""
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += size + size % 8
+        return offsets, total
+
     def pack(self, tgt_args: list[int]) -> None:
+        """Copy the packed first-private arguments to the device at once and set their
+        kernel arguments (``packAndTransfer``)."""
         if not self.packed:
             return
-        total = sum(s for _i, _h, s in self.packed)
-        buf = _abi.HostBuffer(total)
-        off = 0
-        for _i, hp, size in self.packed:
+        offsets, total = self.layout([s for _i, _h, s in self.packed])
+        buf = _abi.HostBuffer(total)            # zero-filled, as the resized buffer
+        for (_i, hp, size), off in zip(self.packed, offsets):
             _abi.host_memmove(buf.address + off, hp, size)
-            off += size
         p = self.dm.device.alloc(total)
         if not p:
             raise MapError(f"allocation of {total} bytes for private arguments failed")
         self.allocs.append(p)
         self.dm.submit(p, buf.address, total)
-        off = 0
-        for i, _hp, size in self.packed:
+        for (i, _hp, _size), off in zip(self.packed, offsets):
             tgt_args[i] = p + off
-            off += size
 
     def free(self) -> None:
         for p in self.allocs:

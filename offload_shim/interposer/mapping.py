@@ -114,6 +114,21 @@ class MappingTable:
     def lookup(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
         """(entry, contained, extends_before, extends_after), libomptarget 16 rules
         (size 0: a pointer one past the end or inside [base, end) counts as contained)."""
+        entry, contained, before, after = self.lookup_raw(hp, size)
+        if size == 0:
+            return (entry if contained else None), contained, False, False
+        if not (contained or before or after):
+            entry = None
+        return entry, contained, before, after
+
+    def lookup_raw(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
+        """:meth:`lookup` with ``LookupResult.Entry`` as ``lookupMapping`` (LLVM 16
+        device.cpp) leaves it: the last row it looked at -- the row below ``hp``, or
+        the row above when that one does not hold ``hp`` -- even when neither holds
+        the range.  ``submitData``/``retrieveData`` name that row in their
+        DATA_TRANSFER lines, so a copy of memory that is not mapped (packed
+        first-private arguments, ``omp_target_memcpy`` of a host buffer) shows a
+        neighbour's name."""
         if not self.entries:
             return None, False, False, False
         up = self._index(hp)
@@ -125,7 +140,7 @@ class MappingTable:
             if not contained and up < len(self.entries):
                 entry = self.entries[up]
                 contained = hp >= entry.base
-            return (entry if contained else None), contained, False, False
+            return entry, contained, False, False
         if up > 0:
             entry = self.entries[up - 1]
             contained = entry.begin <= hp < entry.end and hp + size <= entry.end
@@ -134,8 +149,6 @@ class MappingTable:
             entry = self.entries[up]
             before = hp < entry.begin < hp + size
             after = hp < entry.end < hp + size
-        if not (contained or before or after):
-            entry = None
         return entry, contained, before, after
 
     def find(self, hp: int) -> MapEntry | None:
@@ -339,11 +352,13 @@ class DeviceMapper:
 
     # -- copies with shadow pointers ----------------------------------------------------
     def _copy_info(self, h2d: bool, src: int, dst: int, size: int, entry) -> None:
+        """The DATA_TRANSFER line of ``submitData``/``retrieveData`` (LLVM 16
+        device.cpp): the name is that of the row ``lookupMapping`` of the host range
+        ends on (:meth:`MappingTable.lookup_raw`), whatever row the caller copies
+        for."""
         if not diag.info_level() & diag.INFO_DATA_TRANSFER:
             return
-        if entry is None:
-            host = src if h2d else dst
-            entry = self.table.lookup(host, size)[0]
+        entry = self.table.lookup_raw(src if h2d else dst, size)[0]
         name = diag.name_of(entry.name if entry is not None else 0)
         if h2d:
             text = (f"Copying data from host to device, HstPtr={diag.ptr(src)}, "

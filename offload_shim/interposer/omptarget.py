@@ -135,12 +135,6 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
             except OffloadError:
                 diag.report("Copying data to device failed.")
                 raise MapError("cannot attach a pointer") from None
-        member = bool(t & MAP_MEMBER_OF)
-        if (diag.info_level() & diag.INFO_EMPTY_MAPPING and t != 0 and not member
-                and not implicit and not tpr.present and not tpr.is_host):
-            diag.info(diag.INFO_EMPTY_MAPPING, dm.number,
-                      f"variable {diag.name_of(name)} does not have a valid device "
-                      "counterpart")
     for i in attach:
         _attach_entry(dm, m, i, fresh)
 

@@ -158,19 +158,19 @@ OMP_DECLARE_TARGET_DTOR = 0x04
 
 
 def bool_env(value: str | None, default: bool) -> bool:
-    """libomptarget's ``BoolEnvar``: ``0``/``false``/``off``/``no`` are false, a
-    number is true when non-zero, anything else keeps the default."""
+    """libomptarget 16's ``BoolEnvar`` (``StringParser::parse<bool>``, include
+    EnvironmentVar.h): the value, lower-cased and nothing else (no trimming, no number
+    parsing), is true for ``true``/``yes``/``on``/``1``, false for
+    ``false``/``no``/``off``/``0``; anything else (``" 0"``, ``00``, ``2``, the empty
+    string) keeps ``default``."""
     if value is None:
         return default
-    v = value.strip().lower()
-    if v in ("false", "off", "no", "0"):
-        return False
-    if v in ("true", "on", "yes", "1"):
+    v = value.lower()
+    if v in ("true", "yes", "on", "1"):
         return True
-    try:
-        return int(v) != 0
-    except ValueError:
-        return default
+    if v in ("false", "no", "off", "0"):
+        return False
+    return default
 
 
 def select_plugins(directory: str | os.PathLike = LIBOMPTARGET16_DIR, *, env=None,
