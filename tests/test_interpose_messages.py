@@ -3,8 +3,8 @@
 print: the literal parts of each format the interposer uses must occur in the
 library's own strings (``strings`` of /usr/lib/llvm-16/lib/libomptarget.so.16), and
 libomptarget 16's reading of its environment variables (``std::stoi`` of
-``LIBOMPTARGET_INFO``, ``BoolEnvar``) is followed to the letter, checked against the
-real runtime."""
+``LIBOMPTARGET_INFO`` and ``LIBOMPTARGET_DEBUG``, ``BoolEnvar``) is followed to the
+letter (differential runs: tests/programs/env_info_parse.c)."""
 
 from __future__ import annotations
 

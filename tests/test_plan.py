@@ -62,9 +62,16 @@ dimg.EntriesEnd = ctypes.cast(base + ctypes.sizeof(ents), T.OffloadEntryP)
 desc = BinDesc(1, ctypes.addressof(dimg), base, base + ctypes.sizeof(ents))
 region = ctypes.addressof(anchors) + [e.name for e in img.entries].index("increment")
 
-NBUF, BUFSZ = 6, 64
-bufs = [(ctypes.c_int64 * (BUFSZ // 8))(*[b * 100 + j for j in range(BUFSZ // 8)])
+NBUF, BUFSZ, GAP = 6, 64, 64
+# one block, buffers in ascending address order with gaps: both processes (cheap path,
+# general code) see the same table order (separate small buffers come from pymalloc's
+# free lists, in an order that depends on what the imports freed)
+block = ctypes.create_string_buffer(NBUF * (BUFSZ + GAP) + 64)
+start = -ctypes.addressof(block) % 64
+bufs = [(ctypes.c_int64 * (BUFSZ // 8)).from_buffer(block, start + b * (BUFSZ + GAP))
         for b in range(NBUF)]
+for b in range(NBUF):
+    bufs[b][:] = [b * 100 + j for j in range(BUFSZ // 8)]
 addrs = [ctypes.addressof(b) for b in bufs]
 
 rt = osh.Runtime([plugin])

@@ -30,6 +30,7 @@ INFO_EMPTY_MAPPING = 0x0040    # defined; libomptarget 16 prints nothing for it
 INFO_ALL = 0xFFFFFFFF
 
 _level: int | None = None
+_debug: int | None = None               # LIBOMPTARGET_DEBUG, read at the first INFO
 _lock = threading.Lock()
 _name = "Libomptarget"          # GETNAME(TARGET_NAME): "omptarget" from LLVM 19 on
 
@@ -102,11 +103,35 @@ def info_level() -> int:
     return _level
 
 
+def debug_level() -> int:
+    """``getDebugLevel()``: ``LIBOMPTARGET_DEBUG`` read once, at the first INFO
+    statement, with ``std::stoi`` (a value it rejects ends the program as in
+    :func:`info_level`), as an unsigned 32-bit value.  libomptarget 16's ``INFO``
+    macro prints nothing when it is not 0: its debug output (``DP``) replaces the INFO
+    lines, and the Debian build has none (a release build), so ``LIBOMPTARGET_DEBUG=1``
+    silences every ``Libomptarget device N info:`` line."""
+    global _debug
+    if _debug is None:
+        with _lock:
+            if _debug is None:
+                raw = os.environ.get("LIBOMPTARGET_DEBUG")
+                try:
+                    _debug = (stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
+                except StoiError as exc:
+                    _terminate(exc)
+    return _debug
+
+
 def tracing_possible() -> bool:
-    """Whether INFO lines may be printed, without reading ``LIBOMPTARGET_INFO`` the
-    way :func:`info_level` does (a value ``std::stoi`` rejects counts as tracing:
-    the construct that reads it first must take the general code, which ends the
-    program there)."""
+    """Whether INFO lines may be printed, without reading ``LIBOMPTARGET_INFO`` (or
+    ``LIBOMPTARGET_DEBUG``) the way :func:`info_level` does (a value ``std::stoi``
+    rejects counts as tracing: the construct that reads it first must take the
+    general code, which ends the program there)."""
+    if _debug is None:
+        try:
+            stoi(os.environ.get("LIBOMPTARGET_DEBUG", "0"))
+        except StoiError:
+            return True
     if _level is not None:
         return _level != 0
     raw = os.environ.get("LIBOMPTARGET_INFO")
@@ -140,7 +165,10 @@ def report(text: str) -> None:
 
 
 def info(flags: int, device: int, text: str) -> None:
-    """``INFO``: ``Libomptarget device N info: TEXT`` when a bit of ``flags`` is set."""
+    """``INFO``: ``Libomptarget device N info: TEXT`` when a bit of ``flags`` is set
+    and :func:`debug_level` is 0."""
+    if debug_level():
+        return
     if info_level() & flags:
         _write(f"{_name} device {device} info: {text}\n")
 
@@ -217,7 +245,7 @@ def name_of(name: "int | str | None") -> str:
     return s[begin + 1:end if end != -1 else len(s)]
 
 
-__all__ = ["StoiError", "set_runtime_name", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
+__all__ = ["StoiError", "debug_level", "set_runtime_name", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
            "INFO_KERNEL_ARGS", "INFO_MAPPING_CHANGED", "INFO_MAPPING_EXISTS",
            "INFO_PLUGIN_KERNEL", "SourceInfo", "fatal", "info", "info_level", "message",
            "name_of", "ptr", "report", "set_info_level"]

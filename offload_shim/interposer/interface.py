@@ -498,6 +498,8 @@ class Interposer:
                 self.rtls.register_lib(desc)
             finally:
                 self._bridge.rearm_exit()
+                # the image's own requires entries (clang 19+) are known only now
+                self.fast.invalidate()
             diag.set_runtime_name(self.host_runtime)
             return CB_OK
 

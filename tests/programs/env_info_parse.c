@@ -3,7 +3,8 @@
    trailing text are accepted; no digits or a value beyond 32 bits ends the program with
    std::terminate, after what was printed before), LIBOMPTARGET_NEXTGEN_PLUGINS as a
    BoolEnvar (exact words only: 00 and 2 keep the default, the nextgen plugin, whose
-   kernel line INFO 0x10 shows).
+   kernel line INFO 0x10 shows), LIBOMPTARGET_DEBUG with std::stoi at the first INFO
+   statement (not 0: the release build prints no INFO line at all).
    feature: env-info, env-nextgen-plugins
    run: LIBOMPTARGET_INFO=0x40
    run: LIBOMPTARGET_INFO=+3abc
@@ -12,6 +13,9 @@
    run: LIBOMPTARGET_INFO=4294967295
    run: LIBOMPTARGET_INFO=16 LIBOMPTARGET_NEXTGEN_PLUGINS=00
    run: LIBOMPTARGET_INFO=16 LIBOMPTARGET_NEXTGEN_PLUGINS=Off
+   run: LIBOMPTARGET_DEBUG=1 LIBOMPTARGET_INFO=-1
+   run: LIBOMPTARGET_DEBUG=0 LIBOMPTARGET_INFO=-1
+   run: LIBOMPTARGET_DEBUG=abc
 */
 #include <omp.h>
 #include <stdio.h>
