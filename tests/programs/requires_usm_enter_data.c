@@ -2,7 +2,7 @@
    omp_target_is_present and omp_get_mapped_ptr of them, a kernel sees a host store made
    after the enter data, partial release.  The image's requires flag reaches the runtime
    through __tgt_register_requires (clang 16) or the image's requires entry (clang 19+,
-   registered with the image: test_conformance_clang19.py).
+   registered with the image: test_conformance_clang.py).
    feature: requires-usm
    run: -
 */
