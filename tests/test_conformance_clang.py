@@ -103,5 +103,8 @@ def test_program_clang(clang_results, tc, name, label):
 def test_every_known_difference_names_a_program():
     names = {p.name for p in PROGRAMS}
     for table in (KNOWN, FLAKY_REFERENCE):
-        assert {p for p, _tc in table} <= names
-        assert all(tc is None or tc in TOOLCHAINS for _p, tc in table)
+        assert {key[0] for key in table} <= names
+        assert all(key[1] is None or key[1] in TOOLCHAINS for key in table)
+        # a run label names one of the program's runs
+        runs = {p.name: {r.label for r in p.runs} for p in PROGRAMS}
+        assert all(key[2] in runs[key[0]] for key in table if len(key) > 2)
