@@ -263,3 +263,76 @@ def test_llvm_image_copies_are_unlinked_right_after_each_load(plugin):
     w, res = _watch([sys.executable, "-P", "-c", code])
     assert res.returncode == -signal.SIGKILL and "removed" in res.stdout, res.stderr[-3000:]
     assert not w.problems()
+
+
+# -- the sweep of a scope's end: what counts as a leftover ---------------------------------
+
+def _aged(path: Path, seconds: float) -> None:
+    import os
+    import time
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_sweep_removes_an_idle_file_written_long_ago_without_waiting(tmp_path):
+    import time
+    from offload_shim.plugins import leftovers
+    old = tmp_path / "old"
+    old.write_bytes(b"x")
+    _aged(old, 10)
+    t0 = time.monotonic()
+    assert leftovers.sweep({str(old)}, settle_s=5.0) == [str(old)]
+    assert time.monotonic() - t0 < 2.5          # no settle wait: idle for 10 s already
+    assert not old.exists()
+
+
+def test_sweep_waits_for_a_young_idle_file_and_spares_one_rewritten_meanwhile(tmp_path):
+    import threading
+    import time
+    from offload_shim.plugins import leftovers
+    young, busy = tmp_path / "young", tmp_path / "rewritten"
+    young.write_bytes(b"x")
+    busy.write_bytes(b"x")
+    threading.Timer(0.3, lambda: busy.write_bytes(b"yy")).start()   # its writer goes on
+    t0 = time.monotonic()
+    assert leftovers.sweep({str(young), str(busy)}, settle_s=0.8) == [str(young)]
+    assert time.monotonic() - t0 >= 0.5          # it waited until the young file was settled
+    assert busy.exists() and not young.exists()
+
+
+def test_sweep_spares_files_another_process_has_open_or_mapped(tmp_path):
+    from offload_shim.plugins import leftovers
+    opened, mapped, idle = tmp_path / "opened", tmp_path / "mapped", tmp_path / "idle"
+    for p in (opened, mapped, idle):
+        p.write_bytes(b"x" * 4096)
+        _aged(p, 10)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import mmap, sys\n"
+         "f = open(sys.argv[1], 'rb'); g = open(sys.argv[2], 'rb')\n"
+         "m = mmap.mmap(g.fileno(), 0, prot=mmap.PROT_READ); g.close()\n"
+         "print('ready', flush=True); sys.stdin.read()", str(opened), str(mapped)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        paths = {str(opened), str(mapped), str(idle)}
+        assert leftovers._in_use(paths) == {str(opened), str(mapped)}
+        assert leftovers.sweep(paths, settle_s=0.2) == [str(idle)]
+        assert opened.exists() and mapped.exists()
+    finally:
+        holder.communicate("")
+
+
+def test_dead_kmp_segments_skips_the_ignored_ones():
+    import os
+    from offload_shim.plugins import leftovers
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    seg = f"/dev/shm/__KMP_REGISTERED_LIB_{dead}_{os.getuid()}"
+    if os.path.exists(seg):
+        pytest.skip("a segment of that pid is there already")
+    open(seg, "w").close()
+    try:
+        assert seg in leftovers.dead_kmp_segments()
+        assert seg not in leftovers.dead_kmp_segments(ignore={seg})
+    finally:
+        os.unlink(seg)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import operator
 import threading
 from array import array
@@ -42,7 +41,7 @@ from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
 from ..abi.buffers import host_view as _host_view, new_buffer
 from .images import AddressMap, OffloadImage
 
-log = logging.getLogger("offload_shim")
+from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 
 class DeviceState(enum.Enum):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import logging
 import threading
 from typing import Iterable
 
@@ -31,7 +30,7 @@ from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImage
 from .images import ImageRegistry, OffloadImage
 from ..plugins.plugin import Plugin, load_plugin, loaded_plugins
 
-log = logging.getLogger("offload_shim")
+from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 # Strong references: a runtime dropped without close() stays alive (like an
 # unclosed file) until the atexit hook tears it down in order (I7).  A weak set

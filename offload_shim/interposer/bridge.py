@@ -11,14 +11,13 @@ callback so that no Python exception crosses into C.
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 
 from ..abi import interposer as _abi
 from ..errors import LifecycleError
 
-log = logging.getLogger("offload_shim")
+from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 INTERPOSER_FILENAME = "libosh_interposer.so"
 #: osh_interposer_calls() counter names, in the C enum's order

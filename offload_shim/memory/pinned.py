@@ -55,7 +55,6 @@ import bisect
 import contextlib
 import errno as _errno
 import functools
-import logging
 import mmap
 import os
 import threading
@@ -68,7 +67,7 @@ from ..abi import libc as _libc
 from ..errors import (LifecycleError, MemlockLimitError, OffloadError, PinnedMemoryError,
                       PinnedRangeError, PluginCallError)
 
-log = logging.getLogger("offload_shim")
+from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 PAGE = mmap.PAGESIZE
 PINNED_ENV = "OFFLOAD_SHIM_PINNED"

@@ -64,6 +64,8 @@ def mapped_copies(pid: int | str = "self") -> set[str]:
             text = f.read()
     except OSError:
         return set()
+    if "/tmp/tmpfile_" not in text:          # the usual case: skip the line regex
+        return set()
     return set(_COPY_RE.findall(text))
 
 
@@ -177,7 +179,10 @@ def _in_use(paths: set[str]) -> set[str]:
                 text = f.read()
         except OSError:
             continue
-        busy |= {p for p in paths if p in text}
+        if "/tmp/tmpfile_" in text or not all(p.startswith("/tmp/tmpfile_") for p in paths):
+            busy |= {p for p in paths if p in text}
+        if len(busy) == len(paths):        # all of them in use: no need to look further
+            break
         try:
             for fd in os.scandir(f"/proc/{entry.name}/fd"):
                 try:
@@ -188,6 +193,8 @@ def _in_use(paths: set[str]) -> set[str]:
                     busy.add(target)
         except OSError:
             continue
+        if len(busy) == len(paths):
+            break
     return busy
 
 
@@ -198,7 +205,9 @@ def sweep(paths, *, settle_s: float = 0.5) -> list[str]:
     ``fclose`` and mapped from ``dlopen`` on; only between the two (its
     writer's ``fclose`` and ``dlopen``'s ``open``) is it neither, so a file
     counts as a leftover only when it is still neither ``settle_s`` seconds
-    later and was not modified meanwhile."""
+    after it was last written (its ``st_mtime``: the writer's last flush) and
+    was not modified meanwhile; a younger one is checked again when it is that
+    old."""
     def idle(candidates):
         candidates = {p for p in candidates if os.path.lexists(p)}
         return candidates - _in_use(candidates)
@@ -211,11 +220,25 @@ def sweep(paths, *, settle_s: float = 0.5) -> list[str]:
             pass
     if not first:
         return []
-    time.sleep(settle_s)
+    # a file last written settle_s or more ago and idle now has been neither open nor
+    # mapped for that long already (the same test as idle now and settle_s later,
+    # unmodified): it goes at once; only younger ones wait out the rest of settle_s
+    now = time.time_ns()
+    window = int(settle_s * 1e9)
     out = []
-    for path in sorted(idle(first)):
+    for path in sorted(p for p, m in first.items() if now - m >= window):
         try:
-            if os.stat(path).st_mtime_ns != first[path]:
+            os.unlink(path)
+            out.append(path)
+        except OSError:
+            pass
+    young = {p: m for p, m in first.items() if now - m < window}
+    if not young:
+        return out
+    time.sleep((window - (now - min(young.values()))) / 1e9)
+    for path in sorted(idle(young)):
+        try:
+            if os.stat(path).st_mtime_ns != young[path]:
                 continue
             os.unlink(path)
             out.append(path)
@@ -235,12 +258,17 @@ def _state(pid: int) -> str:
         return "X"
 
 
-def dead_kmp_segments() -> list[str]:
+def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     """libomp segments in /dev/shm of this user whose process is gone (or a
-    zombie: killed, not yet reaped)."""
+    zombie: killed, not yet reaped).  ``ignore``: paths not to look at (a
+    :class:`ChildScope` skips the segments that were there before it: /dev/shm of
+    a busy machine can hold hundreds of dead processes' segments, one
+    ``/proc/PID/stat`` read each)."""
     out = []
     uid = os.getuid()
     for path in glob.glob(_KMP_GLOB):
+        if path in ignore:
+            continue
         m = _KMP_RE.fullmatch(os.path.basename(path))
         try:
             if m is None or os.stat(path).st_uid != uid:
@@ -372,7 +400,7 @@ class ChildScope:
         self.pids.clear()
         # grandchildren (killed with the child's process group) have pids we never saw:
         # the segments that appeared meanwhile and whose process is gone
-        for seg in set(dead_kmp_segments()) - self._kmp_before:
+        for seg in dead_kmp_segments(ignore=self._kmp_before):
             try:
                 os.unlink(seg)
             except OSError:
