@@ -20,7 +20,6 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Mapping
 
 from .. import elf
@@ -149,6 +148,7 @@ class OffloadImage:
         elif not isinstance(path, str):
             raise TypeError(f"image path must be str, bytes or os.PathLike, not "
                             f"{type(path).__name__}")
+        from pathlib import Path            # here, not at import: start-up of every run
         p = Path(path)
         data = p.read_bytes()
         if entries is None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import InvalidImageError
 
@@ -190,6 +189,7 @@ def describe(path: str | Path) -> dict:
     (``"PATH: corrupt ELF file: ..."``: truncated, tables outside the file,
     inconsistent section headers, a bad ``.llvm.offloading`` container)."""
     from elftools.common.exceptions import ELFError
+    from pathlib import Path
     data = Path(path).read_bytes()        # OSError as it is
     if data[:4] != ELF_MAGIC:
         raise InvalidImageError(f"{path}: not an ELF file (no \\x7fELF magic number"

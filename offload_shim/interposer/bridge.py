@@ -11,8 +11,8 @@ callback so that no Python exception crosses into C.
 
 from __future__ import annotations
 
+import os
 import threading
-from pathlib import Path
 
 from ..abi import interposer as _abi
 from ..errors import LifecycleError
@@ -29,9 +29,15 @@ _native_lock = threading.Lock()
 
 def interposer_path() -> Path:
     """Path of the bundled ``libosh_interposer.so``; FileNotFoundError when not built."""
-    from ..plugins.hostplugin import bundled_native_dir
-    p = bundled_native_dir() / INTERPOSER_FILENAME
-    if not p.is_file():
+    from pathlib import Path
+    return Path(_interposer_file())
+
+
+def _interposer_file() -> str:
+    """:func:`interposer_path` as a ``str`` (no pathlib: start-up of every run)."""
+    from ..plugins.hostplugin import native_dir
+    p = os.path.join(native_dir(), INTERPOSER_FILENAME)
+    if not os.path.isfile(p):
         raise FileNotFoundError(f"{p} is not built: install the package (pip install .) "
                                 "or set OFFLOAD_SHIM_NATIVE_DIR")
     return p
@@ -46,7 +52,7 @@ def load_interposer():
     with _native_lock:
         if _native is not None:
             return _native
-        lib = _abi.bind_interposer(str(interposer_path()))
+        lib = _abi.bind_interposer(_interposer_file())
         if _abi.dlsym_default("__tgt_register_lib") != _abi.symbol_address(
                 lib, "__tgt_register_lib"):
             raise LifecycleError(

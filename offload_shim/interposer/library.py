@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
 
 from ..abi import interposer as _abi
 from ..errors import LifecycleError, MissingEntryPointError
@@ -76,6 +75,7 @@ def open_library(path: str | os.PathLike) -> LoadedLibrary:
     """``dlopen(path, RTLD_NOW | RTLD_LOCAL)``.  Raises FileNotFoundError (no such
     file), IsADirectoryError, OSError with the dlerror text (not a shared library, a
     missing dependency...)."""
+    from pathlib import Path
     p = str(Path(path).resolve())
     if not os.path.exists(p):
         raise FileNotFoundError(errno.ENOENT, f"{path}: no such library file", str(path))

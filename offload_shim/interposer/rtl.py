@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..abi import clang as _clang
 from ..abi import interposer as _abi
@@ -152,7 +151,7 @@ RTL_NAMES = ("libomptarget.rtl.ppc64", "libomptarget.rtl.x86_64", "libomptarget.
              "libomptarget.rtl.aarch64", "libomptarget.rtl.amdgpu")
 #: the plugins of RTL_NAMES that execute on this (x86-64) CPU
 HOST_RTL_NAMES = ("libomptarget.rtl.x86_64",)
-LIBOMPTARGET16_DIR = Path("/usr/lib/llvm-16/lib")
+LIBOMPTARGET16_DIR = "/usr/lib/llvm-16/lib"
 OMP_DECLARE_TARGET_CTOR = 0x02
 OMP_DECLARE_TARGET_DTOR = 0x04
 
@@ -182,6 +181,7 @@ def select_plugins(directory: str | os.PathLike = LIBOMPTARGET16_DIR, *, env=Non
     plugins); ``usable``: a predicate (default: the file exists)."""
     env = os.environ if env is None else env
     nextgen = bool_env(env.get("LIBOMPTARGET_NEXTGEN_PLUGINS"), True)
+    from pathlib import Path            # here, not at import: start-up of every run
     usable = usable or (lambda p: Path(p).exists())
     out = []
     d = Path(directory)

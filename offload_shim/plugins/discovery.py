@@ -16,7 +16,6 @@ import glob
 import os
 import sysconfig
 from dataclasses import dataclass
-from pathlib import Path
 
 ENV_VAR = "OFFLOAD_SHIM_PLUGINS"
 
@@ -131,5 +130,6 @@ def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True)
 
 def is_host_plugin(path: str) -> bool:
     """True for plugins that run on this CPU (x86_64 host plugins, bundled)."""
+    from pathlib import Path
     base = Path(path).name
     return ".x86_64." in base or base.startswith("libosh_hostplugin")

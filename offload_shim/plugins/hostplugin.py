@@ -13,7 +13,9 @@ Nothing is loaded at import time.
 from __future__ import annotations
 
 import os
-import pathlib
+
+# pathlib is imported where a Path is returned: the embedded runtime of every
+# `offload-shim run` finds its native files through this module (start-up time)
 
 from ..abi.hostctl import ControlAPI
 
@@ -23,6 +25,7 @@ __all__ = [
     "ABI_LIBOFFLOAD",
     "HostPluginControl",
     "bundled_native_dir",
+    "native_dir",
     "bundled_plugin_path",
     "sample_image_path",
 ]
@@ -37,25 +40,31 @@ SAMPLE_IMAGE_FILENAME = "libosh_sample_kernels.so"
 _NOT_BUILT = ("bundled host plugin not built: install the package with `pip install .` "
               "or set OFFLOAD_SHIM_NATIVE_DIR")
 
-def bundled_native_dir() -> pathlib.Path:
-    """Directory holding the bundled native libraries: ``$OFFLOAD_SHIM_NATIVE_DIR`` if set,
-    else ``offload_shim/_native`` next to this module (where ``pip install .`` puts them),
-    else, when this module is imported from a source checkout that shadows an installed
-    copy, the installed distribution's ``offload_shim/_native``."""
+def native_dir() -> str:
+    """Directory holding the bundled native libraries, as a ``str``: ``$OFFLOAD_SHIM_NATIVE_DIR``
+    if set, else ``offload_shim/_native`` next to this module (where ``pip install .`` puts
+    them), else, when this module is imported from a source checkout that shadows an
+    installed copy, the installed distribution's ``offload_shim/_native``."""
     env = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if env:
-        return pathlib.Path(env)
-    here = pathlib.Path(__file__).resolve().parent.parent / "_native"
-    if here.is_dir():
+        return env
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_native")
+    if os.path.isdir(here):
         return here
     try:
         from importlib.metadata import PackageNotFoundError, distribution
-        installed = pathlib.Path(distribution("offload-shim").locate_file("offload_shim/_native"))
-        if installed.is_dir():
+        installed = os.fspath(distribution("offload-shim").locate_file("offload_shim/_native"))
+        if os.path.isdir(installed):
             return installed
     except (ImportError, PackageNotFoundError, OSError):
         pass
     return here
+
+
+def bundled_native_dir() -> pathlib.Path:
+    """:func:`native_dir` as a :class:`pathlib.Path`."""
+    import pathlib
+    return pathlib.Path(native_dir())
 
 
 def _bundled_file(name: str) -> pathlib.Path:

@@ -35,7 +35,6 @@ import threading
 from array import array
 from ctypes import POINTER, byref, c_char_p, c_void_p, cast
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 from ..abi import gomp as _gomp
@@ -163,6 +162,9 @@ def _check_architecture(given: str, real: str) -> None:
 def _resolve(path: str) -> str:
     if not path:
         raise ValueError("empty plugin path")
+    if os.path.exists(path) and not os.path.isdir(path):
+        return os.path.realpath(path)   # the usual case, without importing pathlib
+    from pathlib import Path            # pathlib's reading of the path ("lib.so/" is lib.so)
     p = Path(path)
     if not p.exists():
         raise PluginNotFoundError(f"plugin not found: {p}", path=str(p))
@@ -197,10 +199,11 @@ def _refuse_host_runtime(given: str, real: str) -> None:
 
 def _bundled_real() -> str | None:
     try:
-        from .hostplugin import bundled_plugin_path
-        return os.path.realpath(bundled_plugin_path())
-    except (FileNotFoundError, ImportError):
+        from .hostplugin import PLUGIN_FILENAME, native_dir
+    except ImportError:
         return None
+    p = os.path.join(native_dir(), PLUGIN_FILENAME)      # bundled_plugin_path(), as a str
+    return os.path.realpath(p) if os.path.isfile(p) else None
 
 
 def _needs_probe(real: str, probe: bool | None) -> bool:
