@@ -192,7 +192,7 @@ def test_translate_takes_int_host_addresses(dev):
 
 @pytest.mark.parametrize("value, exc", [("5", TypeError), (True, TypeError),
                                         (0, ValueError), (float("nan"), ValueError),
-                                        (-1, ValueError)])
+                                        (float("inf"), ValueError), (-1, ValueError)])
 def test_load_plugin_timeout_types(value, exc):
     from offload_shim.plugins.isolation import check_timeout
     with pytest.raises(exc, match="timeout"):

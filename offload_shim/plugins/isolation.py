@@ -89,13 +89,15 @@ def _stop_child(proc: subprocess.Popen) -> None:
 
 
 def check_timeout(value, name: str = "timeout") -> float:
-    """``value`` as a number of seconds > 0 (``math.inf``: no limit).  Raises
-    TypeError naming ``name`` for a value that is not a real number (a str, a
-    bool), ValueError for zero, a negative number or NaN."""
+    """``value`` as a finite number of seconds > 0, as the command line's
+    ``--timeout`` takes.  Raises TypeError naming ``name`` for a value that is
+    not a real number (a str, a bool), ValueError for zero, a negative number,
+    NaN or infinity (the child-process wait cannot take it)."""
+    import math
     import numbers
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
     return float(value)
 
