@@ -285,3 +285,27 @@ def test_plugin_calls_on_a_device_not_initialised_are_refused(path, abi):
     for stage, dev, name, out in rows:
         want = "ValueError" if stage == "index out of range" else "LifecycleError"
         assert out == want, (stage, dev, name, out)
+
+
+@pytest.mark.parametrize("kind", [str, os.fsencode, pathlib.Path])
+def test_discover_takes_one_path_as_one_path(kind, tmp_path, monkeypatch):
+    """``Runtime.discover("/path/plugin.so")`` iterated the characters: each one was tried
+    as a file in the current directory (a file named ``o`` there was loaded)."""
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    (tmp_path / "o").write_bytes(b"\x7fELF")        # a 1-letter file that must not be tried
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OFFLOAD_SHIM_PLUGINS", raising=False)
+    path = str(bundled_plugin_path())
+    with osh.Runtime.discover(kind(path), system=False, bundled=False) as rt:
+        assert rt.load_errors == []
+        assert [p.path for p in rt.plugins] == [os.path.realpath(path)]
+    with osh.Runtime.discover(kind("/nonexistent/o"), system=False, bundled=False) as rt:
+        assert [p for p, _ in rt.load_errors] in (["/nonexistent/o"], [b"/nonexistent/o"])
+        assert rt.plugins == []
+
+
+def test_runtime_takes_one_plugin_object():
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    p = osh.load_plugin(bundled_plugin_path())
+    with osh.Runtime(p) as rt:
+        assert rt.plugins == [p]

@@ -105,7 +105,7 @@ class Runtime:
         self._acquired: list[Plugin] = []
         self._devices: list[Device] | None = None
         self.load_errors: list[tuple[str, Exception]] = []
-        if isinstance(plugins, (str, bytes)) or hasattr(plugins, "__fspath__"):
+        if isinstance(plugins, (str, bytes, Plugin)) or hasattr(plugins, "__fspath__"):
             plugins = [plugins]             # one path, not an iterable of characters
         items = list(plugins)
         if bundled:
@@ -129,9 +129,14 @@ class Runtime:
         plugin (see :mod:`offload_shim.plugins.discovery`).  Plugins that fail to
         load are skipped and listed in ``load_errors``.  ``host_only``: only
         plugins that execute on this CPU.  Raises ``ValueError`` for a bad
-        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` before loading any plugin."""
+        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` before loading any plugin.
+        ``paths``: an iterable of paths, or one path (a str, bytes or
+        os.PathLike -- not its characters, each of which would be tried as a
+        file name in the current directory)."""
         from ..memory import read_threshold_env
         read_threshold_env()
+        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+            paths = [paths]
         found = []
         errors = []
         for cand in discovery.candidates(paths, system=system, bundled=bundled):

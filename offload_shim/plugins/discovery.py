@@ -108,8 +108,9 @@ def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True)
         seen.add(real)
         found.append(Candidate(str(p), source))
 
-    for p in paths:
-        add(str(p), "explicit")
+    for p in paths:                 # str, bytes or os.PathLike (str(b"...") is "b'...'")
+        add(os.fsdecode(p) if isinstance(p, bytes) or hasattr(p, "__fspath__") else str(p),
+            "explicit")
     for item in filter(None, env.get(ENV_VAR, "").split(os.pathsep)):
         if os.path.isdir(item):
             for p in _plugin_files_in(item):
