@@ -207,7 +207,10 @@ def test_the_watch_sees_leftovers_and_orphans():
             f.write("x")
             time.sleep(1.0)                 # open long enough to be seen (polled)
         seg = f"/dev/shm/__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}"
-        open(seg, "w").close()
+        if os.path.exists(seg):     # a dead process of another run had this pid
+            seg = "stale"
+        else:
+            open(seg, "w").close()
         tempfile.mkstemp()
         subprocess.Popen(["sleep", "30"], start_new_session=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -221,10 +224,16 @@ def test_the_watch_sees_leftovers_and_orphans():
         text = "\n".join(problems)
         assert "processes still running" in text and "sleep" in text
         assert "left in its TMPDIR" in text
-        assert name in text and seg in text
-        assert len(problems) == 4, problems
+        assert name in text
+        if seg == "stale":
+            # a segment under this pid was there before the command: the watch rightly
+            # does not count it (shared machines keep hundreds of dead runs' segments)
+            assert len(problems) == 3, problems
+        else:
+            assert seg in text
+            assert len(problems) == 4, problems
     finally:
-        for p in (name, seg):
+        for p in (name, seg) if seg != "stale" else (name,):
             try:
                 import os
                 os.unlink(p)
