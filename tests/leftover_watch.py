@@ -31,12 +31,16 @@ TAG_VAR = "OSH_LEFTOVER_TAG"
 WATCHED = ("/tmp/", "/dev/shm/")
 
 
-def _environ_has(pid: str, needle: bytes) -> bool:
+def _environ_has(pid: str, needle: bytes) -> bool | None:
+    """True/False: the environment holds ``needle`` or not; None when it cannot be
+    read or reads empty -- a process in the middle of its exec (or its exit) shows an
+    empty environ, which says nothing and must not be cached as "not ours"."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle in f.read()
+            env = f.read()
     except OSError:
-        return False
+        return None
+    return (needle in env) if env else None
 
 
 def _files_of(pid: str) -> set[str]:
@@ -119,7 +123,8 @@ class Watch:
         # environment is still the parent's (no tag), and it may be cached as not ours
         known = {str(p) for p in self.pids}
         for name in (names - self._seen_no) | (names & known):
-            if name in known or _environ_has(name, needle):
+            has = None if name in known else _environ_has(name, needle)
+            if name in known or has:
                 try:
                     with open(f"/proc/{name}/stat") as f:
                         state = f.read().rsplit(")", 1)[1].split()[0]
@@ -127,7 +132,7 @@ class Watch:
                     continue
                 if state != "Z":
                     alive.add(int(name))
-            else:
+            elif has is False:
                 self._seen_no.add(name)          # an environment never changes
         return alive
 
