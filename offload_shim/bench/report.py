@@ -270,19 +270,25 @@ BEGIN_MARK = "<!-- bench:begin (written by benchmarks/run.py) -->"
 END_MARK = "<!-- bench:end -->"
 
 
-def update_docs(out, doc_path) -> None:
-    """Replace the text between :data:`BEGIN_MARK` and :data:`END_MARK` of
-    ``doc_path`` with the latest table (appended when the marks are absent)."""
+def replace_marked_block(doc_path, begin: str, end: str, body: str) -> None:
+    """Replace the text between the lines ``begin`` and ``end`` of ``doc_path``
+    with ``body`` (the block is appended when the marks are absent)."""
     p = Path(doc_path)
     text = p.read_text(encoding="utf-8") if p.exists() else "# Benchmarks\n"
-    block = f"{BEGIN_MARK}\n{format_markdown(out)}{END_MARK}"
-    if BEGIN_MARK in text and END_MARK in text:
-        a = text.index(BEGIN_MARK)
-        b = text.index(END_MARK) + len(END_MARK)
+    block = f"{begin}\n{body}{end}"
+    if begin in text and end in text:
+        a = text.index(begin)
+        b = text.index(end) + len(end)
         text = text[:a] + block + text[b:]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     p.write_text(text, encoding="utf-8")
+
+
+def update_docs(out, doc_path) -> None:
+    """Replace the text between :data:`BEGIN_MARK` and :data:`END_MARK` of
+    ``doc_path`` with the latest table (appended when the marks are absent)."""
+    replace_marked_block(doc_path, BEGIN_MARK, END_MARK, format_markdown(out))
 
 
 def format_text(out) -> str:

@@ -625,16 +625,8 @@ END_MARK = "<!-- bench-run:end -->"
 def update_docs(out, doc_path) -> None:
     """Replace the block between :data:`BEGIN_MARK` and :data:`END_MARK` of
     ``doc_path`` with the latest tables (appended when the marks are absent)."""
-    p = Path(doc_path)
-    text = p.read_text(encoding="utf-8") if p.exists() else "# Benchmarks\n"
-    block = f"{BEGIN_MARK}\n{format_markdown(out)}{END_MARK}"
-    if BEGIN_MARK in text and END_MARK in text:
-        a = text.index(BEGIN_MARK)
-        b = text.index(END_MARK) + len(END_MARK)
-        text = text[:a] + block + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    p.write_text(text, encoding="utf-8")
+    from .report import replace_marked_block
+    replace_marked_block(doc_path, BEGIN_MARK, END_MARK, format_markdown(out))
 
 
 def plot(out, directory) -> list:
