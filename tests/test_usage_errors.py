@@ -87,6 +87,57 @@ def test_check_of_a_missing_plugin_is_a_usage_error(tmp_path):
                  "PluginNotFoundError")
 
 
+# -- run: a program that cannot be started ends it as env / execvp do -------------------
+
+def _program(tmp_path: Path, case: str) -> str:
+    """What ``offload-shim run`` is given: a path (or a bare name looked up in PATH)."""
+    p = tmp_path / case
+    if case == "not-executable":
+        p.write_text("echo ran\n")
+    elif case == "directory":
+        p.mkdir()
+    elif case == "symlink-loop":
+        (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+        (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+        return str(tmp_path / "loop-a")
+    elif case == "not-a-directory":
+        p.write_text("")
+        return str(p / "prog")
+    elif case == "missing-in-path":
+        return "osh-no-such-program-anywhere"
+    elif case == "bad-interpreter":
+        p.write_text("#!/nonexistent/interpreter\n")
+        p.chmod(0o755)
+    elif case == "no-shebang":                 # ENOEXEC: execvp hands it to /bin/sh
+        p.write_text("echo ran \"$1\"\n")
+        p.chmod(0o755)
+    return str(p)
+
+
+RUN_START = {"not-executable": 126, "directory": 126, "symlink-loop": 126,
+             "not-a-directory": 126, "missing": 127, "missing-in-path": 127,
+             "bad-interpreter": 127, "no-shebang": 0}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_START))
+def test_run_of_a_program_that_cannot_start_exits_like_env(tmp_path, case):
+    """126 found but not executable, 127 not found (POSIX shell "Exit Status for
+    Commands"; coreutils env/nice/timeout), a script without ``#!`` run by /bin/sh
+    (glibc ``execvp``): the same status as ``env PROGRAM`` on this machine."""
+    prog = _program(tmp_path, case)
+    ref = subprocess.run(["env", prog, "arg"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=60)
+    ours = _cli("run", prog, "arg", cwd=tmp_path, timeout=120)
+    assert ours.returncode == ref.returncode == RUN_START[case], (ours, ref)
+    assert ours.stdout == ref.stdout
+    if RUN_START[case]:
+        lines = ours.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in ours.stderr, ours.stderr
+        assert lines[0].startswith(f"offload-shim run: cannot execute {prog}: "), lines
+    else:
+        assert ours.stdout == "ran arg\n"
+
+
 # -- what the user named must be usable --------------------------------------------------
 
 def test_info_exits_nonzero_when_a_named_plugin_is_unusable(tmp_path, bundled_path):

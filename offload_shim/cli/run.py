@@ -193,7 +193,14 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
 def cmd_run(args) -> int:
     """Run the program with :func:`run_environment` in the foreground
     (:func:`offload_shim.plugins.isolation.run_program`): its output and exit status
-    are its own, and what it leaves (its libomp segment...) is removed after it."""
+    are its own, and what it leaves (its libomp segment...) is removed after it.
+
+    A program that cannot be started ends it as ``env``, ``nice``, ``timeout`` (coreutils,
+    glibc ``execvp``) and the shells end: 127 when it is not found (ENOENT), 126 when it
+    is found but cannot be executed (a directory, no execute permission, ELOOP...), with
+    one line; a file the kernel does not take as a program (ENOEXEC: a script without
+    ``#!``) is run by ``/bin/sh``, as ``execvp`` does."""
+    import errno
     import os
     bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
     if bad:
@@ -213,10 +220,16 @@ def cmd_run(args) -> int:
     sys.stderr.flush()
     from ..plugins.isolation import run_program
     try:                  # as exec would, then remove what it left (libomp segment...)
-        return run_program([args.program, *args.args], env, executable=prog)
+        try:
+            return run_program([args.program, *args.args], env, executable=prog)
+        except OSError as exc:
+            if exc.errno != errno.ENOEXEC:
+                raise
+        return run_program(["/bin/sh", prog, *args.args], env, executable="/bin/sh")
     except OSError as exc:
-        print(f"offload-shim run: cannot execute {args.program}: {exc}", file=sys.stderr)
-        return 127
+        print(f"offload-shim run: cannot execute {args.program}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 127 if exc.errno == errno.ENOENT else 126
 
 
 def register_cli(subparsers) -> None:
