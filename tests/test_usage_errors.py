@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -136,6 +137,37 @@ def test_run_of_a_program_that_cannot_start_exits_like_env(tmp_path, case):
         assert lines[0].startswith(f"offload-shim run: cannot execute {prog}: "), lines
     else:
         assert ours.stdout == "ran arg\n"
+
+
+def test_run_passes_the_programs_signal_through_without_a_line_of_its_own(tmp_path):
+    """``run`` is the exception to "one line, 143 on SIGTERM" (README): as after
+    ``exec``, a program killed by a signal ends ``run`` by the same signal, stderr
+    the program's own; SIGTERM sent to ``run`` goes to the program, whose handler
+    decides the status (plugins/isolation.py ``run_program``)."""
+    killed = ["sh", "-c", "echo before; kill -TERM $$; echo after"]
+    ref = subprocess.run(killed, capture_output=True, text=True, timeout=60)
+    ours = _cli("run", *killed, cwd=tmp_path, timeout=120)
+    assert ref.returncode == ours.returncode == -signal.SIGTERM, (ref, ours)
+    assert ours.stdout == ref.stdout == "before\n" and ours.stderr == ref.stderr == ""
+
+    script = tmp_path / "trap.sh"
+    # ready a second after it started (run has passed SIGTERM on since Popen returned);
+    # bounded, so that nothing is left running if the test fails
+    script.write_text("trap 'echo got TERM; exit 7' TERM\nsleep 1\necho ready\n"
+                      "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 9\n")
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "offload_shim.cli", "run", "sh",
+                             str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 7 and out == "got TERM\n" and err == "", (proc.returncode,
+                                                                          out, err)
 
 
 # -- what the user named must be usable --------------------------------------------------
