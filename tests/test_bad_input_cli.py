@@ -291,10 +291,43 @@ def test_threshold_env_strict(bad):
     assert THRESHOLD_ENV in str(ei.value) and repr(bad) in str(ei.value)
 
 
+@pytest.mark.parametrize("bad,why", [("-1", "would wrap the sign"), ("", "would abort"),
+                                     ("abc", "would abort"), ("12abc", "only its leading '12'"),
+                                     ("0x10", "only its leading '0'"),
+                                     (str(1 << 64), "more than 2**64 - 1"),
+                                     (str(1 << 70), "out of range")])
+def test_threshold_env_error_says_what_llvm_would_do(bad, why):
+    """The message is true of LLVM 16's std::stoul (MemoryManager.h
+    getSizeThresholdFromEnv): it aborts only on no digits or past 2**64 - 1."""
+    with pytest.raises(ValueError, match=why.replace("*", r"\*")):
+        read_threshold_env({THRESHOLD_ENV: bad})
+
+
 @pytest.mark.parametrize("good,want", [("8", 8), ("0", 0), ("0008", 8), ("1048576", 1 << 20),
-                                       (" 8", 8), ("+16", 16), ("\t8\n", 8)])
+                                       (" 8", 8), ("+16", 16), ("\t8\n", 8),
+                                       (str((1 << 63) - 1), (1 << 63) - 1),
+                                       # std::stoul takes up to 2**64 - 1 (size_t); from
+                                       # 2**63 - 1 up every size a plugin takes is pooled
+                                       (str(1 << 63), (1 << 63) - 1),
+                                       (str((1 << 64) - 1), (1 << 63) - 1)])
 def test_threshold_env_digits(good, want):
     assert read_threshold_env({THRESHOLD_ENV: good}) == want
+
+
+@pytest.mark.parametrize("value", [str(1 << 63), str((1 << 64) - 1)])
+def test_threshold_beyond_int64_runs_as_under_libomptarget(tmp_path, omp_prog, value):
+    """The real libomptarget 16 runs the sample with such a threshold (std::stoul
+    takes it); ``offload-shim run`` runs it the same, on its devices."""
+    env = dict(os.environ, **{THRESHOLD_ENV: value})
+    real = subprocess.run([omp_prog], capture_output=True, text=True, timeout=120, env=env)
+    report = tmp_path / "r.json"
+    ours = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run", "--report",
+                           str(report), omp_prog], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout) == (3, real.stdout)
+    assert ours.stderr == real.stderr == "", ours.stderr
+    rep = json.loads(report.read_text())
+    assert rep["initialised"] and rep["errors"] == [], rep
 
 
 # -- 5. pytest plugin: --offload-plugin=bundled ------------------------------------------------

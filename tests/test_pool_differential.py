@@ -34,7 +34,7 @@ import sys
 import pytest
 
 import offload_shim as osh
-from offload_shim.memory import THRESHOLD_ENV
+from offload_shim.memory import THRESHOLD_ENV, read_threshold_env
 
 from helpers import run_child
 
@@ -148,15 +148,19 @@ def python_hits(bundled_path: str, ops, threshold: int) -> tuple:
 SEQS = [(11, "small-palette"), (12, "powers"), (13, "wide"), (14, "small-palette")]
 
 
-@pytest.mark.parametrize("env,threshold", [(None, 8192), ("64", 64), ("1000", 1000)],
-                         ids=["unset", "64", "1000"])
+@pytest.mark.parametrize("env,threshold", [(None, 8192), ("64", 64), ("1000", 1000),
+                                           # std::stoul's largest: every size is pooled
+                                           (str((1 << 64) - 1), (1 << 64) - 1)],
+                         ids=["unset", "64", "1000", "2**64-1"])
 def test_hit_miss_sequences_match_llvm(nextgen16, bundled_path, tmp_path, env, threshold):
     seqs = [make_ops(seed, kind) for seed, kind in SEQS]
     want = llvm_hits(nextgen16, seqs, tmp_path, env, threshold)
-    total_hits = 0
+    # the Python pool's threshold as the runtime reads the same variable
+    ours = read_threshold_env({} if env is None else {THRESHOLD_ENV: env})
+    total_hits = large_hits = 0
     for (seed, kind), ops, llvm in zip(SEQS, seqs, want):
         assert len(ops) >= 4000
-        by_log, by_ptr, stats = python_hits(bundled_path, ops, threshold)
+        by_log, by_ptr, stats = python_hits(bundled_path, ops, ours)
         n_alloc = sum(op[0] == "a" for op in ops)
         assert len(llvm) == len(by_log) == len(by_ptr) == n_alloc
         assert by_log == by_ptr, "event log and pointer classification disagree"
@@ -169,7 +173,10 @@ def test_hit_miss_sequences_match_llvm(nextgen16, bundled_path, tmp_path, env, t
         # above the threshold: always a miss on both sides
         sizes = [op[2] for op in ops if op[0] == "a"]
         assert not any(h for h, s in zip(llvm, sizes) if s > threshold)
+        large_hits += sum(h for h, s in zip(llvm, sizes) if s > 8192)
         total_hits += sum(llvm)
+    # a threshold past the default pools the large sizes too (on both sides, above)
+    assert (large_hits > 0) == (threshold > 8192)
     assert total_hits > 500, "sequences too weak: hardly any cache hits"
 
 

@@ -37,7 +37,10 @@ PTR_LIMIT = 1 << 64
 #: The debug modes (``None``: normal pooling).
 DEBUG_MODES = ("off-pool", "poison")
 
+#: ``std::stoul`` on LP64 Linux: an ``unsigned long`` holds less than ``2**64``.
+_STOUL_LIMIT = 1 << 64
 _THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
+_STOUL_PREFIX_RE = re.compile(r"\s*([+-]?)[0-9]+", re.ASCII)     # what std::stoul reads
 _DEBUG_OFF = ("", "0", "off", "none", "false", "no")
 
 
@@ -46,27 +49,43 @@ def read_threshold_env(environ=None) -> int:
     LLVM reads it (abi-reference 1.9): unset -> 8192; ``"0"`` -> 0 (manager
     off); ``"N"`` -> N.  ``environ`` defaults to :data:`os.environ`.
 
+    LLVM 16 (``MemoryManagerTy::getSizeThresholdFromEnv``,
+    openmp/libomptarget/plugins/common/MemoryManager/MemoryManager.h) takes
+    the value with ``std::stoul`` into a ``size_t``, so anything up to
+    ``2**64 - 1`` is a threshold there, and a request is pooled unless
+    ``Size > SizeThreshold``: from :data:`MAX_SIZE` (``2**63 - 1``, the
+    largest size the plugins take) up, every request is pooled.  Such a value
+    is returned as :data:`MAX_SIZE`, which pools exactly the same requests.
+
     Raises ``ValueError`` naming the variable and the value for anything
-    that is not a non-negative decimal integer of at most ``2**63 - 1``
+    that is not a non-negative decimal integer of at most ``2**64 - 1``
     (surrounding blanks and a leading ``+`` are accepted).  LLVM's
     ``std::stoul`` aborts the program on an empty or non-numeric value and
-    on one beyond 64 bits; it would also take the numeric prefix of
-    ``"12abc"`` and wrap ``"-1"``; all are rejected here instead.
+    on one beyond ``2**64 - 1`` (``std::out_of_range``); it would also take
+    the numeric prefix of ``"12abc"`` and wrap ``"-1"``; all are rejected
+    here instead.
     """
     env = os.environ if environ is None else environ
     value = env.get(THRESHOLD_ENV)
     if value is None:
         return DEFAULT_THRESHOLD
     if not _THRESHOLD_RE.fullmatch(value):
+        m = _STOUL_PREFIX_RE.match(value)
+        if m is None:
+            why = "LLVM's std::stoul would abort here"
+        elif m.group(1) == "-":
+            why = "LLVM's std::stoul would wrap the sign (-N as 2**64 - N)"
+        else:
+            why = f"LLVM's std::stoul would read only its leading {m.group(0).strip()!r}"
         raise ValueError(
             f"{THRESHOLD_ENV}={value!r} is not a non-negative decimal integer "
-            f"(bytes; 0 disables the memory manager); LLVM's std::stoul would abort here")
+            f"(bytes; 0 disables the memory manager); {why}")
     v = int(value)
-    if v > MAX_SIZE:
+    if v >= _STOUL_LIMIT:
         raise ValueError(
-            f"{THRESHOLD_ENV}={value!r} does not fit in 64 bits (int64): at most {MAX_SIZE} "
-            f"bytes")
-    return v
+            f"{THRESHOLD_ENV}={value!r} is more than 2**64 - 1 = {_STOUL_LIMIT - 1} bytes "
+            f"(LLVM's std::stoul would abort here: out of range)")
+    return min(v, MAX_SIZE)
 
 
 def resolve_debug(debug, environ=None):
