@@ -207,6 +207,44 @@ def test_nothing_reaches_the_plugin_after_close(bundled_path, ctl):
     assert rt.close() == {}                           # idempotent
 
 
+def test_free_racing_close_is_a_free_after_close(bundled_path, ctl):
+    """A free in one thread while ``Runtime.close()`` in another is draining the device:
+    LifecycleError "free after close" (as after the close), never UnknownPointerError;
+    the drain frees each block once, the racing free reaches no plugin.  Deterministic:
+    the drain's first ``data_delete`` waits until the racing frees are done."""
+    plugin = load_plugin(bundled_path)
+    rt = osh.Runtime([plugin])
+    dev = rt.devices[0]
+    held = [dev.alloc(64), dev.alloc(20000)]          # pooled and above the threshold
+    in_drain, go = threading.Event(), threading.Event()
+    real_free = plugin.free
+
+    def held_free(*args, **kw):
+        in_drain.set()
+        assert go.wait(60)
+        return real_free(*args, **kw)
+
+    plugin.free = held_free
+    closer = threading.Thread(target=rt.close)
+    closer.start()
+    try:
+        assert in_drain.wait(60)
+        deletes = ctl.call_count("__tgt_rtl_data_delete")
+        for p in held:
+            with pytest.raises(osh.LifecycleError, match="free after close"):
+                dev.free(p)
+    finally:
+        go.set()
+        closer.join(60)
+        del plugin.free
+    assert not closer.is_alive()
+    assert ctl.call_count("__tgt_rtl_data_delete") - deletes == len(held)   # the drain's
+    for p in held:
+        with pytest.raises(osh.LifecycleError, match="free after close"):
+            dev.free(p)
+    assert ctl.call_count("__tgt_rtl_data_delete") - deletes == len(held)
+
+
 def test_allocation_held_at_close_is_reported_and_freed_before_deinit(bundled_path, ctl):
     rt = osh.Runtime([bundled_path])
     dev = rt.devices[0]

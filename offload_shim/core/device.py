@@ -193,6 +193,7 @@ class Device:
         # the live allocations are the pool's pointer table (no copy here)
         self._pool_options = dict(pool_options or {})
         self._pool = None
+        self._closing = False                       # the owner's shutdown() has begun
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -327,6 +328,7 @@ class Device:
         """The owner's final teardown (``Runtime.close``): like :meth:`deinit`
         when initialised; then every later call raises LifecycleError.
         Idempotent.  Returns (leaked allocation count, bytes)."""
+        self._closing = True        # a free racing the teardown is a free after close
         with self._life:
             if self._state is DeviceState.READY:
                 return self._teardown(DeviceState.CLOSED)
@@ -518,7 +520,10 @@ class Device:
         """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
         Raises UnknownPointerError for a pointer not live on this device
         (never handed out, already freed, or drained by a ``deinit`` that ran
-        concurrently), before the plugin sees it; LifecycleError after close.
+        concurrently), before the plugin sees it; LifecycleError after close,
+        also while a close in another thread is tearing the device down (its
+        drain frees every allocation: the free is one after close, never an
+        unknown pointer; nothing reaches the plugin).
         Pointers are plain addresses: once the plugin hands the same address
         out again, a stale pointer is that new block (docs/usage.md).
 
@@ -529,9 +534,8 @@ class Device:
         if not ptr:
             return
         if self._state is not _READY:
-            if self._state is DeviceState.CLOSED:
-                raise LifecycleError(f"{self.label}: free after close (the runtime freed "
-                                     "every allocation when it closed)", device=self.label)
+            if self._state is DeviceState.CLOSED or self._closing:
+                raise self._free_after_close()
             # not initialised: nothing is live, and a stale pointer must not
             # initialise the device
             self._unknown_pointer(ptr)
@@ -543,12 +547,16 @@ class Device:
                 self._pool.free(ptr)
                 self._pinned.on_unmap(self, ptr)
         except LifecycleError:
-            if self._state is DeviceState.CLOSED:
-                raise
+            if self._state is DeviceState.CLOSED or self._closing:
+                raise self._free_after_close() from None
             raise UnknownPointerError(
                 f"{self.label}: pointer {ptr:#x} was freed by a deinit that ran "
                 f"concurrently (the device drains its pool before deinit_device)",
                 device=self.label) from None
+
+    def _free_after_close(self):
+        return LifecycleError(f"{self.label}: free after close (the runtime freed every "
+                              "allocation when it closed)", device=self.label)
 
     def _unknown_pointer(self, ptr):
         raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
