@@ -90,6 +90,32 @@ def test_a_native_dir_without_the_bundled_plugin_is_a_configuration_error(tmp_pa
     _usage_error(p, "OFFLOAD_SHIM_NATIVE_DIR", str(tmp_path))
 
 
+def test_run_when_no_plugin_takes_the_image_falls_back_like_libomptarget(tmp_path, prog):
+    """libomptarget 16 keeps an image no plugin takes (``RTLsTy::registerLib``: "No RTL
+    found for image") and the regions run on the host.  ``offload-shim run`` with only
+    GCC's nvptx plugin (rejects the x86_64 image, no device) against the real
+    libomptarget 16 finding no plugin (a copy without its plugins beside it: its RUNPATH
+    is $ORIGIN): same stdout and exit status; the image reported unsupported.  (The
+    Python API refuses such an image: Runtime.register_image.)"""
+    import glob
+    import shutil
+    nvptx = sorted(glob.glob("/usr/lib/*/libgomp-plugin-nvptx.so.1"))
+    if not nvptx:
+        pytest.skip("GCC's nvptx plugin (libgomp-plugin-nvptx1) not installed")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy("/usr/lib/llvm-16/lib/libomptarget.so.16", bare)
+    real = subprocess.run([prog], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, LD_LIBRARY_PATH=str(bare)))
+    report = tmp_path / "r.json"
+    ours = _cli("run", "--report", report, "--plugin", nvptx[0], prog, cwd=tmp_path)
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout) == (3, real.stdout)
+    assert "num_devices 0" in ours.stdout and ours.stderr == real.stderr == ""
+    rep = json.loads(report.read_text())
+    assert rep["initialised"] == [] and len(rep["unsupported"]) == 1, rep
+    assert "no plugin accepts the image" in rep["unsupported"][0]
+
+
 def test_help_shows_no_markup(tmp_path):
     p = _cli("--help", cwd=tmp_path)
     assert p.returncode == 0 and "offload-shim" in p.stdout

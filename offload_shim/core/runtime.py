@@ -246,6 +246,16 @@ class Runtime:
         (InvalidImageError, TableMismatchError) unregisters the image again
         and is re-raised.
 
+        An image no plugin accepts is refused on purpose, unlike the references:
+        libomptarget 16 (``RTLsTy::registerLib``, openmp/libomptarget/src/rtl.cpp:
+        "No RTL found for image") keeps it without a device and the program's
+        target regions run their host fallback; libgomp
+        (``GOMP_offload_register_ver``) keeps it for devices of its type.  This
+        API has no host fallback for a kernel, so an image that no device here can
+        ever run is the caller's mistake, reported at once.  ``offload-shim run``
+        (the interposer) follows libomptarget: the image is reported as
+        unsupported and the program falls back to the host.
+
         Before any plugin sees an untrusted x86-64 shared-object image its
         bytes are ``dlopen``-ed once in a child process
         (:meth:`OffloadImage.verify_loadable`, cached per content): an image
