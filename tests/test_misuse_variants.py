@@ -32,7 +32,8 @@ from test_usage_errors import _cli, _usage_error
 BAD_CONFIG = {"LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD": "12abc",
               "OFFLOAD_SHIM_POOL_DEBUG": "sometimes",
               "OFFLOAD_SHIM_PINNED": "everything",
-              "OFFLOAD_SHIM_NATIVE_DIR": "/nonexistent/native"}
+              "OFFLOAD_SHIM_NATIVE_DIR": "/nonexistent/native",
+              "OFFLOAD_SHIM_PLUGINS": "/nonexistent/plugins"}
 
 
 # -- `run` and `compare` follow the conventions of the other commands ---------------------
@@ -88,6 +89,27 @@ def test_a_native_dir_without_the_bundled_plugin_is_a_configuration_error(tmp_pa
     p = _cli(command, "--no-system", cwd=tmp_path,
              env_extra={"OFFLOAD_SHIM_NATIVE_DIR": str(tmp_path)})
     _usage_error(p, "OFFLOAD_SHIM_NATIVE_DIR", str(tmp_path))
+
+
+@pytest.mark.parametrize("command", ["demo", "info"])
+def test_a_missing_path_in_offload_shim_plugins_is_a_configuration_error(tmp_path, command):
+    """Was listed "not usable" with exit 0: exit 2 naming the variable and the entry, as
+    for the other variables; existing entries (a file, a folder) are still taken."""
+    missing = str(tmp_path / "nope.so")
+    value = os.pathsep.join([str(tmp_path), missing])
+    p = _cli(command, "--no-system", cwd=tmp_path, env_extra={"OFFLOAD_SHIM_PLUGINS": value})
+    _usage_error(p, "OFFLOAD_SHIM_PLUGINS", repr(missing))
+    if command == "info":
+        from offload_shim.plugins.hostplugin import bundled_plugin_path
+        p = _cli(command, "--no-system", "--no-devices", cwd=tmp_path, env_extra={
+            "OFFLOAD_SHIM_PLUGINS": os.pathsep.join([str(tmp_path), str(bundled_plugin_path())])})
+        assert p.returncode == 0, (p.stdout, p.stderr)
+
+
+def test_discover_refuses_a_missing_path_in_offload_shim_plugins(tmp_path, monkeypatch):
+    monkeypatch.setenv("OFFLOAD_SHIM_PLUGINS", str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="OFFLOAD_SHIM_PLUGINS"):
+        osh.Runtime.discover(system=False, bundled=False)
 
 
 def test_run_when_no_plugin_takes_the_image_falls_back_like_libomptarget(tmp_path, prog):

@@ -346,7 +346,7 @@ def cmd_demo(args) -> int:
 
 #: the variables :func:`offload_shim.core.runtime.check_environment` reads
 CONFIG_VARIABLES = ("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD", "OFFLOAD_SHIM_POOL_DEBUG",
-                    "OFFLOAD_SHIM_PINNED", "OFFLOAD_SHIM_NATIVE_DIR")
+                    "OFFLOAD_SHIM_PINNED", "OFFLOAD_SHIM_NATIVE_DIR", "OFFLOAD_SHIM_PLUGINS")
 
 
 def _check_config() -> None:

@@ -129,12 +129,14 @@ class Runtime:
         plugin (see :mod:`offload_shim.plugins.discovery`).  Plugins that fail to
         load are skipped and listed in ``load_errors``.  ``host_only``: only
         plugins that execute on this CPU.  Raises ``ValueError`` for a bad
-        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` before loading any plugin.
+        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` or an ``$OFFLOAD_SHIM_PLUGINS``
+        entry that does not exist, before loading any plugin.
         ``paths``: an iterable of paths, or one path (a str, bytes or
         os.PathLike -- not its characters, each of which would be tried as a
         file name in the current directory)."""
         from ..memory import read_threshold_env
         read_threshold_env()
+        discovery.check_env_paths()
         if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
             paths = [paths]
         found = []
@@ -389,14 +391,17 @@ def check_environment() -> None:
     ``OFFLOAD_SHIM_NATIVE_DIR`` when set (it must hold the bundled plugin:
     :func:`offload_shim.plugins.hostplugin.bundled_native_dir`; otherwise
     every command would go on without the bundled plugin and report "no
-    plugin with a device").  Front ends call it before starting any work, so
-    a bad setting is a configuration error, not a failure of the plugin."""
+    plugin with a device"), and ``OFFLOAD_SHIM_PLUGINS`` (each entry must exist:
+    :func:`offload_shim.plugins.discovery.check_env_paths`).  Front ends call it
+    before starting any work, so a bad setting is a configuration error, not a
+    failure of the plugin."""
     import os
     from ..memory.config import read_threshold_env, resolve_debug
     from ..memory.pinned import resolve_policy
     read_threshold_env()
     resolve_debug(None)
     resolve_policy(None)
+    discovery.check_env_paths()
     native = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if native:
         from ..plugins.hostplugin import PLUGIN_FILENAME

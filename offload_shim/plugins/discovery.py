@@ -95,6 +95,22 @@ def host_runtime_paths(env=None) -> list[str]:
     return out
 
 
+def check_env_paths(env=None) -> list[str]:
+    """The entries of ``$OFFLOAD_SHIM_PLUGINS`` (``os.pathsep``-separated plugin files
+    or directories; empty entries are skipped).  Raises ``ValueError`` naming the
+    variable and the entry for one that is neither a file nor a directory: a path the
+    user set that cannot be found is a configuration error (as a bad
+    ``OFFLOAD_SHIM_NATIVE_DIR`` is), not a plugin that failed to load."""
+    env = os.environ if env is None else env
+    value = env.get(ENV_VAR, "")
+    items = [item for item in value.split(os.pathsep) if item]
+    for item in items:
+        if not os.path.exists(item):
+            raise ValueError(f"{ENV_VAR}={value!r}: no file or directory {item!r} (plugin "
+                             f"files or directories, {os.pathsep!r}-separated)")
+    return items
+
+
 def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True) -> list[Candidate]:
     """Every plugin file to try, deduplicated by real path."""
     env = os.environ if env is None else env
