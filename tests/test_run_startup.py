@@ -1,6 +1,7 @@
 """What `offload-shim run` imports at start-up: the embedded runtime of every program
 imports neither logging nor pathlib (each pulls in a dozen modules: traceback, string,
-urllib.parse, ipaddress...).  Checked from the interpreter's own import log
+urllib.parse, ipaddress...), the launcher not argparse for the usual command lines --
+whose fast reading (``parse_run_fast``) must agree with argparse's wherever it answers.  Checked from the interpreter's own import log
 (``PYTHONPROFILEIMPORTTIME``) of a real run of a clang-16 program -- no timings here;
 benchmarks/run_overhead.py measures the start-up."""
 
@@ -14,6 +15,8 @@ from conftest import NEXTGEN16
 from test_interpose_run import prog  # noqa: F401  (fixture: the clang-16 sample program)
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _imports_per_interpreter(stderr: str) -> list[set[str]]:
@@ -32,11 +35,12 @@ def _imports_per_interpreter(stderr: str) -> list[set[str]]:
 
 
 @pytest.mark.skipif(not os.path.exists(NEXTGEN16), reason="LLVM 16 nextgen plugin not installed")
-def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog):  # noqa: F811
+@pytest.mark.parametrize("options", [["--plugin", str(NEXTGEN16)], [], ["--policy=default"]],
+                         ids=["plugin", "default-plugins", "policy"])
+def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options):  # noqa: F811
     env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
-    r = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run", "--plugin",
-                        str(NEXTGEN16), prog], capture_output=True, text=True, timeout=300,
-                       env=env)
+    r = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run", *options,
+                        prog], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 3, r.stderr[-3000:]      # omp_prog's own status, as under libomptarget
     assert "on_device 1" in r.stdout                  # its regions ran on the device
     tables = _imports_per_interpreter(r.stderr)
@@ -46,3 +50,76 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog):  # noqa
     assert "offload_shim.plugins.plugin" in embedded      # ... and loaded the plugin
     assert not embedded & {"logging", "pathlib", "urllib.parse", "ipaddress"}, \
         sorted(embedded & {"logging", "pathlib", "urllib.parse", "ipaddress"})
+    launcher = tables[0]
+    assert "offload_shim.cli.run" in launcher
+    assert not launcher & {"argparse", "logging", "pathlib", "glob"}, \
+        sorted(launcher & {"argparse", "logging", "pathlib", "glob"})
+
+
+# -- the fast reading of `offload-shim run`'s options agrees with argparse -------------
+
+_TOKENS = ["--plugin", "--plugin=p.so", "p.so", "--bundled", "--policy", "mandatory",
+           "--policy=disabled", "bogus", "--report", "r.json", "--report=", "--gomp-host-device",
+           "prog", "x", "--", "-h", "--help", "--bund", "", "-1", "a=b", "--bundled=1",
+           "--plug", "-", "--policy=", "--x y", "run"]
+
+
+def _argparse_run(argv):
+    """argparse's reading (main_run's fallback parser), or the SystemExit code."""
+    from offload_shim.cli.common import Parser
+    from offload_shim.cli.run import register_cli
+    ap = Parser(prog="offload-shim")
+    register_cli(ap.add_subparsers(dest="cmd", required=True, prog="offload-shim"))
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return ap.parse_args(["run", *argv])
+    except SystemExit as exc:
+        return exc.code
+
+
+_FIELDS = ("cmd", "plugin", "bundled", "policy", "report", "gomp_host_device", "program",
+           "args", "func")
+
+
+@given(st.lists(st.sampled_from(_TOKENS), max_size=7))
+@settings(max_examples=400, deadline=None)
+def test_fast_run_options_agree_with_argparse(argv):
+    from offload_shim.cli.run import parse_run_fast
+    fast = parse_run_fast(argv)
+    if fast is None:            # left to argparse (help, errors, abbreviations...)
+        return
+    slow = _argparse_run(argv)
+    assert not isinstance(slow, (int, str)) and slow is not None, (argv, slow)
+    from offload_shim.cli.run import program_arguments
+    slow.args = program_arguments(argv, slow.program, slow.args)   # as main_run does
+    assert fast.args == argv[len(argv) - len(fast.args):]            # every token after it
+    assert {f: getattr(fast, f) for f in _FIELDS} == {f: getattr(slow, f) for f in _FIELDS}
+
+
+@pytest.mark.parametrize("argv", [
+    ["prog"], ["--plugin", "a.so", "--plugin=b.so", "--bundled", "prog", "--plugin", "x"],
+    ["--policy", "mandatory", "--report=r.json", "--gomp-host-device", "prog", "-h", "--"],
+    ["--policy=disabled", "--policy", "default", "prog"]])
+def test_fast_run_options_read_the_usual_command_lines(argv):
+    from offload_shim.cli.run import parse_run_fast
+    assert parse_run_fast(argv) is not None
+    test_fast_run_options_agree_with_argparse.hypothesis.inner_test(argv)
+
+
+@pytest.mark.parametrize("argv", [[], ["-h"], ["--bund", "p"], ["--plugin"], ["--policy", "x", "p"],
+                                  ["--plugin", "-x", "p"], ["--", "p"], ["--bundled=1", "p"]])
+def test_fast_run_options_leave_the_rest_to_argparse(argv):
+    from offload_shim.cli.run import parse_run_fast
+    assert parse_run_fast(argv) is None
+
+
+def test_the_program_gets_a_double_dash_after_it():
+    # as exec (env, nice, strace) gives it; argparse alone drops it (main_run's fallback)
+    from offload_shim.cli.run import parse_run_fast, program_arguments
+    assert parse_run_fast(["prog", "--", "x"]).args == ["--", "x"]
+    assert program_arguments(["--bund", "prog", "--", "x"], "prog", ["x"]) == ["--", "x"]
+    assert program_arguments(["--", "prog", "x"], "prog", ["x"]) == ["x"]
+    assert program_arguments(["prog", "a", "--", "b"], "prog", ["a", "--", "b"]) == \
+        ["a", "--", "b"]

@@ -18,16 +18,15 @@ and interrupts: :mod:`offload_shim.cli.common`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import sys
 
-# subprocess, signal, tempfile, time and array are imported where they are used:
-# `offload-shim run` starts every program through this module (start-up time)
-from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Parser, Terminated,
-                     UsageError, install_sigterm, positive_float)
+# argparse, subprocess, signal, tempfile, time and array are imported where they are
+# used: `offload-shim run` starts every program through this module (start-up time)
+from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated, UsageError,
+                     install_sigterm, positive_float)
 from .common import error as _error
 
 
@@ -365,7 +364,9 @@ _SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``offload-shim`` argument parser with every subcommand."""
+    import argparse
     from .. import __version__
+    from .common import Parser
     ap = Parser(prog="offload-shim", description=__doc__.split("\n\n")[0].replace("``", ""))
     ap.add_argument("--version", action="version", version=f"offload-shim {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")

@@ -12,10 +12,12 @@ interrupts stop the command's child processes and remove what they left
 
 from __future__ import annotations
 
-import argparse
 import math
 import signal
 import sys
+
+# argparse is imported on first use (``Parser``, the option types): `offload-shim run`,
+# the start-up of every program it runs, parses its usual command lines without it
 
 __all__ = ["UsageError", "Terminated", "error", "positive_int", "positive_float",
            "nonnegative_int", "ProgressBar", "install_sigterm", "EXIT_USAGE",
@@ -52,13 +54,18 @@ def error(message: str) -> None:
     print(f"offload-shim: error: {message}", file=sys.stderr, flush=True)
 
 
+def _type_error(message: str) -> Exception:
+    import argparse
+    return argparse.ArgumentTypeError(message)
+
+
 def _number(text: str, kind, what: str):
     try:
         v = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}") from None
+        raise _type_error(f"expected {what}, not {text!r}") from None
     if isinstance(v, float) and not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        raise _type_error(f"expected {what}, not {text!r}")
     return v
 
 
@@ -66,7 +73,7 @@ def positive_int(text: str) -> int:
     """argparse type: an int >= 1."""
     v = _number(text, int, "a positive integer")
     if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text}")
+        raise _type_error(f"expected a positive integer, not {text}")
     return v
 
 
@@ -74,7 +81,7 @@ def nonnegative_int(text: str) -> int:
     """argparse type: an int >= 0."""
     v = _number(text, int, "an integer >= 0")
     if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, not {text}")
+        raise _type_error(f"expected an integer >= 0, not {text}")
     return v
 
 
@@ -82,17 +89,31 @@ def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (seconds)."""
     v = _number(text, float, "a positive number of seconds")
     if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text}")
+        raise _type_error(f"expected a positive number of seconds, not {text}")
     return v
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``offload-shim: error: argument
-    --steps: expected a positive integer, not 0 (offload-shim check --help)``,
-    exit status 2."""
+def _make_parser_class():
+    import argparse
 
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"offload-shim: error: {message} (see: {self.prog} --help)\n")
+    class Parser(argparse.ArgumentParser):
+        """argparse with one-line errors: ``offload-shim: error: argument
+        --steps: expected a positive integer, not 0 (offload-shim check --help)``,
+        exit status 2."""
+
+        def error(self, message: str):
+            self.exit(EXIT_USAGE, f"offload-shim: error: {message} (see: {self.prog} --help)\n")
+
+    Parser.__module__ = __name__
+    return Parser
+
+
+def __getattr__(name: str):
+    # ``Parser`` (an argparse.ArgumentParser) is made on first use (PEP 562)
+    if name == "Parser":
+        cls = globals()["Parser"] = _make_parser_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ProgressBar:

@@ -19,9 +19,11 @@ the library unregistered cleanly on ``dlclose``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+
+# argparse is imported by the parsers below only: the usual `offload-shim run` command
+# lines are read by parse_run_fast (start-up of every program run)
 
 
 def _error(message: str) -> None:
@@ -135,9 +137,20 @@ def cmd_run_library(args) -> int:
 
 
 def libpython_path() -> str:
-    """The shared libpython of this interpreter (``LIBDIR/INSTSONAME``); RuntimeError
-    with the reason when CPython was not built with ``--enable-shared``."""
+    """The shared libpython of this interpreter: the ``libpython*.so*`` this process
+    has mapped (``/proc/self/maps``), else ``LIBDIR/INSTSONAME`` from sysconfig;
+    RuntimeError with the reason when CPython was not built with
+    ``--enable-shared``."""
     import os
+    try:                    # the file this interpreter runs on (no sysconfig import)
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if os.path.basename(path).startswith("libpython") and ".so" in path \
+                        and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
     import sysconfig
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise RuntimeError(f"{sys.executable} is not built with --enable-shared (no "
@@ -233,6 +246,7 @@ def cmd_run(args) -> int:
 
 
 def register_cli(subparsers) -> None:
+    import argparse
     r = subparsers.add_parser(
         "run", help="run an unmodified OpenMP offload program (clang-16 "
         "-fopenmp-targets=...) with the Python runtime in place of libomptarget")
@@ -271,14 +285,77 @@ def register_cli(subparsers) -> None:
     p.set_defaults(func=cmd_run_library)
 
 
+_RUN_FLAGS = {"--bundled": "bundled", "--gomp-host-device": "gomp_host_device"}
+_RUN_VALUES = {"--plugin": "plugin", "--policy": "policy", "--report": "report"}
+_POLICIES = ("disabled", "default", "mandatory")
+
+
+def parse_run_fast(argv):
+    """The options of ``offload-shim run ARGV...`` read without argparse, for the
+    command lines people write: the full option names (``--plugin PATH`` or
+    ``--plugin=PATH``...), then the program and its arguments.  The result has the
+    attributes argparse's would (``plugin`` a list, ``bundled``, ``policy``,
+    ``report``, ``gomp_host_device``, ``program``, ``args``, ``func``); None for
+    anything else -- ``--help``, an abbreviated or unknown option, a missing or
+    dash-led value, a policy not in the choices, no program -- which
+    :func:`main_run` then gives to the argparse parser, so every answer and error
+    stays argparse's (tests/test_usage_errors.py compares the two)."""
+    from types import SimpleNamespace
+    ns = SimpleNamespace(cmd="run", plugin=[], bundled=False, policy=None, report=None,
+                         gomp_host_device=False, func=cmd_run)
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if not tok.startswith("-"):
+            ns.program, ns.args = tok, list(argv[i + 1:])
+            return ns
+        name, eq, value = tok.partition("=")
+        if name in _RUN_FLAGS and not eq:
+            setattr(ns, _RUN_FLAGS[name], True)
+            i += 1
+            continue
+        if name not in _RUN_VALUES:
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            value = argv[i + 1]
+            i += 1
+        if not value or value.startswith("-") or (name == "--policy"
+                                                  and value not in _POLICIES):
+            return None
+        if name == "--plugin":
+            ns.plugin.append(value)
+        else:
+            setattr(ns, _RUN_VALUES[name], value)
+        i += 1
+    return None
+
+
 def main_run(argv) -> int:
     """``offload-shim run ARGV...`` without building the other subcommands' parsers
-    (they import the whole package): same options, errors and exit statuses."""
-    from .common import Parser           # one-line usage errors, exit status 2
-    ap = Parser(prog="offload-shim")
-    register_cli(ap.add_subparsers(dest="cmd", required=True, prog="offload-shim"))
-    args = ap.parse_args(["run", *argv])
+    (they import the whole package): same options, errors and exit statuses.  The
+    usual command lines do not even build this one (:func:`parse_run_fast`)."""
+    args = parse_run_fast(argv)
+    if args is None:
+        from .common import Parser       # one-line usage errors, exit status 2
+        ap = Parser(prog="offload-shim")
+        register_cli(ap.add_subparsers(dest="cmd", required=True, prog="offload-shim"))
+        args = ap.parse_args(["run", *argv])
+        args.args = program_arguments(argv, args.program, args.args)
     return args.func(args)
+
+
+def program_arguments(argv, program: str, parsed: list) -> list:
+    """The program's arguments as ``exec`` gives them: every token after it.
+    argparse's ``REMAINDER`` drops a ``--`` that comes right after the program
+    (``run ./prog -- x`` gave ``['x']``); ``env``, ``nice`` or ``strace`` pass it on,
+    and so does :func:`parse_run_fast`."""
+    n = len(parsed)
+    if len(argv) >= n + 2 and argv[len(argv) - n - 1] == "--" \
+            and argv[len(argv) - n - 2] == program:
+        return ["--", *parsed]
+    return list(parsed)
 
 
 if __name__ == "__main__":

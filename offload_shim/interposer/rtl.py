@@ -181,17 +181,18 @@ def select_plugins(directory: str | os.PathLike = LIBOMPTARGET16_DIR, *, env=Non
     plugins); ``usable``: a predicate (default: the file exists)."""
     env = os.environ if env is None else env
     nextgen = bool_env(env.get("LIBOMPTARGET_NEXTGEN_PLUGINS"), True)
-    from pathlib import Path            # here, not at import: start-up of every run
-    usable = usable or (lambda p: Path(p).exists())
+    usable = usable or os.path.exists     # os.path, not pathlib: start-up of every run
     out = []
-    d = Path(directory)
+    d = os.fspath(directory)
     for base in RTL_NAMES:
         if base not in names:
             continue
-        if nextgen and usable(str(d / f"{base}.nextgen.so")):
-            out.append(str(d / f"{base}.nextgen.so"))
-        elif usable(str(d / f"{base}.so")):
-            out.append(str(d / f"{base}.so"))
+        nextgen_path, classic_path = (os.path.join(d, f"{base}.nextgen.so"),
+                                      os.path.join(d, f"{base}.so"))
+        if nextgen and usable(nextgen_path):
+            out.append(nextgen_path)
+        elif usable(classic_path):
+            out.append(classic_path)
     return out
 
 

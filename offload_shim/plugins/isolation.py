@@ -330,42 +330,54 @@ def run_program(argv: list[str], env: dict, *, executable: str | None = None) ->
     (its libomp segment, image copies no process has open, the private
     folder) and end like it: its exit status is returned, and a
     death by a signal is repeated on this process (the caller's caller sees
-    the same status as after ``exec``).  While waiting, SIGINT and SIGQUIT
-    are ignored here (the program has them, as with a shell), SIGTERM and
-    SIGHUP sent to this process are passed on to the program.  Raises
-    OSError when the program cannot be started."""
-    import subprocess
+    the same status as after ``exec``).  ``executable`` (default ``argv[0]``): a
+    name without ``/`` is looked up in ``PATH`` as ``execvp`` does.  While waiting,
+    SIGINT and SIGQUIT are ignored here (the program has them, as with a shell),
+    SIGTERM and SIGHUP sent to this process are passed on to the program.  Raises
+    OSError (with the errno of ``execve``: ENOENT, EACCES, ENOEXEC...) when the
+    program cannot be started.
+
+    The program is started with ``posix_spawn`` (the C library's ``vfork`` +
+    ``exec``), its signal dispositions reset to the defaults (SIG_IGN would be
+    inherited through exec; Python ignores SIGPIPE and SIGXFSZ), no file
+    descriptor closed: nothing of ``subprocess`` is needed on this path, which
+    every ``offload-shim run`` takes."""
     from .leftovers import ChildScope
+    executable = argv[0] if executable is None else executable
     scope = ChildScope(prefix="osh_run_")
     scope.__enter__()
-    proc = None
+    pid = None
+    status = None                          # the wait status once reaped
     passed = (signal.SIGTERM, signal.SIGHUP)
     ignored = (signal.SIGINT, signal.SIGQUIT)
     old = {s: signal.getsignal(s) for s in passed + ignored}
     try:
         for s in ignored:
             signal.signal(s, signal.SIG_IGN)
-        # the program gets the default dispositions back (restore_signals does SIGPIPE
-        # & co.; SIG_IGN would be inherited through exec, so reset it in the child)
-        proc = subprocess.Popen(argv, executable=executable, env=scope.env(env),
-                                preexec_fn=_default_signals, close_fds=False)
-        scope.track(proc.pid)
+        spawn = os.posix_spawn if "/" in executable else os.posix_spawnp
+        pid = spawn(executable, list(argv), scope.env(env), setsigdef=_DEFAULT_SIGNALS)
+        scope.track(pid)
 
-        def forward(signum, frame, proc=proc):
-            try:
-                proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
+        def forward(signum, frame):
+            if status is None:             # never signal a pid already reaped (reuse)
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
         for s in passed:
             signal.signal(s, forward)
-        rc = proc.wait()
+        status = os.waitpid(pid, 0)[1]     # retried after a forwarded signal (PEP 475)
+        rc = os.waitstatus_to_exitcode(status)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if pid is not None and status is None:     # interrupted by an exception
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            status = os.waitpid(pid, 0)[1]
         for s, h in old.items():
             signal.signal(s, h)
-        if proc is None or proc.returncode < 0:
+        if pid is None or os.waitstatus_to_exitcode(status) < 0:
             scope.stop_strays()            # what a killed program had started
         scope.cleanup()
     if rc < 0:
@@ -377,9 +389,11 @@ def run_program(argv: list[str], env: dict, *, executable: str | None = None) ->
     return rc
 
 
-def _default_signals() -> None:              # in the child, between fork and exec
-    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
+#: reset to SIG_DFL in a program ``run_program`` starts: the launcher's own
+#: handlers and ignores (SIGINT/SIGQUIT ignored while waiting; Python's SIGPIPE and
+#: SIGXFSZ ignores, which ``subprocess``'s ``restore_signals`` resets)
+_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP,
+                    signal.SIGPIPE, signal.SIGXFSZ)
 
 
 # -- compiled libraries ---------------------------------------------------------------

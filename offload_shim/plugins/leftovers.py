@@ -32,7 +32,6 @@ while it ran and that no process of this user still has open or mapped.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import signal
@@ -42,13 +41,38 @@ import time
 # shutil and tempfile are imported where they are used (start-up: the plugin layer
 # imports this module)
 
-__all__ = ["LLVM_COPY_GLOB", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
+__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "kmp_segment_files", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
            "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
            "dead_kmp_segments", "ChildScope"]
 
 #: where the LLVM x86_64 plugins put their image copies (hard-coded template)
 LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
 _KMP_GLOB = "/dev/shm/__KMP_REGISTERED_LIB_*"
+
+
+def _listing(directory: str, prefix: str, length: int | None = None) -> set[str]:
+    """The paths in ``directory`` whose name starts with ``prefix`` (and has
+    ``length`` characters when given): :data:`LLVM_COPY_GLOB` is
+    ``_listing("/tmp", "tmpfile_", 14)``.  One ``scandir`` and a string test per
+    entry -- ``glob`` matches each name through ``fnmatch``, several times slower
+    on a ``/tmp`` or ``/dev/shm`` holding hundreds of entries, and this runs
+    twice per ``offload-shim run``."""
+    try:
+        with os.scandir(directory) as it:
+            return {e.path for e in it if e.name.startswith(prefix)
+                    and (length is None or len(e.name) == length)}
+    except OSError:
+        return set()
+
+
+def llvm_copies() -> set[str]:
+    """The ``/tmp/tmpfile_XXXXXX`` files there now (:data:`LLVM_COPY_GLOB`)."""
+    return _listing("/tmp", "tmpfile_", 14)
+
+
+def kmp_segment_files() -> set[str]:
+    """The libomp registration segments in ``/dev/shm`` now (any process's)."""
+    return _listing("/dev/shm", "__KMP_REGISTERED_LIB_")
 _KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
 _COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
 
@@ -90,6 +114,12 @@ def unlink_mapped_copies() -> list[str]:
 
 _foreign: set[tuple[str, int]] = set()        # (path, inode) seen in /tmp, not mapped here
 _SETTLE_S = 5.0
+#: when this module was imported (``time.time()``, s); the plugin layer imports it
+#: before it loads any image, so a copy last written well before is another process's
+_IMPORTED_S = time.time()
+#: slack for the file system's coarse clock (an ``st_mtime`` can trail ``time.time()``
+#: by a scheduler tick)
+_CLOCK_SLACK_S = 1.0
 
 
 def unlink_new_copies() -> list[str]:
@@ -99,8 +129,10 @@ def unlink_new_copies() -> list[str]:
     so a copy of this process is a loaded library here; nothing is loaded
     and no constructor runs).  Reading ``/proc/self/maps`` instead costs
     time in the number of images loaded so far (a plugin never unloads one),
-    which made long ``check`` runs several times slower.  Returns the paths
-    removed."""
+    which made long ``check`` runs several times slower.  A copy last written
+    before this module was imported (less a second of clock slack) is another
+    process's and is set aside from its ``st_mtime`` alone: the loader opens
+    every file it is asked about.  Returns the paths removed."""
     try:
         names = {(e.path, e.inode()) for e in os.scandir("/tmp")
                  if e.name.startswith("tmpfile_") and len(e.name) == 14}
@@ -111,11 +143,25 @@ def unlink_new_copies() -> list[str]:
         unknown = names - _foreign
     if not unknown:
         return []
-    from ..abi.libc import library_loaded
     out = []
     now = time.time()
     settled = set()
+    probe = []
     for path, ino in unknown:
+        # written before this process could load anything through this layer: another
+        # process's copy (a dead run's leftover: /tmp of a busy machine holds hundreds,
+        # and the loader opens each file it is asked about) -- no dlopen needed
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue
+        if mtime < _IMPORTED_S - _CLOCK_SLACK_S:
+            settled.add((path, ino))
+        else:
+            probe.append((path, ino, mtime))
+    if probe:
+        from ..abi.libc import library_loaded
+    for path, ino, mtime in probe:
         if library_loaded(path):
             try:
                 os.unlink(path)
@@ -125,11 +171,8 @@ def unlink_new_copies() -> list[str]:
             continue
         # not loaded here: another process's copy -- or one a thread of ours is still
         # writing; only copies older than a few seconds are set aside for good
-        try:
-            if now - os.stat(path).st_mtime > _SETTLE_S:
-                settled.add((path, ino))
-        except OSError:
-            pass
+        if now - mtime > _SETTLE_S:
+            settled.add((path, ino))
     with _lock:
         _foreign.update(settled)
         _removed.extend(out)
@@ -266,9 +309,7 @@ def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     ``/proc/PID/stat`` read each)."""
     out = []
     uid = os.getuid()
-    for path in glob.glob(_KMP_GLOB):
-        if path in ignore:
-            continue
+    for path in sorted(kmp_segment_files() - set(ignore)):
         m = _KMP_RE.fullmatch(os.path.basename(path))
         try:
             if m is None or os.stat(path).st_uid != uid:
@@ -349,8 +390,8 @@ class ChildScope:
 
     def __enter__(self) -> "ChildScope":
         with signals_deferred():
-            self._before = set(glob.glob(LLVM_COPY_GLOB))
-            self._kmp_before = set(glob.glob(_KMP_GLOB))
+            self._before = llvm_copies()
+            self._kmp_before = kmp_segment_files()
             import tempfile
             self.tmpdir = tempfile.mkdtemp(prefix=self.prefix)
         return self
@@ -405,10 +446,13 @@ class ChildScope:
                 os.unlink(seg)
             except OSError:
                 pass
-        sweep(set(glob.glob(LLVM_COPY_GLOB)) - self._before)
+        sweep(llvm_copies() - self._before)
         if self.tmpdir:
-            import shutil
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            try:
+                os.rmdir(self.tmpdir)       # the usual case: the children left it empty
+            except OSError:
+                import shutil
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
 
     def __exit__(self, *exc) -> None:
