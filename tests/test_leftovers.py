@@ -10,10 +10,12 @@ own must also say so in one line and exit 130 (SIGINT) / 143 (SIGTERM).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -345,3 +347,36 @@ def test_dead_kmp_segments_skips_the_ignored_ones():
         assert seg not in leftovers.dead_kmp_segments(ignore={seg})
     finally:
         os.unlink(seg)
+
+
+def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(monkeypatch):
+    """unlink_new_copies: a /tmp/tmpfile_* written before this process could load anything
+    (another run's leftover; a busy /tmp holds hundreds) is set aside from its st_mtime, with
+    no dlopen(RTLD_NOLOAD) -- which opens the file; a young one is still asked about."""
+    import os
+    import secrets
+    from offload_shim.abi import libc
+    from offload_shim.plugins import leftovers
+    asked = []
+    monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: asked.append(p) or False)
+
+    def copy_like():            # the plugins' mkstemp("/tmp/tmpfile_XXXXXX") names
+        while True:
+            path = "/tmp/tmpfile_" + secrets.token_hex(3)
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                return path
+    old, young = copy_like(), copy_like()
+    try:
+        assert len(os.path.basename(old)) == len(os.path.basename(young)) == 14
+        _aged(Path(old), time.time() - leftovers._IMPORTED_S + 60)   # a minute before start
+        assert leftovers.unlink_new_copies() == []      # neither is loaded here
+        assert young in asked and old not in asked, asked
+        assert os.path.exists(old) and os.path.exists(young)   # another process's: kept
+        asked.clear()
+        leftovers.unlink_new_copies()
+        assert old not in asked                          # set aside for good
+    finally:
+        for p in (old, young):
+            with contextlib.suppress(OSError):
+                os.unlink(p)
