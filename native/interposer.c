@@ -200,8 +200,13 @@ static void embed_start(void)
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
       "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
-      "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
-      ".split(os.pathsep) if p and p not in sys.path]\n"
+      /* the launcher's sys.path first, in its order: an entry PYTHONPATH already put
+       * here must not end up behind the installed site-packages (another copy of
+       * offload_shim, whose interposer is not the one preloaded) */
+      "_osh_p = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
+      ".split(os.pathsep) if p]\n"
+      "sys.path[:] = _osh_p + [p for p in sys.path if p not in _osh_p]\n"
+      "del _osh_p\n"
       "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
   static const char boot_host[] =

@@ -123,3 +123,25 @@ def test_the_program_gets_a_double_dash_after_it():
     assert program_arguments(["--", "prog", "x"], "prog", ["x"]) == ["x"]
     assert program_arguments(["prog", "a", "--", "b"], "prog", ["a", "--", "b"]) == \
         ["a", "--", "b"]
+
+
+# -- the program's interpreter imports the launcher's offload_shim -------------------------
+
+@pytest.mark.skipif(not os.path.exists(NEXTGEN16), reason="LLVM 16 nextgen plugin not installed")
+def test_the_embedded_runtime_is_the_launchers_copy_also_under_pythonpath(prog, tmp_path):  # noqa: F811
+    """With PYTHONPATH naming another copy of the package (a source checkout, a build
+    folder), the launcher imports that copy and preloads its interposer; the program's
+    interpreter must import the same copy -- its sys.path starts with the launcher's, in
+    order -- not the installed one, whose interposer would not be the one preloaded."""
+    import shutil
+    from pathlib import Path
+    import offload_shim
+    copy = tmp_path / "site"
+    shutil.copytree(Path(offload_shim.__file__).parent, copy / "offload_shim")
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    r = subprocess.run([sys.executable, "-P", "-c", "import sys; from offload_shim.cli "
+                        "import main; sys.exit(main())", "run", prog], capture_output=True,
+                       text=True, timeout=300, env=env, cwd=tmp_path)
+    assert "failed to start" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert "on_device 1" in r.stdout

@@ -66,8 +66,7 @@ take one argument struct (PR #186261): not a layout this runtime can drive.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Callable
+from collections import namedtuple
 
 from ..errors import UnknownLayoutError
 
@@ -90,38 +89,26 @@ BIN_DESC = struct.Struct("<i4xQQQ")         # __tgt_bin_desc, 32 bytes
 DEVICE_IMAGE = struct.Struct("<QQQQ")       # __tgt_device_image, 32 bytes
 
 
-@dataclass(frozen=True)
-class EntryFields:
+class EntryFields(namedtuple(
+        "EntryFields", "addr name_ptr size flags data kind version", defaults=(0, OFK_OPENMP, 0))):
     """One offload entry, whatever its layout: host ``addr``, ``name_ptr`` (address of
     the NUL-terminated name), ``size`` (bytes; 0 = kernel), ``flags``, ``data`` (the
     ``requires`` flags of an ``OMP_REGISTER_REQUIRES`` entry), ``kind``
     (``OFFLOAD_KINDS``; OpenMP for the 32-byte layout) and ``version`` (0 for the
     32-byte layout)."""
-    addr: int
-    name_ptr: int
-    size: int
-    flags: int
-    data: int = 0
-    kind: int = OFK_OPENMP
-    version: int = 0
+    __slots__ = ()
 
     @property
     def is_requires(self) -> bool:
         return bool(self.flags & OMP_REGISTER_REQUIRES)
 
 
-@dataclass(frozen=True)
-class EntryLayout:
+class EntryLayout(namedtuple("EntryLayout", "name size releases sections decode problem")):
     """An offload-entry record layout: ``size`` bytes per record, ``releases`` (the
     LLVM releases that emit it), ``sections`` (where the compiler puts the records),
     ``decode(raw) -> EntryFields`` and ``problem(raw) -> str | None`` (why a record is
     not of this layout, None when it fits)."""
-    name: str
-    size: int
-    releases: str
-    sections: tuple[str, ...]
-    decode: Callable[[bytes], EntryFields]
-    problem: Callable[[bytes], "str | None"]
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"<EntryLayout {self.name} ({self.size} bytes, {self.releases})>"
@@ -208,13 +195,10 @@ KERNEL_ARGS_SIZE = 104
 KERNEL_ARGS_HEAD = struct.Struct("<II")     # Version, NumArgs
 
 
-@dataclass(frozen=True)
-class KernelArgsVersion:
+class KernelArgsVersion(namedtuple("KernelArgsVersion", "version releases implicit_dyn_ptr")):
     """One ``KernelArgsTy.Version``: the LLVM ``releases`` that emit it and whether
     every kernel takes the implicit first argument ``dyn_ptr`` (``implicit_dyn_ptr``)."""
-    version: int
-    releases: str
-    implicit_dyn_ptr: bool
+    __slots__ = ()
 
 
 #: ``KernelArgsTy.Version`` -> layout (104 bytes each)
@@ -240,19 +224,13 @@ def kernel_args_version(version: int) -> KernelArgsVersion:
 
 
 # -- compiler generations ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Generation:
+class Generation(namedtuple(
+        "Generation", "name layout section device_entry_prefix kernel_args requires runtime")):
     """What one range of clang releases emits for x86_64 (and GPU) offloading: the
     entry ``layout`` and ``section``, the prefix of the entry symbols inside the device
     image (``device_entry_prefix``), the ``KernelArgsTy.Version``, how ``requires``
     reaches the runtime and the runtime library the program links."""
-    name: str
-    layout: EntryLayout
-    section: str
-    device_entry_prefix: str
-    kernel_args: int
-    requires: str
-    runtime: str
+    __slots__ = ()
 
 
 #: clang releases, oldest first.  16, 19 and 22 verified on Debian's compilers

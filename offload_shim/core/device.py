@@ -33,7 +33,7 @@ import enum
 import operator
 import threading
 from array import array
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
                      LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,

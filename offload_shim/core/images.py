@@ -19,8 +19,8 @@ import bisect
 import itertools
 import os
 import threading
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from collections import namedtuple
+from collections.abc import Iterable, Mapping
 
 from .. import elf
 from ..abi import buffers
@@ -56,16 +56,12 @@ def _checked_elf(data: bytes) -> tuple[str, str]:
     return machine, etype
 
 
-@dataclass(frozen=True)
-class HostEntry:
+class HostEntry(namedtuple("HostEntry", "name size flags num_args", defaults=(0, 0, None))):
     """A host entry: ``name`` of the kernel or global, ``size`` in bytes
     (0 = kernel), ``flags`` (``__tgt_offload_entry.flags``), ``num_args``
     (kernel arity, needed by the GOMP ABI of the bundled plugin; None if
     unknown)."""
-    name: str
-    size: int = 0
-    flags: int = 0
-    num_args: int | None = None
+    __slots__ = ()
 
     @property
     def is_kernel(self) -> bool:

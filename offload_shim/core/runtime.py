@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..plugins import discovery, leftovers
 from .device import Device, DeviceState

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
+from collections import namedtuple
 
 from ..errors import InvalidImageError
 
@@ -21,12 +21,10 @@ ENTRIES_SECTION = "omp_offloading_entries"
 R_X86_64_RELATIVE = 8
 
 
-@dataclass(frozen=True)
-class ElfEntry:
-    name: str
-    size: int       # bytes; 0 = function
-    flags: int
-    addr: int       # virtual address in the image (0 if unresolved)
+class ElfEntry(namedtuple("ElfEntry", "name size flags addr")):
+    """One offload entry read from the ELF file: ``name``, ``size`` (bytes; 0 =
+    kernel), ``flags`` and ``addr`` (the record's address field)."""
+    __slots__ = ()
 
 
 def _elffile(data: bytes):

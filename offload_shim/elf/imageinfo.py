@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass, field
 
 from ..errors import InvalidImageError
+from ..records import FieldsRepr
 
 OFFLOAD_BINARY_MAGIC = b"\x10\xff\x10\xad"
 #: ``ImageKind`` / ``OffloadKind`` of llvm/Object/OffloadBinary.h (22.1.8 adds spirv, sycl)
@@ -41,17 +41,20 @@ _HDR = struct.Struct("<4sIQQQ")
 _ENT = struct.Struct("<HHIQQQQ")
 
 
-@dataclass
-class OffloadBinaryEntry:
+class OffloadBinaryEntry(FieldsRepr):
     """One device image inside an OffloadBinary: ``image_kind`` / ``offload_kind``
     (names), ``flags``, ``strings`` (``triple``, ``arch``...), ``image`` (bytes),
     ``offset`` of the container in the parsed buffer."""
-    image_kind: str
-    offload_kind: str
-    flags: int
-    strings: dict
-    image: bytes = field(repr=False)
-    offset: int = 0
+    _fields = ("image_kind", "offload_kind", "flags", "strings", "offset")
+
+    def __init__(self, image_kind: str, offload_kind: str, flags: int, strings: dict,
+                 image: bytes, offset: int = 0) -> None:
+        self.image_kind = image_kind
+        self.offload_kind = offload_kind
+        self.flags = flags
+        self.strings = strings
+        self.image = image
+        self.offset = offset
 
     @property
     def triple(self) -> str:

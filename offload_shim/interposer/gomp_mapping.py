@@ -32,10 +32,10 @@ lock per device (libgomp's ``devicep->lock``).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from collections.abc import Callable
 
 from ..abi import gomp_interposer as _abi
+from ..records import FieldsRepr
 
 # -- gomp-constants.h (GCC 12) ----------------------------------------------------------
 GOMP_MAP_FLAG_TO = 1 << 0
@@ -188,7 +188,7 @@ class GompFatal(Exception):
         self.message = message
 
 
-class DeviceMemory(Protocol):
+class DeviceMemory:
     """What the mapping needs from a device (libgomp's plugin calls): each returns False
     (copies, free) or 0 (alloc) on failure."""
 
@@ -247,29 +247,40 @@ class Key:
                 f"{self.device_address:#x} rc={self.count}>")
 
 
-@dataclass
-class TargetVar:
+class TargetVar(FieldsRepr):
     """``target_var_desc``: one list item of a construct."""
-    key: Key | None = None
-    offset: int = 0
-    length: int = 0
-    copy_from: bool = False
-    always_copy_from: bool = False
-    is_attach: bool = False
-    has_null_ptr_assoc: bool = False
+    _fields = ("key", "offset", "length", "copy_from", "always_copy_from", "is_attach",
+               "has_null_ptr_assoc")
+    __slots__ = _fields
+
+    def __init__(self, key: Key | None = None, offset: int = 0, length: int = 0,
+                 copy_from: bool = False, always_copy_from: bool = False,
+                 is_attach: bool = False, has_null_ptr_assoc: bool = False) -> None:
+        self.key = key
+        self.offset = offset
+        self.length = length
+        self.copy_from = copy_from
+        self.always_copy_from = always_copy_from
+        self.is_attach = is_attach
+        self.has_null_ptr_assoc = has_null_ptr_assoc
 
 
-@dataclass
-class Tgt:
+class Tgt(FieldsRepr):
     """``target_mem_desc``: the device block of one construct (``to_free``, aligned
     ``tgt_start``, ``tgt_end``), its list items and its reference count (the construct
     itself while it runs, plus one per key it created)."""
-    list: list[TargetVar]
-    refcount: int = 1
-    tgt_start: int = 0
-    tgt_end: int = 0
-    to_free: int = 0
-    keys: list[Key] = field(default_factory=list)
+    _fields = ("list", "refcount", "tgt_start", "tgt_end", "to_free", "keys")
+    __slots__ = _fields
+
+    def __init__(self, list: list[TargetVar], refcount: int = 1, tgt_start: int = 0,
+                 tgt_end: int = 0, to_free: int = 0,
+                 keys: list[Key] | None = None) -> None:
+        self.list = list
+        self.refcount = refcount
+        self.tgt_start = tgt_start
+        self.tgt_end = tgt_end
+        self.to_free = to_free
+        self.keys = [] if keys is None else keys
 
     @property
     def list_count(self) -> int:

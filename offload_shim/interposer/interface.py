@@ -27,7 +27,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..abi import clang as _clang
 from ..abi import interposer as _abi

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import contextlib
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from ..abi import interposer as _abi
 from ..errors import OffloadError
+from ..records import FieldsRepr
 from . import diag
 
 _INF = float("inf")
@@ -183,17 +183,22 @@ class MappingTable:
         return len(self.entries)
 
 
-@dataclass
-class TargetPointer:
+class TargetPointer(FieldsRepr):
     """``TargetPointerResultTy``: ``tgt`` (device address, or the host address for
     unified shared memory and pointers that are not mapped; 0 = none), ``entry``,
     ``is_new``, ``is_host`` (unified shared memory), ``present``, ``is_last``."""
-    tgt: int = 0
-    entry: MapEntry | None = None
-    is_new: bool = False
-    is_host: bool = False
-    present: bool = True
-    is_last: bool = False
+    _fields = ("tgt", "entry", "is_new", "is_host", "present", "is_last")
+    __slots__ = _fields
+
+    def __init__(self, tgt: int = 0, entry: MapEntry | None = None, is_new: bool = False,
+                 is_host: bool = False, present: bool = True,
+                 is_last: bool = False) -> None:
+        self.tgt = tgt
+        self.entry = entry
+        self.is_new = is_new
+        self.is_host = is_host
+        self.present = present
+        self.is_last = is_last
 
 
 class DeviceMapper:

@@ -35,7 +35,7 @@ requirement flags, as libomptarget 19/22 ``PluginManager::registerLib`` does.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from ..abi import clang as _clang
 from ..abi import interposer as _abi
@@ -43,21 +43,17 @@ from ..abi.clang import (ENTRY_LAYOUTS, ENTRY_TY_V1, TGT_OFFLOAD_ENTRY, EntryLay
 from ..core.images import HostEntry, OffloadImage
 from ..elf.imageinfo import unwrap_image
 from ..errors import InvalidImageError, OffloadError, UnknownLayoutError
+from ..records import FieldsRepr
 
 _BIN_DESC = _clang.BIN_DESC
 _DEVICE_IMAGE = _clang.DEVICE_IMAGE
 
 
-@dataclass(frozen=True)
-class EntryRecord:
+class EntryRecord(namedtuple("EntryRecord", "addr name size flags data", defaults=(0,))):
     """One decoded offload entry: host ``addr``, ``name``, ``size`` (bytes; 0 =
     function/kernel), ``flags`` (``OMP_DECLARE_TARGET_*``), ``data`` (extra data of
     the LLVM 19+ records)."""
-    addr: int
-    name: str
-    size: int
-    flags: int
-    data: int = 0
+    __slots__ = ()
 
 
 def entry_layout(begin: int, end: int) -> EntryLayout:
@@ -67,15 +63,18 @@ def entry_layout(begin: int, end: int) -> EntryLayout:
                                       f"offload entry table [{begin:#x}, {end:#x})")
 
 
-@dataclass
-class EntryTable:
+class EntryTable(FieldsRepr):
     """A decoded entry table: its ``layout``, the OpenMP ``entries``, the
     ``requires`` flags of its requires entries (0 when none) and ``requires_entry``
     (whether it had one: LLVM 19+)."""
-    layout: EntryLayout
-    entries: list[EntryRecord] = field(default_factory=list)
-    requires: int = 0
-    requires_entry: bool = False
+    _fields = ("layout", "entries", "requires", "requires_entry")
+
+    def __init__(self, layout: EntryLayout, entries: list[EntryRecord] | None = None,
+                 requires: int = 0, requires_entry: bool = False) -> None:
+        self.layout = layout
+        self.entries = [] if entries is None else entries
+        self.requires = requires
+        self.requires_entry = requires_entry
 
 
 def read_entry_table(begin: int, end: int) -> EntryTable:
@@ -104,16 +103,13 @@ def read_entries(begin: int, end: int) -> list[EntryRecord]:
     return read_entry_table(begin, end).entries
 
 
-@dataclass(frozen=True)
-class DecodedImage:
+class DecodedImage(namedtuple("DecodedImage", "data strings entries table",
+                              defaults=(None,))):
     """One ``__tgt_device_image``: its bytes (unwrapped from an OffloadBinary, as
     libomptarget 16 ``getExecutableImage`` does), ``strings`` of the OffloadBinary
     (``triple``, ``arch``; {} for a bare image), its OpenMP entries and the decoded
     ``table`` (layout, requires flags)."""
-    data: bytes
-    strings: dict
-    entries: list[EntryRecord]
-    table: EntryTable | None = None
+    __slots__ = ()
 
 
 def decode_bin_desc(desc: int) -> list[DecodedImage]:
@@ -203,15 +199,18 @@ def supports_empty_images(plugin) -> bool:
     return plugin.entry_point("supports_empty_images")() > 0
 
 
-@dataclass
-class ImageRecord:
+class ImageRecord(FieldsRepr):
     """A registered device image: the OffloadImage, the plugin that took it (libomptarget
     registers an image with the first plugin that accepts it), the host addresses of
     its constructor and destructor kernels (``OMP_DECLARE_TARGET_CTOR/DTOR`` entries)."""
-    image: OffloadImage
-    plugin: object
-    ctors: list[int] = field(default_factory=list)
-    dtors: list[int] = field(default_factory=list)
+    _fields = ("image", "plugin", "ctors", "dtors")
+
+    def __init__(self, image: OffloadImage, plugin: object, ctors: list[int] | None = None,
+                 dtors: list[int] | None = None) -> None:
+        self.image = image
+        self.plugin = plugin
+        self.ctors = [] if ctors is None else ctors
+        self.dtors = [] if dtors is None else dtors
 
 
 class Registrations:

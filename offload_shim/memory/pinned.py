@@ -60,7 +60,7 @@ import os
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from ..abi import buffers as _buffers
 from ..abi import libc as _libc
@@ -635,17 +635,18 @@ def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
 
 # -- the registry --------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PinnedRange:
+class PinnedRange(namedtuple("PinnedRange", "address size refs nested backend device",
+                             defaults=(None, "", None))):
     """A snapshot of one pinned range: ``address``, ``size`` (bytes), ``refs``
-    (own pins + nested pins), ``nested`` ({(address, size): count}),
-    ``backend`` name, ``device`` label (None = process domain)."""
-    address: int
-    size: int
-    refs: int
-    nested: dict = field(default_factory=dict)
-    backend: str = ""
-    device: str | None = None
+    (own pins + nested pins), ``nested`` ({(address, size): count}; a new ``{}`` by
+    default), ``backend`` name, ``device`` label (None = process domain).  Immutable
+    (a ``namedtuple``: see :mod:`offload_shim.records`)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
+        return self._replace(nested={}) if self.nested is None else self
 
     @property
     def end(self) -> int:

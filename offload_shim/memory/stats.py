@@ -18,42 +18,42 @@ and cached) is derived by :func:`snapshot` from the manager's tables when
 from __future__ import annotations
 
 import operator
-from collections import Counter
-from dataclasses import dataclass, field, fields
-from typing import ClassVar
+from collections import Counter, namedtuple
 
 __all__ = ["PoolStats", "BucketStats", "BucketCounters", "snapshot"]
 
 
-@dataclass(frozen=True)
-class BucketStats:
+_BUCKET_FIELDS = ("bytes_in_use", "bytes_cached", "bytes_total", "peak_bytes_total", "misses",
+                  "evictions", "oom_retries", "backend_allocs", "backend_frees", "live_blocks",
+                  "cached_blocks")
+
+
+class BucketStats(namedtuple("BucketStats", _BUCKET_FIELDS,
+                             defaults=(0,) * len(_BUCKET_FIELDS))):
     """Counters of one statistics bucket (bytes are bytes held from the
     backend).  The fields mean what they mean in :class:`PoolStats`.  A
     bucket has no ``hits`` and no ``peak_bytes_in_use``: keeping them would
     cost an update of the bucket on every hit (and every cached free), and
     the pool's own ``hits`` and ``peak_bytes_in_use`` are exact; nor
     ``foreign_frees`` (a foreign pointer has no bucket).  ``peak_bytes_total``
-    is exact: a bucket's bytes held change on backend calls only."""
+    is exact: a bucket's bytes held change on backend calls only.  Immutable (a
+    ``namedtuple``: see :mod:`offload_shim.records`); every field an int, 0 by
+    default."""
 
-    bytes_in_use: int = 0
-    bytes_cached: int = 0
-    bytes_total: int = 0
-    peak_bytes_total: int = 0
-    misses: int = 0
-    evictions: int = 0
-    oom_retries: int = 0
-    backend_allocs: int = 0
-    backend_frees: int = 0
-    live_blocks: int = 0
-    cached_blocks: int = 0
+    __slots__ = ()
 
     def as_dict(self) -> dict:
         """Plain ``dict`` (JSON-ready)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return dict(zip(self._fields, self))
 
 
-@dataclass(frozen=True)
-class PoolStats:
+_POOL_FIELDS = ("bytes_in_use", "bytes_cached", "bytes_total", "peak_bytes_in_use",
+                "peak_bytes_total", "hits", "misses", "evictions", "oom_retries", "backend_allocs",
+                "backend_frees", "foreign_frees", "live_blocks", "cached_blocks", "per_bucket")
+
+
+class PoolStats(namedtuple("PoolStats", _POOL_FIELDS,
+                           defaults=(0,) * (len(_POOL_FIELDS) - 1) + (None,))):
     """Immutable snapshot of pool counters.  All ``bytes_*`` are bytes.
 
     Block sizes are what the manager holds from the backend: the size of
@@ -90,31 +90,23 @@ class PoolStats:
     ``bytes_cached``, ``bytes_total``, their peaks ``peak_bytes_in_use`` and
     ``peak_bytes_total``, ``live_blocks`` and ``cached_blocks``; every
     counter reads 0 and ``per_bucket`` is empty.
+
+    Immutable (a ``namedtuple``: see :mod:`offload_shim.records`); every field but
+    ``per_bucket`` an int, 0 by default; ``per_bucket`` defaults to a new ``{}``.
     """
 
-    BYPASS_BUCKET: ClassVar[int] = -1
+    __slots__ = ()
+    BYPASS_BUCKET = -1
 
-    bytes_in_use: int = 0
-    bytes_cached: int = 0
-    bytes_total: int = 0
-    peak_bytes_in_use: int = 0
-    peak_bytes_total: int = 0
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    oom_retries: int = 0
-    backend_allocs: int = 0
-    backend_frees: int = 0
-    foreign_frees: int = 0
-    live_blocks: int = 0
-    cached_blocks: int = 0
-    per_bucket: dict = field(default_factory=dict)
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
+        return self._replace(per_bucket={}) if self.per_bucket is None else self
 
     def as_dict(self) -> dict:
         """Plain ``dict`` (JSON-ready); ``per_bucket`` becomes
         ``{bucket: dict}``."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name != "per_bucket"}
+        out = {name: value for name, value in zip(self._fields, self)
+               if name != "per_bucket"}
         out["per_bucket"] = {b: s.as_dict() for b, s in sorted(self.per_bucket.items())}
         return out
 

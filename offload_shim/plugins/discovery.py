@@ -15,15 +15,15 @@ from __future__ import annotations
 import glob
 import os
 import sysconfig
-from dataclasses import dataclass
+from collections import namedtuple
 
 ENV_VAR = "OFFLOAD_SHIM_PLUGINS"
 
 
-@dataclass(frozen=True)
-class Candidate:
-    path: str
-    source: str      # "explicit" | "env" | "system" | "bundled"
+class Candidate(namedtuple("Candidate", "path source")):
+    """A plugin file found: its ``path`` and ``source``, where it was found
+    (``"explicit"``, ``"env"``, ``"system"`` or ``"bundled"``)."""
+    __slots__ = ()
 
 
 def _multiarch_dirs() -> list[str]:

@@ -33,9 +33,9 @@ import os
 import re
 import threading
 from array import array
+from collections import namedtuple
 from ctypes import POINTER, byref, c_char_p, c_void_p, cast
-from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..abi import gomp as _gomp
 from ..abi import libc as _libc
@@ -44,6 +44,7 @@ from ..errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
                      LifecycleError, MissingEntryPointError, NotAPluginError,
                      OffloadError, PluginCallError, PluginDlopenError,
                      PluginNotFoundError, TableMismatchError, WrongArchitectureError)
+from ..records import FieldsRepr
 from . import leftovers
 
 MAX_KERNEL_ARGS = 64
@@ -54,23 +55,22 @@ _HANDLES: dict[str, ctypes.CDLL] = {}
 _PLUGINS: dict[tuple[str, str], "Plugin"] = {}
 
 
-@dataclass(frozen=True)
-class TargetEntry:
+class TargetEntry(namedtuple("TargetEntry", "name addr size")):
     """One entry of a loaded image's target table: ``addr`` is what the plugin
     returned (a kernel handle for functions, a device address for
     variables), ``size`` in bytes (0 = function)."""
-    name: str
-    addr: int
-    size: int
+    __slots__ = ()
 
 
-@dataclass
-class LoadedImage:
+class LoadedImage(FieldsRepr):
     """What ``load_image`` returns: target entries in host-entry order, and
     the ctypes objects that must outlive the load (the plugin keeps pointers
     into them, abi-reference 4.3)."""
-    entries: list[TargetEntry]
-    keepalive: list = field(default_factory=list, repr=False)
+    _fields = ("entries",)
+
+    def __init__(self, entries: list[TargetEntry], keepalive: list | None = None) -> None:
+        self.entries = entries
+        self.keepalive = [] if keepalive is None else keepalive
 
 
 def _dlerror_text(exc: OSError) -> str:
