@@ -299,7 +299,7 @@ def parse_run_fast(argv):
     anything else -- ``--help``, an abbreviated or unknown option, a missing or
     dash-led value, a policy not in the choices, no program -- which
     :func:`main_run` then gives to the argparse parser, so every answer and error
-    stays argparse's (tests/test_usage_errors.py compares the two)."""
+    stays argparse's (tests/test_run_startup.py compares the two)."""
     from types import SimpleNamespace
     ns = SimpleNamespace(cmd="run", plugin=[], bundled=False, policy=None, report=None,
                          gomp_host_device=False, func=cmd_run)
