@@ -204,7 +204,9 @@ def test_the_watch_sees_leftovers_and_orphans():
     own still running is reported on each count."""
     code = textwrap.dedent("""
         import os, subprocess, sys, tempfile, time
-        name = "/tmp/tmpfile_" + os.urandom(3).hex()
+        # not named like an image copy: other test sessions on the machine sweep idle
+        # /tmp/tmpfile_* files that appeared while they ran (tests/conftest.py)
+        name = "/tmp/osh_watch_probe_" + os.urandom(3).hex()
         with open(name, "w") as f:
             f.write("x")
             time.sleep(1.0)                 # open long enough to be seen (polled)
