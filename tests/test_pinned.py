@@ -198,6 +198,7 @@ def test_mapped_pins_exactly_the_submitted_ranges(plugin):
         locked = pm.vmlck_bytes() - v0
         assert locked == (span_bytes(want) if bundled else 0)   # nextgen 16 locks nothing
         dev.free(ta)                              # unmap: its range goes
+        assert dev.allocations == (1, 2 * PAGE)   # and the block is freed
         assert [(r.address, r.size) for r in reg.ranges(dev)] == [(addr_of(b_h), PAGE + 10)]
         assert pm.vmlck_bytes() - v0 == (2 * PAGE if bundled else 0)
         dev.free(tb)

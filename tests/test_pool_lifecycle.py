@@ -133,8 +133,9 @@ def test_free_racing_with_deinit_never_reaches_a_new_pool(bundled_path, ctl, mon
                 return pool.free(ptr)
 
         monkeypatch.setattr(dev, "_pool", DeinitFirst())
-        with pytest.raises(osh.UnknownPointerError, match="deinit that ran concurrently"):
+        with pytest.raises(osh.UnknownPointerError, match="deinit that ran concurrently") as e:
             dev.free(p)
+        assert e.value.device == dev.label
         assert ctl.call_count(DELETE) == d0 + 1
         assert dev.pool is not pool and dev.pool.stats.foreign_frees == 0
         # a pointer that is not live never initialises the device

@@ -475,6 +475,71 @@ def test_copy_never_runs_past_the_host_buffer(bundled_path, ctl):
         dev.free(a)
 
 
+class _Int(int):
+    """An int subclass (numpy and IntEnum values are ints too): taken as its value."""
+
+
+def test_copy_offsets_and_sizes_land_where_asked(bundled_path, ctl):
+    """``offset`` moves the device side of a copy, both ways; ``nbytes`` equal to the
+    host buffer and ``nbytes=0`` are allowed (0 copies nothing); ``offset + nbytes``
+    past the block is refused before the plugin; int subclasses count as ints;
+    a read-only buffer can be submitted but never retrieved into; the argument an
+    error is about is named."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        p = dev.alloc(32)
+        dev.submit(p, bytes(range(32)))
+        dev.submit(p, b"\xaa" * 8, offset=16)
+        dev.submit(p, b"\xbb" * 8, offset=_Int(4), nbytes=_Int(4))
+        back = bytearray(32)
+        dev.retrieve(back, p, nbytes=32)                  # nbytes == the host buffer
+        assert back == (bytes(range(4)) + b"\xbb" * 4 + bytes(range(8, 16)) + b"\xaa" * 8
+                        + bytes(range(24, 32)))
+        part = bytearray(4)
+        dev.retrieve(part, p, offset=24)
+        assert part == bytes(range(24, 28))
+        dev.retrieve(part, _Int(p), offset=_Int(28))
+        assert part == bytes(range(28, 32))
+        n_sub = ctl.call_count("__tgt_rtl_data_submit")
+        n_ret = ctl.call_count("__tgt_rtl_data_retrieve")
+        dev.submit(p, bytearray(8), nbytes=0)
+        dev.retrieve(part, p, nbytes=0)
+        assert part == bytes(range(28, 32))
+        with pytest.raises(ValueError, match="exceeds the 32-byte block"):
+            dev.retrieve(bytearray(16), p, offset=24)
+        with pytest.raises(ValueError, match="exceeds the 32-byte block"):
+            dev.submit(p, bytearray(16), offset=24)
+        with pytest.raises(TypeError, match="read-only"):
+            dev.retrieve(b"\0" * 8, p)
+        with pytest.raises(TypeError, match="^offset must be an int"):
+            dev.submit(p, bytearray(8), offset=1.0)
+        with pytest.raises(TypeError, match="^nbytes must be an int"):
+            dev.retrieve(part, p, nbytes=True)
+        assert (ctl.call_count("__tgt_rtl_data_submit"),
+                ctl.call_count("__tgt_rtl_data_retrieve")) == (n_sub, n_ret)
+        dev.free(p)
+
+
+def test_bad_alloc_size_never_initialises_the_device(bundled_path):
+    """``alloc`` checks the size before its lazy init: a bad size raises and leaves
+    the device uninitialised; 2**63-1 is a valid size (the plugin is asked and
+    says out of memory); an int subclass is a size."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        for bad, err in ((-1, ValueError), (1 << 63, ValueError), (1.5, TypeError),
+                         (True, TypeError), ("8", TypeError)):
+            with pytest.raises(err):
+                dev.alloc(bad)
+            assert not dev.initialized, bad
+        with pytest.raises(osh.OutOfDeviceMemoryError):
+            dev.alloc((1 << 63) - 1)
+        assert dev.initialized
+        dev2 = rt.devices[1]
+        p = dev2.alloc(_Int(8))
+        assert p and dev2.allocations == (1, 8)
+        dev2.free(p)
+
+
 def test_typed_errors_for_lookups_and_arguments(bundled_path):
     with osh.Runtime([bundled_path]) as rt:
         img = osh.OffloadImage.sample()
