@@ -151,3 +151,109 @@ def test_kernel_launcher_runs_and_goes_stale(dev):
     d.init()
     with pytest.raises(osh.OffloadError):
         launch([0, 0], [0, 0])                  # made before the deinit
+
+
+def test_raw_and_block_copies_take_one_byte_and_skip_zero(dev):
+    """The raw (``*_raw``), block (``*_in``) and batched forms copy a 1-byte range,
+    skip a copy of 0 bytes or less without checking its address (libomptarget
+    passes empty ranges), and refuse a range that starts before its block or
+    runs past it, or names a block that is not live."""
+    d, _img = dev
+    p = d.alloc(16)
+    src, src_a = _buf([0x1122334455667788, 0])
+    d.submit_raw(p, src_a, 16)
+    one, one_a = _buf([0])
+    d.retrieve_raw(one_a, p, 1)
+    assert list(one) == [0x88]
+    d.submit_raw(p + 8, src_a + 1, 1)           # one byte: 0x77
+    d.retrieve_in(p, one_a, p + 8, 1)
+    assert list(one) == [0x77]
+    d.submit_in(p, p + 9, src_a + 2, 1)         # 0x66
+    out, out_a = _buf([0, 0])
+    d.retrieve_many([(p, p, out_a, 16)])
+    assert list(out) == [0x1122334455667788, 0x6677]
+    d.submit_many([(p, p + 10, src_a + 3, 1)])  # 0x55
+    d.retrieve_many([(p, p + 10, one_a, 1)])
+    assert list(one) == [0x55]
+    for nbytes in (0, -1):                      # nothing to copy, whatever the address
+        d.submit_raw(0xDEAD000, src_a, nbytes)
+        d.retrieve_raw(src_a, 0xDEAD000, nbytes)
+        d.submit_in(0xDEAD000, 0xDEAD000, src_a, nbytes)
+        d.retrieve_in(0xDEAD000, src_a, 0xDEAD000, nbytes)
+        d.submit_many([(0xDEAD000, 0xDEAD000, src_a, nbytes)])
+        d.retrieve_many([(p, p + 64, src_a, nbytes)])
+    assert list(src) == [0x1122334455667788, 0]
+    for bad in ((p, p - 8, 16), (p, p + 8, 16)):  # starts before / runs past the block
+        with pytest.raises(osh.UnknownPointerError):
+            d.submit_raw(bad[1], src_a, bad[2])
+        with pytest.raises(osh.UnknownPointerError):
+            d.submit_many([(bad[0], bad[1], src_a, bad[2])])
+        with pytest.raises(osh.UnknownPointerError):
+            d.submit_in(bad[0], bad[1], src_a, bad[2])
+    with pytest.raises(osh.UnknownPointerError):
+        d.retrieve_many([(p + 1, p + 1, out_a, 8)])   # not a live block
+    d.free(p)
+
+
+def test_lease_edges(dev):
+    """A lease copies 1 byte at an offset both ways, skips a copy of 0 bytes
+    wherever it points, and a detached lease's release frees nothing."""
+    d, _img = dev
+    lease = d.lease([16])
+    src, src_a = _buf([0x1122334455667788, 0])
+    lease.submit_many([(0, 0, src_a, 16)])
+    lease.submit_many([(0, 9, src_a, 1)])       # 0x88 into byte 9
+    one, one_a = _buf([0])
+    lease.retrieve_many([(0, 9, one_a, 1)])
+    assert list(one) == [0x88]
+    lease.submit_many([(0, 64, src_a, 0)])      # nothing, not an error
+    lease.retrieve_many([(0, 64, one_a, 0)])
+    out, out_a = _buf([0, 0])
+    d.retrieve_in(lease.ptrs[0], out_a, lease.ptrs[0], 16)
+    assert list(out) == [0x1122334455667788, 0x8800]
+    lease.detach()
+    lease.release()                             # detached: the caller owns the block
+    assert d.allocations == (1, 16)
+    d.free(lease.ptrs[0])
+
+
+def test_alloc_many_raises_the_first_error_when_cleanup_fails(dev, monkeypatch):
+    """When giving back the blocks of a failed ``alloc_many`` fails too, the
+    error of the allocation is the one raised."""
+    d, _img = dev
+    taken = []
+    monkeypatch.setattr(d, "free", lambda ptr: (taken.append(ptr),
+                                                 (_ for _ in ()).throw(osh.OffloadError("x"))))
+    with pytest.raises(ValueError):
+        d.alloc_many([8, -1])
+    monkeypatch.undo()
+    assert len(taken) == 1 and d.allocations == (1, 8)
+    d.free(taken[0])
+
+
+def test_kernel_launcher_values_and_staleness(dev):
+    """A launcher takes values of 64 bits, signed or not, in args and offsets
+    (n = -2**63 runs no iteration), refuses one beyond either end and a wrong
+    count of offsets, and refuses to run once its image is unloaded."""
+    d, img = dev
+    entry = d.translate(img.host_address("increment"))
+    launch = d.kernel_launcher(entry, 2)
+    p = d.alloc(8)
+    b, a = _buf([5])
+    d.submit_raw(p, a, 8)
+    lo, hi = -(1 << 63), 1 << 64
+    launch([p, lo], [0, 0])
+    launch([p, 0], [0, lo])
+    launch([p, 0], [0, 1])                      # n = 0 + 1
+    d.retrieve_raw(a, p, 8)
+    assert list(b) == [6]
+    for args, offsets in (([p, lo - 1], [0, 0]), ([p, 0], [0, lo - 1]),
+                          ([p, 0], [0, hi]), ([p, hi], [0, 0]), ([p, 1], [0])):
+        with pytest.raises(ValueError):
+            launch(args, offsets)
+    d.free(p)
+    d.unload_registered(img)                    # same initialisation, image gone
+    assert not launch.valid
+    with pytest.raises(osh.KernelNotFoundError):
+        launch([0, 0], [0, 0])
+    d.load_registered(img)

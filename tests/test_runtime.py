@@ -131,9 +131,32 @@ def test_two_images_accumulate(bundled_path):
         out = array("q", [0])
         dev.retrieve(out, p)
         assert out[0] == 42
-        dev.free(p)
         # globals are per image copy
         assert dev.global_address("osh_scale", i1) != dev.global_address("osh_scale", i2)
+        for img in (i1, i2):
+            assert dev.global_address("osh_scale", img) == dev.translate(
+                img.host_address("osh_scale"))
+        # image= picks the image whose kernel runs: each reads its own global
+        dev.submit(dev.global_address("osh_scale", i1), array("d", [2.0]))
+        dev.submit(dev.global_address("osh_scale", i2), array("d", [3.0]))
+        y = dev.alloc(8)
+        dev.submit(y, array("d", [1.0]))
+        dev.launch("scale_by_global", [y, 1], image=i2)
+        dev.launch("scale_by_global", [y, 1], image=i1)
+        got = array("d", [0.0])
+        dev.retrieve(got, y)
+        assert got[0] == 6.0
+        with pytest.raises(osh.KernelNotFoundError):
+            dev.launch("no_such_kernel", [], image=i1)
+        # offsets are added to the arguments (TgtOffsets): n = 0 + 1
+        dev.launch("increment", [p, 0], image=i1, offsets=[0, 1])
+        # unloading one image keeps the other's kernels of the same name
+        rt.unregister_image(i1)
+        dev.launch("increment", [p, 1])
+        dev.retrieve(out, p)
+        assert out[0] == 44
+        dev.free(p)
+        dev.free(y)
 
 
 def test_init_exactly_once_under_8_threads(bundled_path, ctl):
@@ -518,6 +541,30 @@ def test_copy_offsets_and_sizes_land_where_asked(bundled_path, ctl):
         assert (ctl.call_count("__tgt_rtl_data_submit"),
                 ctl.call_count("__tgt_rtl_data_retrieve")) == (n_sub, n_ret)
         dev.free(p)
+
+
+def test_kernel_arguments_and_host_addresses_are_64_bit_ints(bundled_path):
+    """Kernel arguments and offsets may be any value of 64 bits, signed or not
+    (-2**63 .. 2**64-1; checked before the kernel is looked up, so an unknown kernel
+    shows a value was accepted); a host address to translate is an int (an int
+    subclass is its value; a float or bool is a TypeError, not a failed look-up)."""
+    with osh.Runtime([bundled_path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        lo, hi = -(1 << 63), (1 << 64) - 1
+        for args, offsets in (([lo, hi, -1], None), ([0, 0], [lo, hi])):
+            with pytest.raises(osh.KernelNotFoundError):
+                dev.launch("no_such_kernel", args, offsets=offsets)
+        for args, offsets in (([lo - 1], None), ([hi + 1], None), ([0], [lo - 1])):
+            with pytest.raises(ValueError, match="does not fit in 64 bits"):
+                dev.launch("no_such_kernel", args, offsets=offsets)
+        h = img.host_address("osh_scale")
+        assert dev.translate(_Int(h)) == dev.translate(h)
+        for bad in (float(h), True):
+            with pytest.raises(TypeError):
+                dev.translate(bad)
+        rt.unregister_image(img)
 
 
 def test_bad_alloc_size_never_initialises_the_device(bundled_path):
