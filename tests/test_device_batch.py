@@ -257,3 +257,31 @@ def test_kernel_launcher_values_and_staleness(dev):
     with pytest.raises(osh.KernelNotFoundError):
         launch([0, 0], [0, 0])
     d.load_registered(img)
+
+
+def test_launch_entry_by_target_address(dev):
+    """``launch_entry`` runs the kernel at a target-table address (what the
+    interposer's ``__tgt_target_kernel`` has): argument i = args[i] + offsets[i];
+    an address that is no kernel entry, offsets of another count and values
+    beyond 64 bits are refused before the plugin."""
+    d, img = dev
+    entry = d.translate(img.host_address("increment"))
+    p = d.alloc(16)
+    b, a = _buf([1, 2])
+    d.submit_raw(p, a, 16)
+    d.launch_entry(entry, [p, 2])
+    d.launch_entry(entry, [p, 0], [8, 1])       # p + 8, n = 1
+    d.retrieve_raw(a, p, 16)
+    assert list(b) == [2, 4]
+    with pytest.raises(osh.KernelNotFoundError):
+        d.launch_entry(entry + 1, [p, 1])
+    with pytest.raises(ValueError, match="one entry per argument"):
+        d.launch_entry(entry, [p, 1], [0])
+    with pytest.raises(ValueError, match="64 bits"):
+        d.launch_entry(entry, [p, 0], [0, 1 << 64])
+    with pytest.raises(TypeError):
+        d.launch_entry(entry, [p, 1.0])
+    d.launch_entry(entry, [p, 1])               # the image's hold was given back
+    d.retrieve_raw(a, p, 16)
+    assert list(b) == [3, 4]
+    d.free(p)

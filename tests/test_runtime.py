@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from array import array
 
@@ -85,6 +86,34 @@ def test_register_after_init_loads_at_once(plugin):
         # the other devices are not initialised: the image is pending there
         assert img in rt.pending(rt.devices[0])
         _roundtrip(dev, img)
+
+
+def test_a_load_that_fails_half_way_leaves_nothing_behind(bundled_path, ctl):
+    """An image whose load fails after the plugin took it (here: its last host
+    entry lies on a host range another image maps) raises, is unloaded from the
+    plugin again, and leaves none of its host ranges in the device's map; the
+    image loaded before is untouched."""
+    gomp = load_plugin(bundled_path, abi="gomp")
+    with osh.Runtime([gomp]) as rt:
+        i1 = osh.OffloadImage.sample()
+        rt.register_image(i1)
+        dev = rt.devices[0]
+        dev.init()
+        hosts = i1.host_addresses()
+        keep = ctypes.create_string_buffer(64 * len(hosts))
+        h2 = [ctypes.addressof(keep) + 64 * k for k in range(len(hosts) - 1)] + [hosts[-1]]
+        i2 = osh.OffloadImage(i1.data, i1.entries, host_addresses=h2, trusted=True)
+        n_load = ctl.call_count("GOMP_OFFLOAD_load_image")
+        n_unload = ctl.call_count("GOMP_OFFLOAD_unload_image")
+        with pytest.raises(ValueError, match="already mapped"):
+            rt.register_image(i2)
+        assert ctl.call_count("GOMP_OFFLOAD_load_image") == n_load + 1
+        assert ctl.call_count("GOMP_OFFLOAD_unload_image") == n_unload + 1
+        assert dev.loaded_images == [i1]
+        for h in h2[:-1]:
+            with pytest.raises(osh.NotMappedError):
+                dev.translate(h)
+        assert dev.translate(hosts[-1]) == dev.global_address("osh_scale")
 
 
 def test_register_twice_is_noop_and_unregister_unknown_raises(bundled_path):
@@ -791,6 +820,27 @@ def test_abi_applies_to_the_bundled_plugin_path_only(bundled_path, nextgen16):
         assert [p.abi for p in rt.plugins] == ["gomp"]
     with osh.Runtime([nextgen16], abi="gomp") as rt:
         assert [p.abi for p in rt.plugins] == ["llvm"]
+
+
+def test_deinit_whose_pool_drain_fails_still_releases_the_device(bundled_path, ctl, caplog):
+    """A backend free that fails while ``deinit`` drains the pool does not stop the
+    teardown: the device is still released, then that plugin error is raised
+    (not a follow-on error), and no leak warning is made up for it."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        dev.alloc(64)                           # still held: drained at deinit
+        n_deinit = ctl.call_count("__tgt_rtl_deinit_device")
+        ctl.fail_nth("__tgt_rtl_data_delete", 1)
+        try:
+            with caplog.at_level("WARNING", logger="offload_shim"):
+                with pytest.raises(osh.PluginCallError):
+                    dev.deinit()
+        finally:
+            ctl.fail_nth("__tgt_rtl_data_delete", 0)
+        assert "still held at deinit" not in caplog.text
+        assert dev.state is osh.DeviceState.UNINIT
+        assert ctl.call_count("__tgt_rtl_deinit_device") == n_deinit + 1
+        assert ctl.live_allocs() == 0           # deinit_device freed what the plugin held
 
 
 @pytest.mark.allow_violations
