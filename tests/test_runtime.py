@@ -116,6 +116,51 @@ def test_a_load_that_fails_half_way_leaves_nothing_behind(bundled_path, ctl):
         assert dev.translate(hosts[-1]) == dev.global_address("osh_scale")
 
 
+@pytest.mark.parametrize("unload_fails", [False, True])
+def test_an_init_whose_image_load_fails_leaves_the_device_clean(bundled_path, ctl,
+                                                                unload_fails):
+    """An image that fails to load during a lazy init (the second of two pending
+    images) fails the init with the load's error, also when unloading the first
+    image again fails; the device is left uninitialised with no image loaded and
+    no pool, and was released."""
+    gomp = load_plugin(bundled_path, abi="gomp")
+    with osh.Runtime([gomp]) as rt:
+        dev = rt.devices[0]
+        i1 = osh.OffloadImage.sample()
+        hosts = i1.host_addresses()
+        keep = ctypes.create_string_buffer(64 * len(hosts))
+        h2 = [ctypes.addressof(keep) + 64 * k for k in range(len(hosts) - 1)] + [hosts[-1]]
+        i2 = osh.OffloadImage(i1.data, i1.entries, host_addresses=h2, trusted=True)
+        rt.register_image(i1)
+        rt.register_image(i2)                   # pending: nothing is loaded yet
+        n_unload = ctl.call_count("GOMP_OFFLOAD_unload_image")
+        n_fini = ctl.call_count("GOMP_OFFLOAD_fini_device")
+        if unload_fails:                        # the 1st unload is i2's own, the 2nd i1's
+            ctl.fail_nth("GOMP_OFFLOAD_unload_image", 2)
+        try:
+            with pytest.raises(ValueError, match="already mapped"):
+                dev.init()
+        finally:
+            ctl.fail_nth("GOMP_OFFLOAD_unload_image", 0)
+        assert ctl.call_count("GOMP_OFFLOAD_unload_image") == n_unload + 2
+        assert ctl.call_count("GOMP_OFFLOAD_fini_device") == n_fini + 1
+        assert dev.state is osh.DeviceState.UNINIT and not dev.initialized
+        assert dev.loaded_images == [] and dev.pool is None and dev.allocations == (0, 0)
+        rt.unregister_image(i2)
+
+
+def test_close_of_a_device_never_initialised(bundled_path):
+    """``shutdown`` of a device that was never initialised returns (0, 0) and
+    closes it: it never initialises afterwards."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        assert dev.shutdown() == (0, 0)
+        assert dev.state is osh.DeviceState.CLOSED
+        with pytest.raises(osh.LifecycleError):
+            dev.alloc(8)
+        assert dev.state is osh.DeviceState.CLOSED
+
+
 def test_register_twice_is_noop_and_unregister_unknown_raises(bundled_path):
     with osh.Runtime([bundled_path]) as rt:
         img = osh.OffloadImage.sample()
