@@ -161,6 +161,40 @@ def test_close_of_a_device_never_initialised(bundled_path):
         assert dev.state is osh.DeviceState.CLOSED
 
 
+def test_failing_unloads_are_raised_and_unloaded_globals_are_gone(bundled_path, ctl):
+    """A failing ``unload_image`` is raised by ``deinit`` (after the device was
+    released) and by ``unregister_image``; once an image is unloaded, its globals'
+    device addresses are no longer valid copy targets."""
+    gomp = load_plugin(bundled_path, abi="gomp")
+    with osh.Runtime([gomp]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        dev = rt.devices[0]
+        g = dev.global_address("osh_scale")
+        n_fini = ctl.call_count("GOMP_OFFLOAD_fini_device")
+        ctl.fail_nth("GOMP_OFFLOAD_unload_image", 1)
+        try:
+            with pytest.raises(osh.PluginCallError):
+                dev.deinit()
+        finally:
+            ctl.fail_nth("GOMP_OFFLOAD_unload_image", 0)
+        assert dev.state is osh.DeviceState.UNINIT
+        assert ctl.call_count("GOMP_OFFLOAD_fini_device") == n_fini + 1
+        g = dev.global_address("osh_scale")     # re-initialised, loaded again
+        dev.submit(g, array("d", [2.0]))
+        ctl.fail_nth("GOMP_OFFLOAD_unload_image", 1)
+        try:
+            with pytest.raises(osh.PluginCallError):
+                rt.unregister_image(img)
+        finally:
+            ctl.fail_nth("GOMP_OFFLOAD_unload_image", 0)
+        assert dev.loaded_images == []
+        with pytest.raises(osh.UnknownPointerError):
+            dev.submit(g, array("d", [2.0]))
+        with pytest.raises(osh.UnknownPointerError):
+            dev.submit_raw(g, 0, 8)
+
+
 def test_register_twice_is_noop_and_unregister_unknown_raises(bundled_path):
     with osh.Runtime([bundled_path]) as rt:
         img = osh.OffloadImage.sample()
