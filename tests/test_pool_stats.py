@@ -156,6 +156,33 @@ def test_per_bucket_peak_total_is_kept_on_backend_calls():
     mm.free(q)
 
 
+def test_a_failed_backend_free_keeps_the_block_counted_as_held():
+    """A cached block whose ``backend_free`` fails during ``trim`` is held again
+    (its bucket's bytes held go back up, no eviction is counted), so a later
+    miss in the bucket raises its peak above the first block alone."""
+    b = FakeBackend()
+    fail = [True]
+
+    def free(ptr):
+        if fail.pop() if fail else False:
+            raise osh.PluginCallError("free failed")
+        b.free(ptr)
+
+    mm = MemoryManager(b.alloc, free, debug="", device_label="fake:0")
+    mm.free(mm.allocate(100))                       # cached: bucket 64, 100 bytes held
+    with pytest.raises(osh.PluginCallError):
+        mm.trim()
+    x = mm.stats.per_bucket[64]
+    assert (x.bytes_cached, x.evictions, x.backend_frees, x.peak_bytes_total) == (100, 0, 0, 100)
+    p = mm.allocate(100)                            # a hit on the block kept
+    q = mm.allocate(100)                            # a miss: 200 bytes held
+    x = mm.stats.per_bucket[64]
+    assert (x.bytes_total, x.peak_bytes_total, x.misses) == (200, 200, 2)
+    mm.free(p)
+    mm.free(q)
+    assert mm.trim() == 200 and mm.stats.per_bucket[64].backend_frees == 2
+
+
 def test_poisoned_blocks_stay_counted_in_use_in_their_bucket():
     seen = []
     b = FakeBackend()

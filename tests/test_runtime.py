@@ -249,9 +249,11 @@ def test_two_images_accumulate(bundled_path):
         dev.submit(dev.global_address("osh_scale", i2), array("d", [3.0]))
         y = dev.alloc(8)
         dev.submit(y, array("d", [1.0]))
-        dev.launch("scale_by_global", [y, 1], image=i2)
-        dev.launch("scale_by_global", [y, 1], image=i1)
         got = array("d", [0.0])
+        dev.launch("scale_by_global", [y, 1], image=i2)
+        dev.retrieve(got, y)
+        assert got[0] == 3.0
+        dev.launch("scale_by_global", [y, 1], image=i1)
         dev.retrieve(got, y)
         assert got[0] == 6.0
         with pytest.raises(osh.KernelNotFoundError):
