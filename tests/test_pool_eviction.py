@@ -407,3 +407,61 @@ def test_largest_first_stops_as_soon_as_the_need_is_met():
     assert largest_first(free, 399) == [(1, 300), (2, 100)]
     assert largest_first(free, 401) == [(1, 300), (2, 100), (3, 100)]
     assert largest_first(free, 10_000) == [(1, 300), (2, 100), (3, 100)]
+
+
+class _Index:
+    """A pointer given as an object with ``__index__`` (a numpy integer, a ctypes
+    value converted by a backend wrapper)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_oom_ladder_result_and_error_fields():
+    """After the OOM ladder, the retried allocation is returned as a plain int
+    (also when the backend hands an ``__index__`` object), its retry is counted in
+    the request's bucket (first seen at that retry) and logged; when the ladder
+    ends without memory the error carries the request, the bytes in use, the
+    device and the function; an ``__index__`` pointer can be freed."""
+    import io
+    import json
+    fb = FakeBackend(capacity=1000)
+    wrap = []
+
+    def alloc(n):
+        v = fb.alloc(n)
+        return _Index(v) if v and wrap else v
+
+    log = io.StringIO()
+    mm = MemoryManager(alloc, fb.free, threshold=1000, debug="", event_log=log,
+                       device_label="fake:0")
+    keep = mm.allocate(200)                       # bucket 128
+    mm.free(mm.allocate(300))                     # 300 cached, bucket 256
+    wrap.append(True)
+    p = mm.allocate(600)                          # bucket 512: 200 + 300 + 600 > 1000
+    assert type(p) is int and p in fb.live
+    x = mm.stats.per_bucket
+    assert sorted(x) == [128, 256, 512]
+    assert (x[512].oom_retries, x[512].misses, x[256].evictions) == (1, 1, 1)
+    mm.flush_event_log()
+    retry = [e for e in map(json.loads, log.getvalue().splitlines()) if e["op"] == "oom_retry"]
+    assert [(e["size"], e["ptr"], e["hit"]) for e in retry] == [(600, 0, False)]
+    with pytest.raises(OutOfDeviceMemoryError) as ei:
+        mm.allocate(300)
+    e = ei.value
+    assert (e.requested, e.in_use, e.device) == (300, 800, "fake:0")
+    assert e.function == "MemoryManager.allocate"
+    mm.free(_Index(keep))
+    mm.free(p)
+    assert mm.live_allocations() == [] and mm.stats.bytes_cached == 800
+    # with statistics off the retry is still logged
+    fb2, log2 = FakeBackend(capacity=1000), io.StringIO()
+    mm2 = MemoryManager(fb2.alloc, fb2.free, threshold=1000, debug="", stats=False,
+                        event_log=log2)
+    mm2.free(mm2.allocate(600))
+    mm2.allocate(600)
+    mm2.flush_event_log()
+    assert [e["op"] for e in map(json.loads, log2.getvalue().splitlines())].count("oom_retry") == 1

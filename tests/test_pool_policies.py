@@ -342,3 +342,32 @@ def test_size_class_index_keeps_every_size_of_a_class_sorted(order):
     free[100] = []                                # an empty list is skipped
     assert idx.larger(98, free) is free[102]
     assert idx.larger(102, free) is None and idx.larger(90, free) is None
+
+
+def test_binned_hit_path_edges():
+    """The binned hit path: a block handed to a smaller request of its class and
+    then to its own size again is recorded at the size asked last; sizes the
+    hit path does not take (0, a float, beyond the threshold) never get a cached
+    block; a hit is logged with its size, pointer and block."""
+    import io
+    import json
+    log = io.StringIO()
+    b, mm = make_pool(policy="binned", event_log=log)
+    p = mm.allocate(100)
+    mm.free(p)
+    assert mm.allocate(99) == p and mm.size_of(p) == 99
+    mm.free(p)
+    assert mm.allocate(100) == p and mm.size_of(p) == 100
+    mm.free(p)
+    assert mm.allocate(0) == 0
+    with pytest.raises(TypeError):
+        mm.allocate(100.0)
+    big = mm.allocate(mm.threshold + 1)
+    assert big != p
+    mm.free(big)
+    mm.flush_event_log()
+    hits = [e for e in map(json.loads, log.getvalue().splitlines())
+            if e["op"] == "alloc" and e.get("hit")]
+    assert [(e["size"], e["ptr"], e["block"]) for e in hits] == [(99, p, 100), (100, p, 100)]
+    assert mm.live_allocations() == []
+    assert_conserved(mm, b)
