@@ -462,6 +462,6 @@ def test_oom_ladder_result_and_error_fields():
     mm2 = MemoryManager(fb2.alloc, fb2.free, threshold=1000, debug="", stats=False,
                         event_log=log2)
     mm2.free(mm2.allocate(600))
-    mm2.allocate(600)
+    mm2.allocate(500)                             # another bucket: a miss, 600 + 500 > 1000
     mm2.flush_event_log()
     assert [e["op"] for e in map(json.loads, log2.getvalue().splitlines())].count("oom_retry") == 1
