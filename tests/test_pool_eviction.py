@@ -465,3 +465,18 @@ def test_oom_ladder_result_and_error_fields():
     mm2.allocate(500)                             # another bucket: a miss, 600 + 500 > 1000
     mm2.flush_event_log()
     assert [e["op"] for e in map(json.loads, log2.getvalue().splitlines())].count("oom_retry") == 1
+
+
+def test_sizes_given_as_index_objects_are_pooled_like_ints():
+    """A size given as an ``__index__`` object is its value: 1 byte and exactly
+    the threshold are pooled (cached on free), one byte more bypasses."""
+    b, mm = make(threshold=1000)
+    for n in (1, 1000):
+        p = mm.allocate(_Index(n))
+        assert b.live[p] == n
+        mm.free(p)
+        assert p in b.live                        # cached, not freed
+    p = mm.allocate(_Index(1001))
+    mm.free(p)
+    assert p not in b.live                        # bypass: straight back
+    assert mm.stats.bytes_cached == 1001 and mm.stats.cached_blocks == 2
