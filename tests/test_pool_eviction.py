@@ -480,3 +480,17 @@ def test_sizes_given_as_index_objects_are_pooled_like_ints():
     mm.free(p)
     assert p not in b.live                        # bypass: straight back
     assert mm.stats.bytes_cached == 1001 and mm.stats.cached_blocks == 2
+
+
+def test_allocate_after_drain_names_the_call():
+    """``allocate`` on a drained manager raises LifecycleError naming
+    ``MemoryManager.allocate`` and the device, for a pooled and a bypassed size."""
+    from offload_shim.errors import LifecycleError
+    b, mm = make(threshold=1000)
+    mm.free(mm.allocate(100))
+    mm.drain()
+    for n in (100, 5000):
+        with pytest.raises(LifecycleError) as ei:
+            mm.allocate(n)
+        assert (ei.value.function, ei.value.device) == ("MemoryManager.allocate", "fake:0")
+    assert b.live == {}
