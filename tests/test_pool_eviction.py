@@ -480,6 +480,13 @@ def test_sizes_given_as_index_objects_are_pooled_like_ints():
     mm.free(p)
     assert p not in b.live                        # bypass: straight back
     assert mm.stats.bytes_cached == 1001 and mm.stats.cached_blocks == 2
+    # a backend that hands pointers as __index__ objects: the caller gets ints
+    fb = FakeBackend()
+    mm2 = MemoryManager(lambda n: _Index(fb.alloc(n)), fb.free, debug="")
+    p = mm2.allocate(100)
+    assert type(p) is int and fb.live == {p: 100}
+    mm2.free(p)
+    assert mm2.allocate(100) == p
 
 
 def test_allocate_after_drain_names_the_call():
