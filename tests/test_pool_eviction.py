@@ -501,3 +501,14 @@ def test_allocate_after_drain_names_the_call():
             mm.allocate(n)
         assert (ei.value.function, ei.value.device) == ("MemoryManager.allocate", "fake:0")
     assert b.live == {}
+    # drained while the backend call is in flight: the block goes back, same error
+    fb = FakeBackend()
+
+    def alloc(n):
+        mm2.drain()
+        return fb.alloc(n)
+
+    mm2 = MemoryManager(alloc, fb.free, debug="")
+    with pytest.raises(LifecycleError) as ei:
+        mm2.allocate(100)
+    assert ei.value.function == "MemoryManager.allocate" and fb.live == {}
