@@ -512,3 +512,18 @@ def test_allocate_after_drain_names_the_call():
     with pytest.raises(LifecycleError) as ei:
         mm2.allocate(100)
     assert ei.value.function == "MemoryManager.allocate" and fb.live == {}
+
+
+def test_a_backend_handing_out_a_held_block_is_refused():
+    """A backend that returns a block another manager of it already holds (a
+    corrupt backend, or a free behind the manager's back) is refused with an
+    OffloadError naming the call and the device; the holder keeps its block."""
+    fb = FakeBackend()
+    mm1 = MemoryManager(fb.alloc, fb.free, debug="", device_label="fake:0")
+    p = mm1.allocate(100)
+    mm2 = MemoryManager(lambda n: p, fb.free, debug="", device_label="fake:1")
+    with pytest.raises(OffloadError, match="already holds") as ei:
+        mm2.allocate(100)
+    assert (ei.value.function, ei.value.device) == ("MemoryManager.allocate", "fake:1")
+    assert mm1.owns(p) and not mm2.owns(p) and mm2.live_allocations() == []
+    mm1.free(p)
