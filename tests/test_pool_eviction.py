@@ -527,3 +527,27 @@ def test_a_backend_handing_out_a_held_block_is_refused():
     assert (ei.value.function, ei.value.device) == ("MemoryManager.allocate", "fake:1")
     assert mm1.owns(p) and not mm2.owns(p) and mm2.live_allocations() == []
     mm1.free(p)
+
+
+def test_a_failed_bypass_free_leaves_the_block_owned():
+    """A bypassed block whose ``backend_free`` fails is the caller's live block
+    again, still owned by its manager: another manager of the same backend that
+    is handed it (non-strict) gives it back to that owner.  A free of a pointer
+    the manager does not hold after its drain names ``MemoryManager.free``."""
+    from helpers import FailOnce
+    from offload_shim.errors import LifecycleError
+    fb = FakeBackend()
+    bfree = FailOnce(fb)
+    mm1 = MemoryManager(fb.alloc, bfree, threshold=64, debug="", device_label="fake:0")
+    mm2 = MemoryManager(fb.alloc, bfree, threshold=64, debug="", device_label="fake:1")
+    p = mm1.allocate(1000)                        # above the threshold: bypass
+    with pytest.raises(OffloadError):
+        mm1.free(p)
+    assert mm1.owns(p) and mm1.live_allocations() == [(p, 1000)]
+    mm2.free(p, strict=False)                     # routed to its owner
+    assert mm1.live_allocations() == [] and fb.live == {}
+    assert mm2.stats.foreign_frees == 0
+    mm1.drain()
+    with pytest.raises(LifecycleError) as ei:
+        mm1.free(p)
+    assert (ei.value.function, ei.value.device) == ("MemoryManager.free", "fake:0")
