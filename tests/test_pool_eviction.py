@@ -551,3 +551,31 @@ def test_a_failed_bypass_free_leaves_the_block_owned():
     with pytest.raises(LifecycleError) as ei:
         mm1.free(p)
     assert (ei.value.function, ei.value.device) == ("MemoryManager.free", "fake:0")
+
+
+def test_free_edges_events_foreign_count_and_cap():
+    """``free(None)`` is a no-op; each foreign free is counted; a free event says
+    whether the block was cached (``hit``) or went to the backend; the cache cap
+    counts cached bytes only (not those in use) and allows exactly the cap."""
+    import io
+    import json
+    fb = FakeBackend()
+    log = io.StringIO()
+    mm = MemoryManager(fb.alloc, fb.free, threshold=1000, cache_limit=300, debug="",
+                       event_log=log)
+    mm.free(None)
+    big = mm.allocate(900)                        # in use, pooled size
+    a, b = mm.allocate(100), mm.allocate(200)
+    mm.free(a)
+    mm.free(b)                                    # 300 cached == the cap: kept
+    assert mm.stats.bytes_cached == 300 and mm.stats.evictions == 0
+    q = mm.allocate(5000)                         # bypass
+    mm.free(q)
+    for _ in range(2):
+        mm.free(fb.alloc(8), strict=False)        # not this manager's: straight to the backend
+    assert mm.stats.foreign_frees == 2
+    mm.flush_event_log()
+    frees = [(e["ptr"], e["hit"]) for e in map(json.loads, log.getvalue().splitlines())
+             if e["op"] == "free"]
+    assert frees == [(a, True), (b, True), (q, False)]
+    mm.free(big)
