@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import offload_shim as osh
 from offload_shim.errors import OffloadError, OutOfDeviceMemoryError
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, MemoryManager
 from offload_shim.memory.fake import FakeBackend
@@ -579,3 +580,51 @@ def test_free_edges_events_foreign_count_and_cap():
              if e["op"] == "free"]
     assert frees == [(a, True), (b, True), (q, False)]
     mm.free(big)
+
+
+@pytest.mark.parametrize("oom", ["free-all", "incremental"])
+def test_oom_ladder_evictions_are_logged_as_oom(oom):
+    """Each block an OOM ladder releases is logged as an ``evict`` event with
+    reason ``oom``."""
+    import io
+    import json
+    log = io.StringIO()
+    b, mm = make(FakeBackend(capacity=1000), threshold=1000, oom=oom, event_log=log)
+    ps = _cache_three(mm)
+    mm.allocate(900)
+    mm.flush_event_log()
+    ev = [(e["ptr"], e["reason"]) for e in map(json.loads, log.getvalue().splitlines())
+          if e["op"] == "evict"]
+    assert ev and all(r == "oom" for _, r in ev) and {p for p, _ in ev} <= set(ps)
+
+
+def test_incremental_ladder_releases_one_block_at_a_time():
+    """``incremental`` releases the largest cached block, one per step, even when
+    the largest is a single byte."""
+    b, mm = make(FakeBackend(capacity=3), threshold=1000, oom="incremental")
+    x, y = mm.allocate(1), mm.allocate(1)
+    mm.free(x)
+    mm.free(y)
+    p = mm.allocate(2)                            # 2 cached + 2 > 3: one 1-byte block goes
+    assert len(b.free_order) == 1 and mm.stats.cached_blocks == 1
+    mm.free(p)
+
+
+def test_a_block_whose_release_failed_is_cached_and_owned_again():
+    """A cached block whose ``backend_free`` fails in ``trim`` goes back into the
+    cache, still owned by its manager: handed to another manager of the same
+    backend (non-strict), it is a double free there, never a foreign free."""
+    from helpers import FailOnce
+    fb = FakeBackend()
+    bfree = FailOnce(fb)
+    mm1 = MemoryManager(fb.alloc, bfree, debug="")
+    mm2 = MemoryManager(fb.alloc, bfree, debug="")
+    p = mm1.allocate(100)
+    mm1.free(p)
+    with pytest.raises(OffloadError):
+        mm1.trim()
+    assert mm1.stats.cached_blocks == 1 and p in fb.live
+    with pytest.raises(osh.UnknownPointerError):
+        mm2.free(p, strict=False)
+    assert p in fb.live and mm2.stats.foreign_frees == 0
+    assert mm1.trim() == 100 and fb.live == {}
