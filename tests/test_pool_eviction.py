@@ -593,9 +593,10 @@ def test_oom_ladder_evictions_are_logged_as_oom(oom):
     ps = _cache_three(mm)
     mm.allocate(900)
     mm.flush_event_log()
-    ev = [(e["ptr"], e["reason"]) for e in map(json.loads, log.getvalue().splitlines())
+    ev = [(e["ptr"], e["reason"], e["hit"]) for e in map(json.loads, log.getvalue().splitlines())
           if e["op"] == "evict"]
-    assert ev and all(r == "oom" for _, r in ev) and {p for p, _ in ev} <= set(ps)
+    assert ev and all(r == "oom" and h is False for _, r, h in ev)
+    assert {p for p, _, _ in ev} <= set(ps)
 
 
 def test_incremental_ladder_releases_one_block_at_a_time():
