@@ -629,3 +629,17 @@ def test_a_block_whose_release_failed_is_cached_and_owned_again():
         mm2.free(p, strict=False)
     assert p in fb.live and mm2.stats.foreign_frees == 0
     assert mm1.trim() == 100 and fb.live == {}
+
+
+def test_trim_by_default_releases_every_cached_byte():
+    """``trim()`` keeps nothing cached, even a 1-byte block next to a larger one;
+    a bad ``keep_bytes`` is refused naming it."""
+    b, mm = make()
+    x, y = mm.allocate(1), mm.allocate(100)
+    mm.free(x)
+    mm.free(y)
+    assert mm.trim() == 101 and mm.stats.cached_blocks == 0 and b.live == {}
+    with pytest.raises(TypeError, match="^keep_bytes must be an int"):
+        mm.trim(1.5)
+    with pytest.raises(ValueError, match="keep_bytes"):
+        mm.trim(-1)
