@@ -643,3 +643,55 @@ def test_trim_by_default_releases_every_cached_byte():
         mm.trim(1.5)
     with pytest.raises(ValueError, match="keep_bytes"):
         mm.trim(-1)
+
+
+def test_trim_keeps_the_bytes_asked_and_returns_zero_when_it_cannot():
+    """``trim(keep)`` counts cached bytes only (blocks in use do not count against
+    ``keep``); after ``drain``, or when the guard refuses (a device being torn down),
+    it releases nothing and returns 0."""
+    from contextlib import contextmanager
+    from offload_shim.errors import LifecycleError
+    b, mm = make()
+    big = mm.allocate(900)
+    x, y = mm.allocate(100), mm.allocate(200)
+    mm.free(x)
+    mm.free(y)
+    assert mm.trim(200) == 200 and mm.stats.bytes_cached == 100   # the 200 goes
+    mm.free(big)
+    refuse = [True]
+
+    class Guard:
+        def __enter__(self):
+            if refuse:
+                raise LifecycleError("being torn down")
+
+        def __exit__(self, *exc):
+            return False
+
+    b2 = FakeBackend()
+    mm2 = MemoryManager(b2.alloc, b2.free, debug="", guard=Guard())
+    refuse.clear()
+    mm2.free(mm2.allocate(100))
+    refuse.append(True)
+    assert mm2.trim() == 0 and mm2.stats.bytes_cached == 100
+    refuse.clear()
+    mm.drain()
+    assert mm.trim() == 0
+    mm2.drain()
+    assert mm2.trim() == 0
+
+    armed = []
+
+    class DrainOnEnter:                           # drained while trim waits for the guard
+        def __enter__(self):
+            if armed:
+                mm3.drain()
+
+        def __exit__(self, *exc):
+            return False
+
+    b3 = FakeBackend()
+    mm3 = MemoryManager(b3.alloc, b3.free, debug="", guard=DrainOnEnter())
+    mm3.free(mm3.allocate(100))
+    armed.append(True)
+    assert mm3.trim() == 0 and b3.live == {}
