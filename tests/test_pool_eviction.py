@@ -695,3 +695,23 @@ def test_trim_keeps_the_bytes_asked_and_returns_zero_when_it_cannot():
     mm3.free(mm3.allocate(100))
     armed.append(True)
     assert mm3.trim() == 0 and b3.live == {}
+
+
+def test_trim_to_a_byte_short_of_the_cache_and_its_events():
+    """``trim(keep)`` one byte below what is cached still releases (the largest
+    block); ``trim(1)`` keeps the 1-byte block; each released block is a ``trim``
+    event with reason ``trim``."""
+    import io
+    import json
+    log = io.StringIO()
+    b, mm = make(event_log=log)
+    x, y = mm.allocate(1), mm.allocate(100)
+    mm.free(x)
+    mm.free(y)
+    assert mm.trim(100) == 100 and mm.stats.bytes_cached == 1
+    mm.free(mm.allocate(100))
+    assert mm.trim(1) == 100 and mm.stats.bytes_cached == 1
+    mm.flush_event_log()
+    ev = [(e["ptr"], e["reason"]) for e in map(json.loads, log.getvalue().splitlines())
+          if e["op"] == "trim"]
+    assert [r for _, r in ev] == ["trim", "trim"] and ev[0][0] == y
