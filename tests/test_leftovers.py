@@ -378,6 +378,17 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
         asked.clear()
         leftovers.unlink_new_copies()
         assert old not in asked                          # set aside for good
+        # with the listing taken before a load, only what appeared since is looked at
+        before = leftovers.copy_names()
+        assert {old, young} <= before
+        newer = copy_like()
+        asked.clear()
+        try:
+            leftovers.unlink_new_copies(before)
+            # (other processes' copies made meanwhile may be asked about too)
+            assert newer in asked and not {old, young} & set(asked), asked
+        finally:
+            os.unlink(newer)
     finally:
         for p in (old, young):
             with contextlib.suppress(OSError):

@@ -1,6 +1,6 @@
 """What `offload-shim run` imports at start-up: the embedded runtime of every program
 imports neither logging nor pathlib (each pulls in a dozen modules: traceback, string,
-urllib.parse, ipaddress...), the launcher not argparse for the usual command lines --
+urllib.parse, ipaddress...), nor dataclasses (inspect, ast, dis, tokenize) and typing, the launcher not argparse for the usual command lines --
 whose fast reading (``parse_run_fast``) must agree with argparse's wherever it answers.  Checked from the interpreter's own import log
 (``PYTHONPROFILEIMPORTTIME``) of a real run of a clang-16 program -- no timings here;
 benchmarks/run_overhead.py measures the start-up."""
@@ -48,8 +48,9 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options)
     embedded = tables[1]
     assert "offload_shim.interposer.embed" in embedded       # it did start the runtime
     assert "offload_shim.plugins.plugin" in embedded      # ... and loaded the plugin
-    assert not embedded & {"logging", "pathlib", "urllib.parse", "ipaddress"}, \
-        sorted(embedded & {"logging", "pathlib", "urllib.parse", "ipaddress"})
+    heavy = {"logging", "pathlib", "urllib.parse", "ipaddress", "dataclasses", "inspect",
+             "typing", "glob", "argparse"}
+    assert not embedded & heavy, sorted(embedded & heavy)
     launcher = tables[0]
     assert "offload_shim.cli.run" in launcher
     assert not launcher & {"argparse", "logging", "pathlib", "glob"}, \

@@ -12,10 +12,11 @@ Duplicates (the same real file through symlinks) are listed once.
 
 from __future__ import annotations
 
-import glob
 import os
-import sysconfig
 from collections import namedtuple
+
+# glob and sysconfig are imported by the functions that search: the runtime imports this
+# module, and the embedded runtime of `offload-shim run` never searches (start-up)
 
 ENV_VAR = "OFFLOAD_SHIM_PLUGINS"
 
@@ -27,11 +28,13 @@ class Candidate(namedtuple("Candidate", "path source")):
 
 
 def _multiarch_dirs() -> list[str]:
+    import sysconfig
     arch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
     return [f"/usr/lib/{arch}", f"/lib/{arch}", "/usr/lib64", "/usr/lib"]
 
 
 def _plugin_files_in(directory: str) -> list[str]:
+    import glob
     pats = ["libomptarget.rtl.*.so*", "libgomp-plugin-*.so.1", "libLLVMOffload.so*"]
     out = []
     for pat in pats:
@@ -48,6 +51,7 @@ def system_plugin_paths(env=None) -> list[str]:
     """Installed LLVM and GCC plugins (no loading), plus the LLVM 14 plugins
     unpacked under ``$OFFLOAD_SHIM_LLVM14_ROOT`` (libomp-14-dev conflicts with
     libomp5-16, so scripts/setup.sh unpacks it with dpkg -x)."""
+    import glob
     env = os.environ if env is None else env
     out = sorted(glob.glob("/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))
     root = env.get(LLVM14_ROOT_VAR)
@@ -64,6 +68,7 @@ def liboffload_paths(env=None) -> list[str]:
     installed under ``/usr/lib/llvm-*/lib`` or unpacked under
     ``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT``; versioned files only (the ``.so``
     development symlink is the same library)."""
+    import glob
     env = os.environ if env is None else env
     roots = ["/"]
     if env.get(LIBOFFLOAD_ROOT_VAR):
@@ -83,6 +88,7 @@ def host_runtime_paths(env=None) -> list[str]:
     under ``/usr/lib/llvm-*/lib`` or unpacked under ``$OFFLOAD_SHIM_LLVM19_ROOT`` /
     ``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT`` (LLVM 22), one per file name.  They are not
     plugins: since LLVM 19 the plugins are linked into them (llvm-project PR #87009)."""
+    import glob
     env = os.environ if env is None else env
     roots = ["/"] + [env[v] for v in (LLVM19_ROOT_VAR, LIBOFFLOAD_ROOT_VAR) if env.get(v)]
     out, seen = [], set()

@@ -41,7 +41,7 @@ import time
 # shutil and tempfile are imported where they are used (start-up: the plugin layer
 # imports this module)
 
-__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "kmp_segment_files", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
+__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "copy_names", "kmp_segment_files", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
            "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
            "dead_kmp_segments", "ChildScope"]
 
@@ -122,7 +122,13 @@ _IMPORTED_S = time.time()
 _CLOCK_SLACK_S = 1.0
 
 
-def unlink_new_copies() -> list[str]:
+def copy_names() -> set[str]:
+    """The ``/tmp/tmpfile_XXXXXX`` paths there now: one ``scandir``, no ``stat``.  A
+    caller takes it before a load and gives it to :func:`unlink_new_copies` after."""
+    return llvm_copies()
+
+
+def unlink_new_copies(before: set[str] | None = None) -> list[str]:
     """The cheap form of :func:`unlink_mapped_copies` for after each load:
     list ``/tmp`` and ask the dynamic loader about each copy not seen before
     (``dlopen(path, RTLD_NOLOAD)``: the LLVM plugins ``dlopen`` their copy,
@@ -132,10 +138,14 @@ def unlink_new_copies() -> list[str]:
     which made long ``check`` runs several times slower.  A copy last written
     before this module was imported (less a second of clock slack) is another
     process's and is set aside from its ``st_mtime`` alone: the loader opens
-    every file it is asked about.  Returns the paths removed."""
+    every file it is asked about.  ``before``: the :func:`copy_names` taken before the
+    load; only the copies that appeared since are looked at (a busy ``/tmp`` holds
+    hundreds of other runs' copies: no ``stat`` of each).  Returns the paths removed."""
     try:
-        names = {(e.path, e.inode()) for e in os.scandir("/tmp")
-                 if e.name.startswith("tmpfile_") and len(e.name) == 14}
+        with os.scandir("/tmp") as it:
+            names = {(e.path, e.inode()) for e in it
+                     if e.name.startswith("tmpfile_") and len(e.name) == 14
+                     and (before is None or e.path not in before)}
     except OSError:
         return []
     with _lock:

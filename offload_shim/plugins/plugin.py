@@ -719,12 +719,14 @@ class LLVMPlugin(Plugin):
         dimg, keep = self._device_image(image)
         with self._lock:
             self._keepalive.append(keep)         # the plugin may keep pointers into them
+        # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image: the copies
+        # that appear during the load are looked at afterwards
+        before = None if self.bundled else leftovers.copy_names()
         try:
             table = self._fn["load_binary"](dev, byref(dimg))
         finally:
-            if not self.bundled:
-                # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image
-                leftovers.unlink_new_copies()
+            if before is not None:
+                leftovers.unlink_new_copies(before)
         if not table:
             raise self._error(InvalidImageError, "load_binary", dev,
                               head=f"__tgt_rtl_load_binary rejected image {image.name!r}")
