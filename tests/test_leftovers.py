@@ -379,7 +379,7 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
         leftovers.unlink_new_copies()
         assert old not in asked                          # set aside for good
         # with the listing taken before a load, only what appeared since is looked at
-        before = leftovers.copy_names()
+        before = leftovers.llvm_copies()
         assert {old, young} <= before
         newer = copy_like()
         asked.clear()

@@ -41,8 +41,8 @@ import time
 # shutil and tempfile are imported where they are used (start-up: the plugin layer
 # imports this module)
 
-__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "copy_names", "kmp_segment_files", "mapped_copies", "unlink_mapped_copies", "unlink_new_copies",
-           "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
+__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "kmp_segment_files", "mapped_copies",
+           "unlink_mapped_copies", "unlink_new_copies", "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
            "dead_kmp_segments", "ChildScope"]
 
 #: where the LLVM x86_64 plugins put their image copies (hard-coded template)
@@ -50,29 +50,34 @@ LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
 _KMP_GLOB = "/dev/shm/__KMP_REGISTERED_LIB_*"
 
 
-def _listing(directory: str, prefix: str, length: int | None = None) -> set[str]:
-    """The paths in ``directory`` whose name starts with ``prefix`` (and has
-    ``length`` characters when given): :data:`LLVM_COPY_GLOB` is
-    ``_listing("/tmp", "tmpfile_", 14)``.  One ``scandir`` and a string test per
-    entry -- ``glob`` matches each name through ``fnmatch``, several times slower
-    on a ``/tmp`` or ``/dev/shm`` holding hundreds of entries, and this runs
-    twice per ``offload-shim run``."""
+def _listing(directory: str, match) -> list:
+    """The ``os.DirEntry`` of ``directory`` whose name ``match`` accepts ([] when it
+    cannot be read).  One ``scandir`` and a string test per entry -- ``glob`` matches
+    each name through ``fnmatch``, several times slower on a ``/tmp`` or ``/dev/shm``
+    holding hundreds of entries, and this runs twice per ``offload-shim run``."""
     try:
         with os.scandir(directory) as it:
-            return {e.path for e in it if e.name.startswith(prefix)
-                    and (length is None or len(e.name) == length)}
+            return [e for e in it if match(e.name)]
     except OSError:
-        return set()
+        return []
+
+
+def _is_copy(name: str) -> bool:
+    """``tmpfile_XXXXXX``: the name :data:`LLVM_COPY_GLOB` matches."""
+    return name.startswith("tmpfile_") and len(name) == 14
 
 
 def llvm_copies() -> set[str]:
-    """The ``/tmp/tmpfile_XXXXXX`` files there now (:data:`LLVM_COPY_GLOB`)."""
-    return _listing("/tmp", "tmpfile_", 14)
+    """The ``/tmp/tmpfile_XXXXXX`` files there now (:data:`LLVM_COPY_GLOB`): one
+    ``scandir``, no ``stat``.  The plugin layer takes it before a load and gives it to
+    :func:`unlink_new_copies` after."""
+    return {e.path for e in _listing("/tmp", _is_copy)}
 
 
 def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
-    return _listing("/dev/shm", "__KMP_REGISTERED_LIB_")
+    return {e.path for e in _listing("/dev/shm",
+                                     lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
 _KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
 _COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
 
@@ -122,12 +127,6 @@ _IMPORTED_S = time.time()
 _CLOCK_SLACK_S = 1.0
 
 
-def copy_names() -> set[str]:
-    """The ``/tmp/tmpfile_XXXXXX`` paths there now: one ``scandir``, no ``stat``.  A
-    caller takes it before a load and gives it to :func:`unlink_new_copies` after."""
-    return llvm_copies()
-
-
 def unlink_new_copies(before: set[str] | None = None) -> list[str]:
     """The cheap form of :func:`unlink_mapped_copies` for after each load:
     list ``/tmp`` and ask the dynamic loader about each copy not seen before
@@ -138,16 +137,11 @@ def unlink_new_copies(before: set[str] | None = None) -> list[str]:
     which made long ``check`` runs several times slower.  A copy last written
     before this module was imported (less a second of clock slack) is another
     process's and is set aside from its ``st_mtime`` alone: the loader opens
-    every file it is asked about.  ``before``: the :func:`copy_names` taken before the
+    every file it is asked about.  ``before``: the :func:`llvm_copies` taken before the
     load; only the copies that appeared since are looked at (a busy ``/tmp`` holds
     hundreds of other runs' copies: no ``stat`` of each).  Returns the paths removed."""
-    try:
-        with os.scandir("/tmp") as it:
-            names = {(e.path, e.inode()) for e in it
-                     if e.name.startswith("tmpfile_") and len(e.name) == 14
-                     and (before is None or e.path not in before)}
-    except OSError:
-        return []
+    names = {(e.path, e.inode()) for e in _listing("/tmp", _is_copy)
+             if before is None or e.path not in before}
     with _lock:
         _foreign.intersection_update(names)
         unknown = names - _foreign

@@ -721,7 +721,7 @@ class LLVMPlugin(Plugin):
             self._keepalive.append(keep)         # the plugin may keep pointers into them
         # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image: the copies
         # that appear during the load are looked at afterwards
-        before = None if self.bundled else leftovers.copy_names()
+        before = None if self.bundled else leftovers.llvm_copies()
         try:
             table = self._fn["load_binary"](dev, byref(dimg))
         finally:
