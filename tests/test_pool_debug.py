@@ -323,3 +323,160 @@ def need_path(p):
     if not os.path.exists(p):
         pytest.skip(f"{p} not installed (libomp5-16)")
     return p
+
+
+# -- the poison path in process (issue 17: the mutation run of _free_poisoned) ---------------
+
+class ReusingBackend:
+    """Device memory that hands a freed address out again (as a plugin's allocator does), so a
+    second manager of the same memory sees whether the first one let go of an address."""
+
+    def __init__(self):
+        self.live, self.spare, self._next = {}, [], 0x100000
+
+    def alloc(self, size):
+        if self.spare:
+            ptr = self.spare.pop()
+        else:
+            ptr, self._next = self._next, self._next + 0x10000
+        self.live[ptr] = size
+        return ptr
+
+    def free(self, ptr):
+        del self.live[ptr]
+        self.spare.append(ptr)
+
+
+def _events(mm, log, op="free"):
+    import json
+    mm.flush_event_log()
+    return [(e["op"], e["size"], e["ptr"], e["hit"], e.get("reason"))
+            for e in map(json.loads, log.getvalue().splitlines()) if e["op"] == op]
+
+
+def _books(mm, bucket=128):
+    s = mm.stats
+    bs = s.per_bucket[bucket]
+    return ((s.bytes_in_use, s.bytes_cached, s.bytes_total, s.live_blocks, s.cached_blocks),
+            (bs.bytes_total, bs.live_blocks, bs.cached_blocks, bs.backend_frees))
+
+
+def test_a_poisoned_free_caches_the_block_with_its_books_and_event():
+    import io
+    b, log = FakeBackend(), io.StringIO()
+    mm = MemoryManager(b.alloc, b.free, debug="poison", poison=lambda p, n: None,
+                       event_log=log, device_label="d0")
+    p = mm.allocate(200)
+    mm.free(p)
+    assert _books(mm) == ((0, 200, 200, 0, 1), (200, 0, 1, 0))
+    assert _events(mm, log) == [("free", 200, p, True, None)]
+    assert mm.allocate(200) == p                    # the poisoned block is reused
+    mm.drain()
+
+
+def test_a_block_whose_poisoning_fails_goes_back_to_the_backend_with_its_books():
+    """The poison call raises: the block is released through the backend (not cached), its
+    bytes leave the books and its bucket, a ``free`` event says so, and the address is free
+    for another manager of the same device memory."""
+    import io
+    be, log = ReusingBackend(), io.StringIO()
+
+    def poison(ptr, size):
+        raise OffloadError("data_submit failed", code=1)
+    mm = MemoryManager(be.alloc, be.free, debug="poison", poison=poison, event_log=log,
+                       backend_key="poison-fails")
+    other = MemoryManager(be.alloc, be.free, debug="", backend_key="poison-fails")
+    p = mm.allocate(200)
+    with pytest.raises(OffloadError, match="data_submit"):
+        mm.free(p)
+    assert _books(mm) == ((0, 0, 0, 0, 0), (0, 0, 0, 1))
+    assert be.live == {} and not mm.owns(p)
+    assert _events(mm, log) == [("free", 200, p, False, None)]
+    assert other.allocate(200) == p                 # not still claimed by mm
+    other.drain()
+    mm.drain()
+
+
+def test_a_drain_while_a_block_is_poisoned_frees_it_through_the_backend():
+    """``drain`` in another thread (here: from the poison callback) while a freed block is
+    being poisoned: the block is no longer live, so the drain does not free it; the free then
+    finds the manager closed and releases the block through the backend itself, once."""
+    be = ReusingBackend()
+    mm = None
+    drained = []
+
+    def poison(ptr, size):
+        drained.append(mm.drain())
+    mm = MemoryManager(be.alloc, be.free, debug="poison", poison=poison,
+                       backend_key="poison-drained")
+    other = MemoryManager(be.alloc, be.free, debug="", backend_key="poison-drained")
+    p = mm.allocate(200)
+    mm.free(p)
+    assert drained == [(0, 0)]
+    assert be.live == {} and be.spare == [p]
+    assert _books(mm) == ((0, 0, 0, 0, 0), (0, 0, 0, 1))
+    assert other.allocate(200) == p
+    other.drain()
+
+
+def test_a_poisoned_free_over_the_cache_limit_evicts_the_oldest_blocks_that_suffice():
+    """The cap test of the poisoned free counts cached bytes only (not those in use), and
+    asks the chooser for the excess alone: the oldest block that covers it goes."""
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free, debug="poison", poison=lambda p, n: None,
+                       cache_limit=128)
+    x, y, z = mm.allocate(60), mm.allocate(64), mm.allocate(64)
+    mm.free(x)                      # cached 60, in use 128: under the cap
+    assert b.frees == 0 and mm.stats.cached_blocks == 1
+    mm.free(y)                      # cached 124 <= 128, in use 64: still under the cap
+    assert b.frees == 0 and mm.stats.bytes_cached == 124
+    w = mm.allocate(8)
+    mm.free(w)                      # cached 132 > 128: the oldest block that covers 4 bytes
+    assert list(b.freed) == [x]
+    assert mm.stats.bytes_cached == 72 and mm.stats.bytes_in_use == 64
+    mm.free(z)                      # cached 136: x is gone, y (64) is now the oldest
+    assert list(b.freed) == [x, y]
+    mm.drain()
+
+
+def test_a_poisoned_free_that_fills_the_cache_to_its_limit_evicts_nothing():
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free, debug="poison", poison=lambda p, n: None,
+                       cache_limit=64)
+    mm.free(mm.allocate(64))
+    assert b.frees == 0 and mm.stats.bytes_cached == 64
+    mm.drain()
+
+
+def test_a_poisoned_free_that_finds_the_manager_draining_is_logged_before_the_log_closes():
+    """A drain in another thread closes the manager, then frees its blocks through the
+    backend, then closes the event log.  A poisoned free that completes in between releases
+    its block through the backend and logs it as a ``free`` (not a hit): the drain's close
+    still writes it."""
+    import io
+    import threading
+    b, log = FakeBackend(), io.StringIO()
+    in_drain, go = threading.Event(), threading.Event()
+    drainer = None
+
+    def backend_free(ptr):
+        if threading.current_thread() is drainer:
+            in_drain.set()
+            assert go.wait(60)
+        b.free(ptr)
+
+    def poison(ptr, size):
+        drainer.start()
+        assert in_drain.wait(60)            # the drain is closed and in its backend frees
+
+    mm = MemoryManager(b.alloc, backend_free, debug="poison", poison=poison, event_log=log)
+    drainer = threading.Thread(target=mm.drain)
+    mm.allocate(64)                         # live at the drain: its backend free waits
+    p = mm.allocate(200)
+    try:
+        mm.free(p)
+    finally:
+        go.set()
+        drainer.join(60)
+    assert b.live == {} and not drainer.is_alive()
+    assert ("free", 200, p, False, None) in _events(mm, log)

@@ -226,3 +226,19 @@ def test_hits_with_an_event_log_take_no_block_from_the_backend():
     assert [e["hit"] for e in allocs] == [False] + [True] * 9
     assert mm.stats.hits == 9 and mm.stats.misses == 1
     mm.drain()
+
+
+def test_flush_event_log_writes_pending_events_through_to_the_file(tmp_path):
+    """Events are buffered; ``flush_event_log`` writes them and flushes the file, so another
+    reader sees them before the manager is drained.  Without a log it is a no-op."""
+    from helpers import assert_unlocked, make_pool
+    log = tmp_path / "ev.jsonl"
+    b, mm = make_pool(event_log=log)
+    p = mm.allocate(64)
+    mm.flush_event_log()
+    ops = [json.loads(x)["op"] for x in log.read_text().splitlines()]
+    assert ops == ["config", "alloc"]
+    assert_unlocked(mm)                 # also the log's lock
+    mm.free(p)
+    mm.drain()
+    make_pool()[1].flush_event_log()

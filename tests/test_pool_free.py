@@ -274,3 +274,17 @@ def test_failed_free_during_drain_is_not_recorded_again():
     assert mm.closed and mm.live_allocations() == []
     with pytest.raises(LifecycleError):
         mm.allocate(8)
+
+
+@pytest.mark.parametrize("label", ["gpu:1", ""])
+def test_free_errors_name_the_function_and_the_device(label):
+    """A double free and a strict free of an unknown pointer raise UnknownPointerError naming
+    ``MemoryManager.free`` and the device label (``None`` for a manager without one)."""
+    b, mm = make_pool(device_label=label)
+    p = mm.allocate(64)
+    mm.free(p)
+    for bad in (lambda: mm.free(p), lambda: mm.free(p + 4096, strict=True)):
+        with pytest.raises(UnknownPointerError) as e:
+            bad()
+        assert (e.value.function, e.value.device) == ("MemoryManager.free", label or None)
+    mm.drain()

@@ -255,3 +255,22 @@ def test_bad_threshold_env_on_the_cli_and_the_readme_example(nextgen16, tmp_path
                        text=True, timeout=120)
     assert r.returncode == 1 and "terminate called" not in r.stderr, r.stderr[-800:]
     assert f"ValueError: {THRESHOLD_ENV}=" in r.stderr
+
+
+def test_drain_books_out_the_leaked_blocks_and_logs_the_cached_ones_as_trim():
+    """``drain`` frees live (leaked) blocks and cached ones through the backend: afterwards
+    nothing is in use, cached or held; cached blocks are logged as ``trim`` events and live
+    ones as ``free`` events, both with ``"reason": "drain"``."""
+    import io
+    import json
+    log = io.StringIO()
+    b, mm = make_pool(event_log=log)
+    p, q = mm.allocate(100), mm.allocate(300)
+    mm.free(p)
+    assert mm.drain() == (1, 300)
+    s = mm.stats
+    assert (s.bytes_in_use, s.bytes_cached, s.bytes_total, s.live_blocks) == (0, 0, 0, 0)
+    assert b.live == {}
+    evs = [json.loads(x) for x in log.getvalue().splitlines()]
+    drained = [(e["op"], e["ptr"], e["size"], e["hit"]) for e in evs if e.get("reason") == "drain"]
+    assert sorted(drained) == [("free", q, 300, False), ("trim", p, 100, False)]

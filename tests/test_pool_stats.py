@@ -198,3 +198,51 @@ def test_poisoned_blocks_stay_counted_in_use_in_their_bucket():
     s = mm.stats
     assert (s.live_blocks, s.cached_blocks, s.per_bucket[128].cached_blocks) == (0, 1, 1)
     mm.drain()
+
+
+def test_queries_tell_the_requested_size_from_the_block_size():
+    """After a binned hit the block (1000 bytes, obtained by an earlier request) is larger
+    than the request (990): ``size_of``, ``sizes_of`` and ``live_allocations`` report the
+    request, ``block_size_of`` the block; a pointer that is not live is a ``KeyError`` naming
+    it, or ``None`` in ``sizes_of``."""
+    b, mm = make_pool(policy="binned")
+    p = mm.allocate(1000)
+    mm.free(p)
+    q = mm.allocate(990)
+    assert q == p
+    assert (mm.size_of(q), mm.block_size_of(q)) == (990, 1000)
+    assert mm.sizes_of([q, q + 16]) == [990, None]
+    assert mm.live_allocations() == [(q, 990)]
+    for query in (mm.size_of, mm.block_size_of):
+        with pytest.raises(KeyError) as e:
+            query(q + 16)
+        assert e.value.args == (q + 16,)
+    assert mm.size_of(q + 16, None) is None
+    mm.drain()
+
+
+def test_release_all_releases_a_one_byte_block_too():
+    b, mm = make_pool()
+    p, q = mm.allocate(1), mm.allocate(100)
+    mm.free(p)
+    mm.free(q)
+    assert mm.release_all() == 101
+    assert mm.stats.bytes_cached == 0 and b.live == {}
+    mm.drain()
+
+
+def test_trim_shrinks_the_pointer_table_a_burst_left_sparse():
+    """A burst of live blocks leaves the pointer table sized for them after they are freed;
+    ``trim`` copies it down (a hit then touches fewer cache lines).  Reads the private table:
+    the effect is on memory only."""
+    import sys
+    b, mm = make_pool()
+    ps = [mm.allocate(64) for _ in range(2000)]
+    keep = ps.pop()
+    for p in ps:
+        mm.free(p)
+    burst = sys.getsizeof(mm._live)
+    mm.trim()
+    assert sys.getsizeof(mm._live) < burst // 10
+    assert mm.owns(keep) and mm.live_allocations() == [(keep, 64)]
+    mm.drain()

@@ -378,6 +378,48 @@ def test_free_racing_close_is_a_free_after_close(bundled_path, ctl):
     assert ctl.call_count("__tgt_rtl_data_delete") - deletes == len(held)
 
 
+def test_free_that_reaches_the_pool_after_a_racing_close_drained_it(bundled_path):
+    """The other order of the race above: the free passed the device's state check before
+    ``Runtime.close()`` began, and reaches the pool after the close's drain closed it, while
+    the teardown is still running (held here in ``release_device``).  Still a LifecycleError
+    "free after close", not an unknown pointer."""
+    plugin = load_plugin(bundled_path)
+    rt = osh.Runtime([plugin])
+    dev = rt.devices[0]
+    p = dev.alloc(64)
+    drained, go = threading.Event(), threading.Event()
+    real_release = plugin.release_device
+    closer = threading.Thread(target=rt.close)
+
+    def held_release(*args, **kw):
+        drained.set()
+        assert go.wait(60)
+        return real_release(*args, **kw)
+
+    pool = dev._pool
+
+    class LatePool:
+        """The device's pool, whose free first lets the close run up to ``release_device``."""
+        def __getattr__(self, name):
+            return getattr(pool, name)
+
+        def free(self, ptr, *args):
+            closer.start()
+            assert drained.wait(60) and pool.closed
+            return pool.free(ptr, *args)
+
+    plugin.release_device = held_release
+    dev._pool = LatePool()
+    try:
+        with pytest.raises(osh.LifecycleError, match="free after close"):
+            dev.free(p)
+    finally:
+        go.set()
+        closer.join(60)
+        del plugin.release_device
+    assert not closer.is_alive()
+
+
 def test_allocation_held_at_close_is_reported_and_freed_before_deinit(bundled_path, ctl):
     rt = osh.Runtime([bundled_path])
     dev = rt.devices[0]
