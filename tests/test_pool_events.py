@@ -236,8 +236,9 @@ def test_flush_event_log_writes_pending_events_through_to_the_file(tmp_path):
     b, mm = make_pool(event_log=log)
     p = mm.allocate(64)
     mm.flush_event_log()
-    ops = [json.loads(x)["op"] for x in log.read_text().splitlines()]
-    assert ops == ["config", "alloc"]
+    evs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [e["op"] for e in evs] == ["config", "alloc"]
+    assert (evs[0]["policy"], evs[0]["oom"]) == ("exact", "free-all")
     assert_unlocked(mm)                 # also the log's lock
     mm.free(p)
     mm.drain()

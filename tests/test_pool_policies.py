@@ -297,6 +297,14 @@ def test_bad_arguments():
     ({"bins_per_pow2": 0}, ValueError, "size classes per power of two"),
     ({"bins_per_pow2": "8"}, TypeError, "size classes per power of two"),
     ({"bins_per_pow2": 8.0}, TypeError, "size classes per power of two"),
+    ({"threshold": -1}, ValueError, "threshold must be >= 0 bytes"),
+    ({"threshold": 2**63}, ValueError, "threshold must be at most 9223372036854775807 bytes"),
+    ({"threshold": 1.5}, TypeError, "threshold must be an int (bytes)"),
+    ({"cache_limit": -1}, ValueError, "cache_limit must be >= 0 bytes"),
+    ({"cache_limit": 2**63}, ValueError, "cache_limit must be at most 9223372036854775807"),
+    ({"cache_limit": "1k"}, TypeError, "cache_limit must be an int (bytes)"),
+    ({"guard": type("EnterOnly", (), {"__enter__": lambda self: self})()}, TypeError,
+     "guard must be None or a context manager"),
 ])
 def test_option_types_and_wording(kw, exc, words):
     b = FakeBackend()
@@ -305,6 +313,41 @@ def test_option_types_and_wording(kw, exc, words):
     assert words in str(ei.value)
     if "bins_per_pow2" in kw:
         assert "bytes" not in str(ei.value)           # classes, not bytes
+
+
+def test_largest_values_of_threshold_and_cache_limit_are_accepted():
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free, debug="", threshold=2**63 - 1, cache_limit=2**63 - 1)
+    assert (mm.threshold, mm.cache_limit) == (2**63 - 1, 2**63 - 1)
+    mm.drain()
+
+
+def test_defaults_of_the_read_only_configuration(monkeypatch):
+    from offload_shim.memory import THRESHOLD_ENV
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free, debug="")
+    assert (mm.policy, mm.oom, mm.threshold, mm.cache_limit, mm.device_label, mm.debug,
+            mm.enabled) == ("exact", "free-all", 8192, None, "", None, True)
+    assert MemoryManager(b.alloc, b.free, debug="", policy="binned").policy == "binned"
+
+
+def test_a_poison_callback_is_not_called_unless_the_debug_mode_is_poison():
+    b, calls = FakeBackend(), []
+    mm = MemoryManager(b.alloc, b.free, debug="", poison=lambda p, n: calls.append(p))
+    p = mm.allocate(64)
+    mm.free(p)
+    assert calls == [] and mm.allocate(64) == p
+    mm.drain()
+
+
+def test_threshold_0_pools_not_even_one_byte():
+    b = FakeBackend()
+    mm = MemoryManager(b.alloc, b.free, debug="", threshold=0)
+    p = mm.allocate(1)
+    mm.free(p)
+    assert b.frees == 1 and mm.stats.bytes_cached == 0 and not mm.enabled
+    mm.drain()
 
 
 def test_runtime_checks_pool_option_types_at_construction(bundled_path):

@@ -246,3 +246,16 @@ def test_trim_shrinks_the_pointer_table_a_burst_left_sparse():
     assert sys.getsizeof(mm._live) < burst // 10
     assert mm.owns(keep) and mm.live_allocations() == [(keep, 64)]
     mm.drain()
+
+
+@pytest.mark.parametrize("stats", [True, False])
+def test_a_new_manager_reports_zero_everywhere_and_counts_hits_only_with_statistics(stats):
+    b, mm = make_pool(stats=stats)
+    s = mm.stats
+    assert all(v == 0 for v in s[:-1]) and not s.per_bucket
+    p = mm.allocate(64)
+    mm.free(p)
+    mm.allocate(64)
+    s = mm.stats
+    assert (s.hits, s.bytes_in_use, s.peak_bytes_total) == ((1 if stats else 0), 64, 64)
+    mm.drain()

@@ -161,7 +161,7 @@ class MemoryManager:
     # slots: attribute access on the hit path is a slot read/write (with
     # more than 30 instance attributes CPython 3.11 gives up shared-key
     # instance dicts and its faster attribute specialisations)
-    __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_sizes", "_bins", "_oom",
+    __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_sizes", "_oom",
                  "_ladder", "_cap", "_stats_on", "_debug", "_poison", "_label", "_strict",
                  "_guard", "_enabled", "_pool_max", "_plain", "_lock", "_lockq", "_live", "_free",
                  "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
@@ -206,7 +206,6 @@ class MemoryManager:
         self._threshold = threshold
         self._policy = policy
         self._sizes = make_policy(policy, bins)
-        self._bins = bins
         self._oom = oom
         self._ladder = LADDERS[oom]
         self._cap = cache_limit
