@@ -340,6 +340,15 @@ def test_nothing_reaches_the_plugin_after_close(bundled_path, ctl):
     assert rt.close() == {}                           # idempotent
 
 
+def _held(call, entered, go):
+    """``call`` that first sets ``entered`` and then waits for ``go`` (a racing test's pause)."""
+    def held(*args, **kw):
+        entered.set()
+        assert go.wait(60)
+        return call(*args, **kw)
+    return held
+
+
 def test_free_racing_close_is_a_free_after_close(bundled_path, ctl):
     """A free in one thread while ``Runtime.close()`` in another is draining the device:
     LifecycleError "free after close" (as after the close), never UnknownPointerError;
@@ -350,14 +359,7 @@ def test_free_racing_close_is_a_free_after_close(bundled_path, ctl):
     dev = rt.devices[0]
     held = [dev.alloc(64), dev.alloc(20000)]          # pooled and above the threshold
     in_drain, go = threading.Event(), threading.Event()
-    real_free = plugin.free
-
-    def held_free(*args, **kw):
-        in_drain.set()
-        assert go.wait(60)
-        return real_free(*args, **kw)
-
-    plugin.free = held_free
+    plugin.free = _held(plugin.free, in_drain, go)
     closer = threading.Thread(target=rt.close)
     closer.start()
     try:
@@ -388,14 +390,7 @@ def test_free_that_reaches_the_pool_after_a_racing_close_drained_it(bundled_path
     dev = rt.devices[0]
     p = dev.alloc(64)
     drained, go = threading.Event(), threading.Event()
-    real_release = plugin.release_device
     closer = threading.Thread(target=rt.close)
-
-    def held_release(*args, **kw):
-        drained.set()
-        assert go.wait(60)
-        return real_release(*args, **kw)
-
     pool = dev._pool
 
     class LatePool:
@@ -408,7 +403,7 @@ def test_free_that_reaches_the_pool_after_a_racing_close_drained_it(bundled_path
             assert drained.wait(60) and pool.closed
             return pool.free(ptr, *args)
 
-    plugin.release_device = held_release
+    plugin.release_device = _held(plugin.release_device, drained, go)
     dev._pool = LatePool()
     try:
         with pytest.raises(osh.LifecycleError, match="free after close"):
