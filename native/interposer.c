@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -121,18 +122,39 @@ static void fatal_if(int rc)
  * GIL is then released and every callback takes it (CB below; ctypes' own trampolines do
  * the same).
  *
- * Teardown (offload_shim.interposer.embed.stop()) follows libomptarget 16: a clang-built
- * program unregisters its images from its own destructors (.fini_array: after main's
- * atexit handlers and C++ static destructors, before the plugins -- dlopen'ed later -- are
- * finalised); the runtime goes when the last of them is unregistered.  A program with no
- * LLVM image registered at exit (GCC-built code) is stopped from atexit.  When the program
- * is itself a Python interpreter, start() registers stop() with Python's atexit module
- * (it runs before the interpreter is finalised and uninstalls the callbacks) and nothing
- * here enters Python after that. */
+ * Teardown (offload_shim.interposer.embed.stop()) runs once, at the latest point of the
+ * process's exit at which everything it calls is still alive: the runtime lives for the
+ * whole process, as libomptarget's does (its plugin manager is deleted by libomptarget's
+ * own destructor, rtl.cpp deinit(); images unregistered before exit leave the plugins and
+ * devices up).  That point is the first of:
+ *
+ *   1. this library's own destructor (.fini_array).  glibc's _dl_fini finalises the
+ *      executable first, then the preloaded objects, then the executable's DT_NEEDED
+ *      libraries and what was dlopen'ed (libpython, the plugins); so the runtime is up
+ *      for every atexit handler and C++ static destructor of the program and for the
+ *      executable's own unregistration (clang 16: .fini_array), and stops before any
+ *      linked library's unregistration (clang 16: its .fini_array; clang 19+:
+ *      atexit(unregister) registered in its constructor, which runs before _dl_fini was
+ *      registered and so inside _dl_fini -- llvm-project PR #74532 shows the shape) and
+ *      before libpython and the plugins are finalised;
+ *   2. ... and after every exit handler of the runtime's plugins: the LLVM 16 nextgen
+ *      plugin's `Plugin` object (registered when the plugin is first initialised), the
+ *      classic plugin's globals (registered when it is loaded).  Registered after
+ *      _dl_fini -- by the runtime, or by the program's own libomptarget.so.16
+ *      constructor when a host dlopens its first offload library -- such a handler runs
+ *      before _dl_fini and would tear the plugin down under the live runtime (with the
+ *      real libomptarget the plugins are loaded before main and finalised inside
+ *      _dl_fini, after the program).  __cxa_atexit below wraps every exit handler; one
+ *      of a plugin's objects is put off until the runtime has stopped.
+ *
+ * Later unregistrations (the linked libraries', a dlopen'ed library never closed) find no
+ * callback table and only update the C bookkeeping; nothing enters Python or a plugin
+ * after the stop.  When the program is itself a Python interpreter, start() registers
+ * stop() with Python's atexit module (it runs before the interpreter is finalised and
+ * uninstalls the callbacks) and nothing here enters Python after that. */
 static int cbs_installed;                 /* a Python table is installed */
 static int embed_active;                  /* we started CPython */
 static int host_is_python;                /* ... inside a program that is a CPython */
-static int llvm_live;                     /* LLVM images registered, not unregistered */
 static pthread_once_t embed_once = PTHREAD_ONCE_INIT;
 static int (*p_gil_ensure)(void);         /* PyGILState_Ensure (PyGILState_STATE = int) */
 static void (*p_gil_release)(int);
@@ -143,39 +165,161 @@ static int (*p_is_init)(void);            /* Py_IsInitialized */
  * exit handlers run, and nothing may enter it after that (seed 002) */
 static int python_alive(void) { return embed_active && p_is_init && p_is_init(); }
 
-static int gil_take(void) { return embed_active ? p_gil_ensure() : 0; }
+/* The GIL around a callback, when this library started CPython (ctypes' trampolines
+ * take it themselves otherwise): the PyGILState_STATE, or -1 when none was taken. */
+static int gil_take(void)
+{
+  return __atomic_load_n(&embed_active, __ATOMIC_ACQUIRE) ? p_gil_ensure() : -1;
+}
 static void gil_drop(int st)
 {
-  if (embed_active)
+  if (st >= 0)
     p_gil_release(st);
 }
 #define CB(call) ({ int st_ = gil_take(); int r_ = (call); gil_drop(st_); r_; })
 
 static int embed_stopped;                 /* embed_stop ran (CPython stays initialised) */
+static __thread int tls_starting;         /* this thread is running embed_start */
 
 static void embed_stop(void)
 {
-  static int once;                        /* re-armed handlers: stop runs once */
+  static int once;
   if (!python_alive() || host_is_python || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
     return;
   int st = p_gil_ensure();
-  p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop()\n");
+  p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop(at_exit=True)\n");
   __atomic_store_n(&embed_stopped, 1, __ATOMIC_RELEASE);
   p_gil_release(st);
 }
 
-/* atexit: only when no LLVM image is left to unregister later (GCC-built programs) */
-static void embed_stop_at_exit(void)
+
+/* 2. above.  Under offload-shim run every exit handler is registered as run_wrapped(rec)
+ * with the same DSO handle (so a dlclose of its object still runs it, and glibc's order is
+ * unchanged).  When it runs, a handler of one of the runtime's plugins (Python names them,
+ * osh_interposer_note_plugin) stops the runtime first.  Whoever registered it: the LLVM 16
+ * nextgen plugin registers its `Plugin` object's destructor when it is first initialised,
+ * which may be the program's own libomptarget.so.16 constructor in the middle of main (a
+ * host that dlopens its first offload library) as well as the runtime here.  A plugin's
+ * handlers run only when the process exits (the runtime keeps every plugin open). */
+#define MAX_PLUGINS 32
+static void *plugin_bases[MAX_PLUGINS];
+static int num_plugins;
+
+OSH_EXPORT void osh_interposer_note_plugin(const void *addr)
 {
-  if (__atomic_load_n(&llvm_live, __ATOMIC_ACQUIRE) <= 0)
-    embed_stop();
+  Dl_info info;
+  if (!addr || !dladdr(addr, &info) || !info.dli_fbase)
+    return;
+  pthread_mutex_lock(&lock);
+  int known = 0;
+  for (int i = 0; i < num_plugins; i++)
+    known |= plugin_bases[i] == info.dli_fbase;
+  if (!known && num_plugins < MAX_PLUGINS)
+    plugin_bases[num_plugins++] = info.dli_fbase;
+  pthread_mutex_unlock(&lock);
 }
 
+static int is_plugin_object(const void *dso)
+{
+  Dl_info info;
+  if (!dso || !__atomic_load_n(&num_plugins, __ATOMIC_ACQUIRE) || !dladdr(dso, &info))
+    return 0;
+  pthread_mutex_lock(&lock);
+  int found = 0;
+  for (int i = 0; i < num_plugins; i++)
+    found |= plugin_bases[i] == info.dli_fbase;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+struct wrapped_handler {
+  void (*fn)(void *);
+  void *arg, *dso;
+  struct wrapped_handler *next;
+};
+static struct wrapped_handler *deferred, **deferred_end = &deferred;
+
+typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
+static cxa_atexit_fn real_cxa_atexit;
+static int wrap_handlers;                 /* OFFLOAD_SHIM_EMBED=1: offload-shim run */
+static pthread_once_t cxa_once = PTHREAD_ONCE_INIT;
+static void cxa_resolve(void)
+{
+  real_cxa_atexit = (cxa_atexit_fn)dlvsym(RTLD_NEXT, "__cxa_atexit", "GLIBC_2.2.5");
+  if (!real_cxa_atexit)
+    real_cxa_atexit = (cxa_atexit_fn)dlsym(RTLD_NEXT, "__cxa_atexit");
+  const char *on = getenv("OFFLOAD_SHIM_EMBED");
+  wrap_handlers = on && strcmp(on, "1") == 0;
+}
+
+static void run_wrapped(void *p)
+{
+  struct wrapped_handler *w = (struct wrapped_handler *)p;
+  if (!__atomic_load_n(&embed_stopped, __ATOMIC_ACQUIRE) && python_alive() &&
+      !host_is_python && is_plugin_object(w->dso)) {
+    pthread_mutex_lock(&lock);            /* runs after the stop, in this order */
+    w->next = NULL;
+    *deferred_end = w;
+    deferred_end = &w->next;
+    pthread_mutex_unlock(&lock);
+    return;
+  }
+  w->fn(w->arg);
+  free(w);
+}
+
+/* 1. above: after the executable's destructors, before the linked libraries' and the
+ * dlopen'ed objects' (nothing to stop when CPython was never started here); then the
+ * plugins' exit handlers that came before it, as they would have run */
+__attribute__((destructor)) static void interposer_fini(void)
+{
+  embed_stop();
+  pthread_mutex_lock(&lock);
+  struct wrapped_handler *w = deferred;
+  deferred = NULL;
+  deferred_end = &deferred;
+  pthread_mutex_unlock(&lock);
+  while (w) {
+    struct wrapped_handler *next = w->next;
+    w->fn(w->arg);
+    free(w);
+    w = next;
+  }
+}
+
+/* glibc's __cxa_atexit (atexit() and C++ static destructors call it), exported at glibc's
+ * version GLIBC_2.2.5 (interposer.map) so that the preloaded definition takes the calls */
+OSH_EXPORT int osh_cxa_atexit(void (*fn)(void *), void *arg, void *dso) __asm__("__cxa_atexit");
+int osh_cxa_atexit(void (*fn)(void *), void *arg, void *dso)
+{
+  pthread_once(&cxa_once, cxa_resolve);
+  if (!real_cxa_atexit)
+    return -1;
+  struct wrapped_handler *w = wrap_handlers && dso ? malloc(sizeof *w) : NULL;
+  if (!w)
+    return real_cxa_atexit(fn, arg, dso);
+  w->fn = fn;
+  w->arg = arg;
+  w->dso = dso;
+  int rc = real_cxa_atexit(run_wrapped, w, dso);
+  if (rc != 0)
+    free(w);
+  return rc;
+}
+
+static void embed_boot(void);
 static void embed_start(void)
 {
   const char *on = getenv("OFFLOAD_SHIM_EMBED");
   if (!on || strcmp(on, "1") != 0)
     return;
+  tls_starting = 1;
+  embed_boot();
+  tls_starting = 0;
+}
+
+static void embed_boot(void)
+{
   const char *path = getenv("OFFLOAD_SHIM_LIBPYTHON");
   void *h = path ? dlopen(path, RTLD_NOW | RTLD_GLOBAL) : NULL;
   if (!h) {
@@ -232,27 +376,17 @@ static void embed_start(void)
     rc = p_run(boot);
     save();                               /* release the GIL for good */
   }
-  embed_active = 1;
-  atexit(embed_stop_at_exit);
+  __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);
   if (rc != 0)
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
             "above); running without it (no device)\n");
 }
 
-/* Exit handlers run newest first.  A plugin initialised after embed_start (the first
- * registration's is_valid_binary, a device's first init) registers its own deinit
- * with atexit then (LLVM 16 nextgen: init_plugin), which would run before embed_stop
- * and leave the runtime freeing memory through a torn-down plugin.  Python calls this
- * after such a step, so embed_stop stays the newest handler; it runs once. */
-OSH_EXPORT void osh_interposer_rearm_exit(void)
-{
-  if (embed_active)
-    atexit(embed_stop_at_exit);
-}
-
+/* Start CPython once (a no-op on the thread that is starting it: a plugin's constructor
+ * may call exit(), whose handlers then reach an entry point on this same thread) */
 static void ensure_python(void)
 {
-  if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE))
+  if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE) && !tls_starting)
     pthread_once(&embed_once, embed_start);
 }
 
@@ -410,16 +544,38 @@ OSH_EXPORT void __tgt_register_requires(int64_t flags)
     fatal_if(CB(f(flags)));
 }
 
+/* The program's own libomptarget (libomptarget.so.N, a DT_NEEDED of every clang-built
+ * offload object) is mapped although it never sees a registration.  LLVM 16's constructor
+ * still loads and initialises its plugins, and its destructor (rtl.cpp deinit()) tears
+ * them down -- the same plugin files, hence the same objects, the runtime here uses.  A
+ * host that dlopens and dlcloses its only offload library unloads and reloads that
+ * libomptarget every cycle, deinitialising the plugins under the live runtime.  Pinned
+ * (RTLD_NODELETE) at each registration, it is loaded once and finalised only after the
+ * runtime stopped. */
+static int pin_one(struct dl_phdr_info *info, size_t size, void *unused)
+{
+  (void)size; (void)unused;
+  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  name = name ? name + 1 : info->dlpi_name;
+  if (name && strncmp(name, "libomptarget.so", 15) == 0) {
+    void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (h)
+      dlclose(h);                         /* NODELETE stays; the count is as before */
+  }
+  return 0;
+}
+
 OSH_EXPORT void __tgt_register_lib(void *desc)
 {
   count(C_REG);
+  if (getenv("OFFLOAD_SHIM_EMBED"))
+    dl_iterate_phdr(pin_one, NULL);
   ensure_python();
   pthread_mutex_lock(&lock);
   if (num_registered < MAX_REG)
     registered[num_registered++] = desc;
   osh_cb_desc f = cbs.register_lib;
   pthread_mutex_unlock(&lock);
-  __atomic_add_fetch(&llvm_live, 1, __ATOMIC_ACQ_REL);
   if (f)
     fatal_if(CB(f(desc)));
 }
@@ -440,9 +596,6 @@ OSH_EXPORT void __tgt_unregister_lib(void *desc)
   pthread_mutex_unlock(&lock);
   if (f && !osh_ip_python_gone())
     fatal_if(CB(f(desc)));
-  /* libomptarget 16 tears down after the program's last image is unregistered */
-  if (__atomic_sub_fetch(&llvm_live, 1, __ATOMIC_ACQ_REL) <= 0)
-    embed_stop();
 }
 
 OSH_EXPORT void __tgt_init_all_rtls(void) {}

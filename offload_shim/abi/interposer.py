@@ -102,8 +102,9 @@ def bind_interposer(path: str) -> ctypes.CDLL:
       not unregistered, in order; returns the total)
     * ``uint64_t osh_interposer_calls(int which)``
     * ``int64_t osh_interposer_requires(void)``
-    * ``void osh_interposer_rearm_exit(void)`` (``offload-shim run``: register the
-      exit handler again so it runs before handlers registered since)
+    * ``void osh_interposer_note_plugin(const void *addr)`` (the object holding
+      ``addr`` is one of the runtime's plugins: ``offload-shim run`` stops the runtime
+      before an exit handler of that object runs)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -114,8 +115,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_calls.argtypes = [c_int]
     lib.osh_interposer_calls.restype = c_uint64
     lib.osh_interposer_requires.restype = c_int64
-    lib.osh_interposer_rearm_exit.restype = None
-    lib.osh_interposer_rearm_exit.argtypes = []
+    lib.osh_interposer_note_plugin.restype = None
+    lib.osh_interposer_note_plugin.argtypes = [c_void_p]
     lib.osh_mapper_components_new.restype = c_void_p
     lib.osh_mapper_components_new.argtypes = []
     lib.osh_mapper_components_get.restype = c_int64

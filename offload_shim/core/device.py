@@ -205,6 +205,14 @@ class Device:
     def initialized(self) -> bool:
         return self._state is DeviceState.READY
 
+    @property
+    def calls_in_flight(self) -> int:
+        """How many calls into the plugin for this device are running now (copies,
+        launches, allocations, any thread).  :meth:`deinit` and :meth:`shutdown` wait
+        for them; a teardown at process exit that must not wait (the exit may come
+        from inside a kernel) asks first."""
+        return len(self._tokens)
+
     def __repr__(self) -> str:
         return f"<Device {self.label} {self._state.value}>"
 

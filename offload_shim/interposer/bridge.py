@@ -97,12 +97,17 @@ class Bridge:
         registered before the table existed), in order."""
         return _abi.registered_descriptors(self.lib) if self.lib is not None else []
 
-    def rearm_exit(self) -> None:
-        """Inside ``offload-shim run``: make the runtime's exit handler the newest
-        again (a plugin initialised since registered its own deinit with ``atexit``,
-        which must run after the runtime freed its memory).  No-op otherwise."""
-        if self.lib is not None:
-            self.lib.osh_interposer_rearm_exit()
+    def note_plugins(self, plugins) -> None:
+        """Tell the C side which loaded objects are the runtime's plugins: under
+        ``offload-shim run`` an exit handler of one of them stops the runtime before
+        it runs (``native/interposer.c``, "Teardown").  No-op when not loaded."""
+        if self.lib is None:
+            return
+        for p in plugins:
+            try:
+                self.lib.osh_interposer_note_plugin(p.object_address)
+            except (AttributeError, ValueError):
+                continue
 
     def uninstall(self) -> None:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the

@@ -6,11 +6,14 @@ of its registration constructor, before ``main``) makes the interposer ``dlopen`
 shared ``libpython`` named by ``OFFLOAD_SHIM_LIBPYTHON``, ``Py_InitializeEx(0)``, extend
 ``sys.path`` from ``OFFLOAD_SHIM_PYTHONPATH`` and call :func:`start`; it then releases the
 GIL, and every later callback takes it (``PyGILState_Ensure``/``Release``), whichever
-program thread offloads.  :func:`stop` runs when a clang-built program unregisters its
-last image (from its own destructors, as libomptarget 16 tears down there), from the
-interposer's ``atexit`` handler for a program without one (GCC-built code), or -- when
-the program is itself a Python interpreter -- from Python's ``atexit``, before the
-interpreter is finalised; nothing enters Python after that.
+program thread offloads.  The runtime lives for the whole process, as libomptarget's
+does: unregistering the last image leaves plugins and devices up, and a library loaded
+later is loaded into them.  :func:`stop` runs once, while the process exits, at the
+latest point at which the plugins and the interpreter are still alive (the interposer's
+own destructor, or earlier when an exit handler of a plugin is about to run:
+``native/interposer.c``, "Teardown"), or -- when the program is itself a Python
+interpreter -- from Python's ``atexit``, before the interpreter is finalised; nothing
+enters Python after that.
 
 Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default the
 host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
@@ -21,9 +24,9 @@ host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
 written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
 and under ``gomp`` the GCC side: registrations and unregistrations, each construct with
 where it ran and why, and on the host device every mapping with address, size and map
-kind).  An executable built by GCC unregisters its image from its own destructor, which
-runs after the exit handlers and so after :func:`stop`; :func:`late_gomp_unregister`
-counts it and writes the report again.
+kind).  GCC-built code unregisters its images from destructors; one that runs after
+:func:`stop` (a linked library's, or any after an exit handler of a plugin stopped the
+runtime early) is counted by :func:`late_gomp_unregister`, which writes the report again.
 Nothing here runs at import time.
 """
 
@@ -120,9 +123,17 @@ def default_plugins() -> list[str]:
             if discovery.is_host_plugin(c.path)]
 
 
-def stop() -> None:
+def stop(at_exit: bool = False) -> None:
     """Unregister what is still registered, free mappings, close the runtime (device
-    teardown), write the report.  Idempotent; never raises (runs at exit)."""
+    teardown), write the report.  Idempotent; never raises (runs at exit).
+
+    ``at_exit``: called by the interposer while the process exits
+    (``native/interposer.c``, "Teardown").  If a plugin call is still running then
+    (``exit()`` from inside a target region, or from one thread while another's kernel
+    runs), a teardown would wait for it for ever: the callbacks are uninstalled
+    (:meth:`~offload_shim.interposer.interface.Interposer.abandon`), nothing is
+    unregistered or freed (the process's exit releases it; libomptarget's own teardown
+    does not wait for kernels either), and the report says ``"abandoned"``."""
     global _state
     with _lock:
         st, _state = _state, None
@@ -139,9 +150,16 @@ def stop() -> None:
                   "unsupported": [m for _, m in ip.unsupported],
                   "compilers": sorted(set(ip.generations.values())),
                   "gomp_registrations": len(ip.gomp_registrations)}
-        st["cm"].__exit__(None, None, None)      # Interposer.close()
-        report["errors"] = list(ip.errors)
-        report["leaks"] = {k: list(v) for k, v in rt.close().items()}
+        busy = [d.label for d in rt.devices if d.calls_in_flight] if at_exit else []
+        if busy:
+            ip.abandon()
+            report["abandoned"] = busy
+            report["errors"] = list(ip.errors)
+            report["leaks"] = {}
+        else:
+            st["cm"].__exit__(None, None, None)      # Interposer.close()
+            report["errors"] = list(ip.errors)
+            report["leaks"] = {k: list(v) for k, v in rt.close().items()}
         report["calls"] = call_counts()
         report["gomp"] = ip.gomp.report()
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise

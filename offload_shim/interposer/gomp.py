@@ -186,13 +186,14 @@ class GompSide:
             if not known:
                 self.on_register(0, version, host_table, ttype, tdata)
 
-    def uninstall(self) -> None:
-        """Remove the table (the C side then calls libgomp directly) and close the host
-        device (its mappings and the images' variables are freed).  Idempotent."""
+    def uninstall(self, close_device: bool = True) -> None:
+        """Remove the table (the C side then calls libgomp directly) and, unless
+        ``close_device`` is false, close the host device (its mappings and the images'
+        variables are freed).  Idempotent."""
         if self._lib is not None:
             _gabi.set_callbacks(self._lib, None)
             self._lib = None
-        if self.host_device is not None and not self.host_device.closed:
+        if close_device and self.host_device is not None and not self.host_device.closed:
             with self._lock:
                 self.host_device.close()
 

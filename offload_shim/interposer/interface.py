@@ -207,6 +207,7 @@ class Interposer:
             "api": guard(live(self._on_api, CB_FAIL), plain),
         })
         self.gomp.install(self._bridge.lib)
+        self._bridge.note_plugins(self.runtime.plugins)
         # libraries registered before the callbacks existed (e.g. preloaded)
         for desc in self._bridge.registered():
             if desc not in self.libraries:
@@ -258,6 +259,20 @@ class Interposer:
             self._bridge.uninstall()
             self.gomp.uninstall()
             self._closed = True
+        with _active_lock:
+            if _active is self:
+                _active = None
+
+    def abandon(self) -> None:
+        """Uninstall the callbacks and refuse every later callback, without
+        unregistering, running destructors or freeing mappings: the process is
+        exiting while a plugin call is still running (``exit()`` from inside a target
+        region, or from another thread while a kernel runs), and a teardown would wait
+        for that call for ever.  The process's exit releases the memory.  Idempotent."""
+        global _active
+        self._closed = True
+        self._bridge.uninstall()
+        self.gomp.uninstall(close_device=False)
         with _active_lock:
             if _active is self:
                 _active = None
@@ -385,10 +400,6 @@ class Interposer:
         except OffloadError as exc:
             self.errors.append(f"device {num}: {exc}")
             return False
-        finally:
-            # a plugin initialised now registered its own exit handler: the runtime's
-            # must stay the newest (offload-shim run, native/interposer.c)
-            self._bridge.rearm_exit()
         return True
 
     def _check_device(self, dev_id: int, loc: int | None) -> DeviceMapper | int:
@@ -497,7 +508,6 @@ class Interposer:
             try:
                 self.rtls.register_lib(desc)
             finally:
-                self._bridge.rearm_exit()
                 # the image's own requires entries (clang 19+) are known only now
                 self.fast.invalidate()
             diag.set_runtime_name(self.host_runtime)

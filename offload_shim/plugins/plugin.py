@@ -397,6 +397,14 @@ class Plugin:
             fn.argtypes = argtypes
             self._fn[name] = fn
 
+    @property
+    def object_address(self) -> int:
+        """An address inside the plugin's loaded shared object (one of its entry
+        points): what ``dladdr`` needs to name the object (the interposer tells the
+        exit handlers of the plugin's object apart by it)."""
+        name = min(self._fn) if self._fn else min(self.symbols)
+        return ctypes.cast(getattr(self._lib, self.prefix + name), ctypes.c_void_p).value
+
     def has(self, name: str) -> bool:
         """True if the entry point ``name`` (short, e.g. ``"data_lock"``) is bound."""
         return name in self._fn
