@@ -232,6 +232,18 @@ static int is_plugin_object(const void *dso)
   return found;
 }
 
+/* Exit handlers run newest first.  Under offload-shim run a handler that only notes that
+ * the process is exiting is registered after every other one (after each registration
+ * through __cxa_atexit below, and at each image registration), so that it is the first to
+ * run when the process exits. */
+static int exiting;
+static void note_exiting(void *unused)
+{
+  (void)unused;
+  __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+}
+static void mark_exit_start(void);
+
 struct wrapped_handler {
   void (*fn)(void *);
   void *arg, *dso;
@@ -241,6 +253,7 @@ static struct wrapped_handler *deferred, **deferred_end = &deferred;
 
 typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
 static cxa_atexit_fn real_cxa_atexit;
+extern void *__dso_handle;
 static int wrap_handlers;                 /* OFFLOAD_SHIM_EMBED=1: offload-shim run */
 static pthread_once_t cxa_once = PTHREAD_ONCE_INIT;
 static void cxa_resolve(void)
@@ -250,6 +263,12 @@ static void cxa_resolve(void)
     real_cxa_atexit = (cxa_atexit_fn)dlsym(RTLD_NEXT, "__cxa_atexit");
   const char *on = getenv("OFFLOAD_SHIM_EMBED");
   wrap_handlers = on && strcmp(on, "1") == 0;
+}
+
+static void mark_exit_start(void)
+{
+  if (real_cxa_atexit && wrap_handlers)
+    real_cxa_atexit(note_exiting, NULL, &__dso_handle);
 }
 
 static void run_wrapped(void *p)
@@ -304,8 +323,14 @@ int osh_cxa_atexit(void (*fn)(void *), void *arg, void *dso)
   int rc = real_cxa_atexit(run_wrapped, w, dso);
   if (rc != 0)
     free(w);
+  else
+    mark_exit_start();
   return rc;
 }
+
+/* Whether the process is running its exit handlers (set by the first of them to run);
+ * Python asks before an unregistration that would wait for another thread's kernel */
+OSH_EXPORT int osh_interposer_exiting(void) { return __atomic_load_n(&exiting, __ATOMIC_ACQUIRE); }
 
 static void embed_boot(void);
 static void embed_start(void)
@@ -568,8 +593,11 @@ static int pin_one(struct dl_phdr_info *info, size_t size, void *unused)
 OSH_EXPORT void __tgt_register_lib(void *desc)
 {
   count(C_REG);
-  if (getenv("OFFLOAD_SHIM_EMBED"))
+  if (getenv("OFFLOAD_SHIM_EMBED")) {
     dl_iterate_phdr(pin_one, NULL);
+    pthread_once(&cxa_once, cxa_resolve);
+    mark_exit_start();
+  }
   ensure_python();
   pthread_mutex_lock(&lock);
   if (num_registered < MAX_REG)

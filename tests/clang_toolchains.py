@@ -66,19 +66,23 @@ class Clang:
             out += ["-fPIC", "-shared", "-Wl,-Bsymbolic"]
         return out
 
-    def build(self, source: Path, *, shared: bool = False, defines: tuple = ()) -> Path:
+    def build(self, source: Path, *, shared: bool = False, defines: tuple = (),
+              link: tuple = ()) -> Path:
         """Compile ``source`` (an executable, or a shared library) into a cache under
-        ``$TMPDIR/osh-clang`` keyed by the compiler, flags and source; returns the
-        path.  Raises subprocess.CalledProcessError with the compiler's output."""
+        ``$TMPDIR/osh-clang`` keyed by the compiler, flags, ``link`` (extra link
+        arguments after the source: libraries to link, with their rpath) and source;
+        returns the path.  Raises subprocess.CalledProcessError with the compiler's
+        output."""
         flags = self.flags(shared) + [f"-D{d}" for d in defines]
-        key = hashlib.sha256("\0".join([self.cc, *flags, source.read_text()]).encode())
+        key = hashlib.sha256("\0".join([self.cc, *flags, *link,
+                                         source.read_text()]).encode())
         out_dir = Path(tempfile.gettempdir()) / "osh-clang"
         out_dir.mkdir(exist_ok=True)
         out = out_dir / f"{source.stem}-{self.cc}-{key.hexdigest()[:12]}" \
                         f"{'.so' if shared else ''}"
         if not out.exists():
             tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-            subprocess.run([self.cc, *flags, str(source), "-o", str(tmp)], check=True,
+            subprocess.run([self.cc, *flags, str(source), *link, "-o", str(tmp)], check=True,
                            capture_output=True, text=True, timeout=300)
             tmp.replace(out)
         return out

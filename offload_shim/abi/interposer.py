@@ -105,6 +105,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     * ``void osh_interposer_note_plugin(const void *addr)`` (the object holding
       ``addr`` is one of the runtime's plugins: ``offload-shim run`` stops the runtime
       before an exit handler of that object runs)
+    * ``int osh_interposer_exiting(void)`` (``offload-shim run``: the process is running
+      its exit handlers)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -116,6 +118,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_calls.restype = c_uint64
     lib.osh_interposer_requires.restype = c_int64
     lib.osh_interposer_note_plugin.restype = None
+    lib.osh_interposer_exiting.restype = c_int
+    lib.osh_interposer_exiting.argtypes = []
     lib.osh_interposer_note_plugin.argtypes = [c_void_p]
     lib.osh_mapper_components_new.restype = c_void_p
     lib.osh_mapper_components_new.argtypes = []

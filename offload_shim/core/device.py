@@ -419,7 +419,11 @@ class Device:
             # (KernelLauncher: token pushed before it checks the record, so a launch
             # either sees the record gone or is waited for here; the timeout is only
             # a safety net)
-            while self._launching.get(image.id) or rec.launches:
+            # launches of this very thread are not waited for: an unload reached from
+            # inside one of the image's kernels (exit() called by the kernel, whose
+            # exit path unregisters the program's images) would wait for itself
+            own = _own_launches(image.id)
+            while self._launching.get(image.id, 0) + len(rec.launches) > own:
                 self._unload_waiting += 1
                 try:
                     self._launch_cv.wait(0.05)
@@ -669,9 +673,12 @@ class Device:
     def _launch_held(self, image_id: int, entry: int, args, offsets) -> None:
         """Launch with a hold on the image (taken by the caller); an unload of
         that image waits until the hold is released."""
+        mine = _OWN_LAUNCHES.__dict__
+        mine[image_id] = mine.get(image_id, 0) + 1
         try:
             self.plugin.launch(self.index, entry, args, offsets)
         finally:
+            mine[image_id] -= 1
             with self._launch_cv:
                 n = self._launching[image_id] - 1
                 if n:
@@ -855,6 +862,15 @@ class Device:
         finally:
             self._exit()
 
+#: per thread: image id -> launches of that image this thread is inside (its kernels run
+#: on this thread's stack, so an unload from this thread cannot wait for them)
+_OWN_LAUNCHES = threading.local()
+
+
+def _own_launches(image_id: int) -> int:
+    return _OWN_LAUNCHES.__dict__.get(image_id, 0)
+
+
 class DeviceLease:
     """Device memory leased by one caller (:meth:`Device.lease`): ``ptrs[j]`` holds
     ``sizes[j]`` bytes.  Copies name a block and an offset, ``(j, offset,
@@ -968,6 +984,8 @@ class KernelLauncher:
             rec = self._rec
             tokens = rec.launches
             tokens.append(None)         # atomic under the GIL; an unload waits for it
+            mine = _OWN_LAUNCHES.__dict__
+            mine[self._image_id] = mine.get(self._image_id, 0) + 1
             try:
                 if dev._images.get(self._image_id) is not rec or \
                         dev.init_count != self._init_count:
@@ -975,6 +993,7 @@ class KernelLauncher:
                                               "loaded", device=dev.label)
                 self._launch(args, offsets)
             finally:
+                mine[self._image_id] -= 1
                 tokens.pop()
                 if not tokens and dev._unload_waiting:
                     with dev._launch_cv:

@@ -109,6 +109,10 @@ class Bridge:
             except (AttributeError, ValueError):
                 continue
 
+    def exiting(self) -> bool:
+        """Under ``offload-shim run``: the process is running its exit handlers."""
+        return bool(self.lib is not None and self.lib.osh_interposer_exiting())
+
     def uninstall(self) -> None:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the
         rest of the process: another thread may have read a function pointer from

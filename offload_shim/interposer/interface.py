@@ -193,7 +193,8 @@ class Interposer:
         live = self._while_open
         self._bridge.install({
             "register_lib": guard(live(self._on_register, CB_OK), plain),
-            "unregister_lib": guard(live(self._on_unregister, CB_OK), plain),
+            "unregister_lib": guard(self._exit_guard(live(self._on_unregister, CB_OK)),
+                                    plain),
             "register_requires": guard(live(self._on_requires, CB_OK), plain),
             "target_kernel": guard(live(self._on_kernel, CB_FAIL), construct),
             "target_data": guard(live(self._on_data, CB_OK), construct),
@@ -212,6 +213,20 @@ class Interposer:
         for desc in self._bridge.registered():
             if desc not in self.libraries:
                 self._on_register(desc)
+
+    def _exit_guard(self, unregister):
+        """``__tgt_unregister_lib`` while the process exits and a plugin call of another
+        thread is still running (``exit()`` from a thread while another one's kernel
+        runs): left registered -- unloading the image would wait for that kernel for
+        ever -- for the exit-time stop, which then abandons the runtime
+        (:meth:`abandon`).  libomptarget's own unregistration does not wait for
+        kernels either."""
+        def call(desc):
+            if self._bridge.exiting() and any(d.calls_in_flight
+                                               for d in self.runtime.devices):
+                return CB_OK
+            return unregister(desc)
+        return call
 
     def _while_open(self, fn, closed_rc: int, closed=None):
         """``fn`` as a callback that, once :meth:`close` has run, does nothing and
