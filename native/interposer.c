@@ -234,8 +234,8 @@ static int is_plugin_object(const void *dso)
 
 /* Exit handlers run newest first.  Under offload-shim run a handler that only notes that
  * the process is exiting is registered after every other one (after each registration
- * through __cxa_atexit below, and at each image registration), so that it is the first to
- * run when the process exits. */
+ * through __cxa_atexit below, and at each image registration, unless it is the newest
+ * already), so that it is the first to run when the process exits. */
 static int exiting;
 static void note_exiting(void *unused)
 {
@@ -265,9 +265,11 @@ static void cxa_resolve(void)
   wrap_handlers = on && strcmp(on, "1") == 0;
 }
 
+static int marker_newest;                 /* no handler was registered after the last one */
 static void mark_exit_start(void)
 {
-  if (real_cxa_atexit && wrap_handlers)
+  if (real_cxa_atexit && wrap_handlers && !__atomic_exchange_n(&marker_newest, 1,
+                                                               __ATOMIC_ACQ_REL))
     real_cxa_atexit(note_exiting, NULL, &__dso_handle);
 }
 
@@ -314,17 +316,22 @@ int osh_cxa_atexit(void (*fn)(void *), void *arg, void *dso)
   pthread_once(&cxa_once, cxa_resolve);
   if (!real_cxa_atexit)
     return -1;
-  struct wrapped_handler *w = wrap_handlers && dso ? malloc(sizeof *w) : NULL;
-  if (!w)
+  if (!wrap_handlers)
     return real_cxa_atexit(fn, arg, dso);
-  w->fn = fn;
-  w->arg = arg;
-  w->dso = dso;
-  int rc = real_cxa_atexit(run_wrapped, w, dso);
-  if (rc != 0)
-    free(w);
-  else
-    mark_exit_start();
+  struct wrapped_handler *w = dso ? malloc(sizeof *w) : NULL;
+  int rc;
+  if (w) {
+    w->fn = fn;
+    w->arg = arg;
+    w->dso = dso;
+    rc = real_cxa_atexit(run_wrapped, w, dso);
+    if (rc != 0)
+      free(w);
+  } else {
+    rc = real_cxa_atexit(fn, arg, dso);
+  }
+  __atomic_store_n(&marker_newest, 0, __ATOMIC_RELEASE);
+  mark_exit_start();
   return rc;
 }
 
