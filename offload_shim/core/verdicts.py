@@ -46,6 +46,7 @@ NO_CACHE_VAR = "OFFLOAD_SHIM_NO_CACHE"
 _lock = threading.Lock()
 _fingerprints: dict[tuple[str, ...], str] = {}
 _dir_checked: dict[str, bool] = {}
+_seen: dict[tuple[str, str], dict] = {}        # (directory, key) -> verdict read
 
 
 def cache_dir() -> str | None:
@@ -126,17 +127,32 @@ def key(kind: str, modules: tuple[str, ...], content_sha256: str) -> str:
 
 
 def get(kind: str, modules: tuple[str, ...], content_sha256: str) -> dict | None:
-    """The stored verdict (a dict) or None."""
+    """The stored verdict (a dict) or None.  A verdict read once is remembered for
+    the process (one entry per distinct content: a library loaded again and again
+    reads its file once)."""
     d = cache_dir()
     if d is None or not _usable(d, create=False):
         return None
-    path = os.path.join(d, f"{kind}-{key(kind, modules, content_sha256)}.json")
+    k = key(kind, modules, content_sha256)
+    value = _seen.get((d, k))
+    if value is not None:
+        return dict(value)
+    path = os.path.join(d, f"{kind}-{k}.json")
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
     except (OSError, ValueError):
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    _seen[(d, k)] = value
+    return dict(value)
+
+
+def remembered() -> int:
+    """How many verdicts :func:`get` remembers for the process (one per distinct
+    content and check)."""
+    return len(_seen)
 
 
 def put(kind: str, modules: tuple[str, ...], content_sha256: str, value: dict) -> None:
@@ -176,4 +192,4 @@ def file_sha256(path: str) -> str:
 
 
 __all__ = ["CACHE_DIR_VAR", "NO_CACHE_VAR", "cache_dir", "file_sha256", "fingerprint", "get",
-           "key", "put", "sha256"]
+           "key", "put", "remembered", "sha256"]
