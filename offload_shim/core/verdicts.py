@@ -181,7 +181,8 @@ def put(kind: str, modules: tuple[str, ...], content_sha256: str, value: dict) -
                 pass
 
 
-_content_sha256 = None          # OpenSSL's, from the second content hash on
+_openssl_sha256 = None          # OpenSSL's SHA-256, imported at a process's second hash
+_hashed_once = False
 
 
 def sha256(data: bytes) -> str:
@@ -190,16 +191,17 @@ def sha256(data: bytes) -> str:
     later ones -- a process that registers images again and again, e.g. a host that
     loads and unloads an offload library in a loop -- use OpenSSL's, about eight times
     faster on images of tens of KiB.  Both give the same digest."""
-    global _content_sha256
-    fn = _content_sha256
+    global _openssl_sha256, _hashed_once
+    fn = _openssl_sha256
     if fn is None:
-        _content_sha256 = _new_sha256
+        if not _hashed_once:
+            _hashed_once = True
+            return _new_sha256(data).hexdigest()
         try:
-            from _hashlib import openssl_sha256
-            _content_sha256 = openssl_sha256
+            from _hashlib import openssl_sha256 as fn
         except ImportError:         # pragma: no cover - a Python built without OpenSSL
-            pass
-        fn = _new_sha256
+            fn = _new_sha256
+        _openssl_sha256 = fn
     return fn(data).hexdigest()
 
 
