@@ -188,13 +188,16 @@ class _CopyWatch:
         return None if lost else names
 
     def _drain(self, names: set[str]) -> bool:
-        """Read every queued event; add the copies' paths to ``names``.  True when
-        the kernel reported lost events."""
+        """Read the queued events; add the copies' paths to ``names``.  True when the
+        kernel reported lost events.  A read that does not fill the buffer took every
+        event queued when it ran: the creations of the load that just ended were
+        queued before its ``load_binary`` returned, so no second read (an EAGAIN) is
+        needed for them; later events are no load's of ours."""
         from ..abi import libc
         lost = False
         while True:
             try:
-                buf = os.read(self.fd, 65536)
+                buf = os.read(self.fd, _READ_SIZE)
             except BlockingIOError:
                 return lost
             except OSError:
@@ -212,6 +215,8 @@ class _CopyWatch:
                     if _is_copy(name):
                         names.add("/tmp/" + name)
                 i += _EVENT.size + n
+            if len(buf) <= _READ_SIZE - _EVENT_MAX:
+                return lost
 
     def forget(self) -> None:
         """In a child made by ``fork``: drop the instance inherited from the parent."""
@@ -226,6 +231,8 @@ class _CopyWatch:
 
 
 _EVENT = struct.Struct("iIII")                # struct inotify_event: wd, mask, cookie, len
+_READ_SIZE = 65536
+_EVENT_MAX = _EVENT.size + 256                # one event with the longest name (NAME_MAX + 1)
 _watch = _CopyWatch()
 _pending: set[str] = set()     # copies created while loads overlapped, not yet decided
 #: a token of :func:`before_load`: the load is watched (no listing of /tmp)
