@@ -56,11 +56,13 @@ class EntryRecord(namedtuple("EntryRecord", "addr name size flags data", default
     __slots__ = ()
 
 
-def entry_layout(begin: int, end: int) -> EntryLayout:
+def entry_layout(begin: int, end: int, raw: bytes | None = None) -> EntryLayout:
     """The layout of the entry table ``[begin, end)`` in this process's memory
-    (:func:`offload_shim.abi.clang.detect_entry_layout`).  Raises UnknownLayoutError."""
-    return _clang.detect_entry_layout(_abi.read_bytes(begin, end - begin),
-                                      f"offload entry table [{begin:#x}, {end:#x})")
+    (:func:`offload_shim.abi.clang.detect_entry_layout`; ``raw``: its bytes, when
+    already read).  Raises UnknownLayoutError."""
+    if raw is None:
+        raw = _abi.read_bytes(begin, end - begin)
+    return _clang.detect_entry_layout(raw, f"offload entry table [{begin:#x}, {end:#x})")
 
 
 class EntryTable(FieldsRepr):
@@ -82,9 +84,9 @@ def read_entry_table(begin: int, end: int) -> EntryTable:
     the table's layout.  Raises UnknownLayoutError."""
     if not begin or end <= begin:
         return EntryTable(TGT_OFFLOAD_ENTRY)
-    layout = entry_layout(begin, end)
-    table = EntryTable(layout)
     raw = _abi.read_bytes(begin, end - begin)
+    layout = entry_layout(begin, end, raw)
+    table = EntryTable(layout)
     for k in range(len(raw) // layout.size):
         f = layout.decode(raw[k * layout.size:(k + 1) * layout.size])
         if f.kind != _clang.OFK_OPENMP:
@@ -134,12 +136,21 @@ def generation_text(images: list[DecodedImage], kernel_args: int | None = None) 
     tables = [d.table for d in images if d.table is not None]
     layout = tables[0].layout if tables else None
     req = any(t.requires_entry for t in tables) or None
-    gens = _clang.generations_of(layout, kernel_args=kernel_args, requires_entry=req)
-    text = _clang.describe_generations(gens)
-    what = [layout.name] if layout is not None else []
-    if kernel_args is not None:
-        what.append(f"KernelArgs v{kernel_args}")
-    return f"{text} ({', '.join(what)})" if what else text
+    key = (layout, kernel_args, req)
+    text = _generation_texts.get(key)
+    if text is None:
+        gens = _clang.generations_of(layout, kernel_args=kernel_args, requires_entry=req)
+        text = _clang.describe_generations(gens)
+        what = [layout.name] if layout is not None else []
+        if kernel_args is not None:
+            what.append(f"KernelArgs v{kernel_args}")
+        text = _generation_texts[key] = f"{text} ({', '.join(what)})" if what else text
+    return text
+
+
+#: (layout, KernelArgs version, requires entry) -> generation_text's answer: a pure function
+#: of the three, asked at every registration and first launch (a handful of keys)
+_generation_texts: dict[tuple, str] = {}
 
 
 #: libomptarget 16 ``RTLNames``: the plugin base names it tries, in this order

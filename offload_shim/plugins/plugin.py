@@ -720,14 +720,21 @@ class LLVMPlugin(Plugin):
         return dimg, [data, arr, names, dimg]
 
     def is_valid_binary(self, image) -> bool:
-        """``is_valid_binary`` on the image bytes (needs an initialised plugin)."""
+        """``is_valid_binary`` on the image bytes (needs an initialised plugin).  The
+        ``__tgt_device_image`` has the image's bytes and an empty entry table: the
+        entry point judges the image (``omptargetplugin.h``: "the provided device image
+        can be supported"; the LLVM 14-18 x86_64, CUDA and AMDGPU plugins and the
+        bundled one read ``ImageStart``/``ImageEnd`` only)."""
         if not self._initialized:
             raise LifecycleError(f"{self.name}: is_valid_binary before init_plugin")
         if getattr(image, "gomp_target_type", None) is not None:
             return False                 # a GCC (libgomp) image: not for __tgt_rtl_*
-        dimg, keep = self._device_image(image)
-        ok = bool(self._fn["is_valid_binary"](byref(dimg)))
-        return ok
+        data = image.data                # referenced across the call
+        start = image.data_address()
+        dimg = _tgt.DeviceImage()
+        dimg.ImageStart = start
+        dimg.ImageEnd = start + len(data)
+        return bool(self._fn["is_valid_binary"](byref(dimg)))
 
     def load_image(self, dev: int, image) -> LoadedImage:
         """``load_binary`` into device ``dev``; returns the target table in host
