@@ -22,6 +22,7 @@ bench: setup
 	$(VENV)/bin/python -m pip install -q ".[bench]"
 	$(VENV)/bin/python benchmarks/run.py
 	$(VENV)/bin/python benchmarks/run_overhead.py
+	$(VENV)/bin/python benchmarks/lifecycle.py
 
 ## mutation testing of the core modules (mutmut; configuration in pyproject.toml [tool.mutmut]);
 ## MUTANTS='offload_shim.core.runtime*' restricts it; results: docs/testing.md

@@ -393,3 +393,121 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
         for p in (old, young):
             with contextlib.suppress(OSError):
                 os.unlink(p)
+
+
+# -- the copy a load made, from inotify events (no listing of /tmp per load) ---------------
+
+def _copy_like():
+    """A file named like the plugins' mkstemp("/tmp/tmpfile_XXXXXX") copies."""
+    import os
+    import secrets
+    while True:
+        path = "/tmp/tmpfile_" + secrets.token_hex(3)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return path
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """A fresh watch for the test (the process-wide one is put back afterwards); a
+    listing of /tmp fails the test."""
+    from offload_shim.plugins import leftovers
+    monkeypatch.setattr(leftovers, "_watch", leftovers._CopyWatch())
+    monkeypatch.setattr(leftovers, "_pending", set())
+
+    def no_listing(*a, **kw):
+        raise AssertionError("/tmp was listed")
+    monkeypatch.setattr(leftovers, "_listing", no_listing)
+    token = leftovers.before_load()
+    if token is not leftovers.WATCHED:
+        leftovers.unlink_new_copies(token)
+        pytest.skip("no inotify here (the listing fallback is tested below)")
+    leftovers.unlink_new_copies(token)
+    yield leftovers
+    leftovers._watch.forget()
+
+
+def test_a_watched_load_finds_its_copy_without_listing_tmp(watched, monkeypatch):
+    import os
+    from offload_shim.abi import libc
+    made = []
+    monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p == made[0])
+    before_load = _copy_like()                   # not created during the load: not seen
+    try:
+        token = watched.before_load()
+        assert token is watched.WATCHED
+        made.append(_copy_like())                 # "the plugin's copy", loaded here
+        foreign = _copy_like()                    # another process's, made meanwhile
+        try:
+            assert watched.unlink_new_copies(token) == [made[0]]
+            assert not os.path.exists(made[0])
+            assert os.path.exists(foreign) and os.path.exists(before_load)
+            # no load of ours was running any more: the foreign copy is let go at once
+            assert watched.held()["pending"] == 0
+            assert made[0] in watched.removed_copies()
+        finally:
+            os.unlink(foreign)
+        # between loads nothing is queued: a copy made now is not seen by the next load
+        idle = _copy_like()
+        try:
+            token = watched.before_load()
+            assert watched.unlink_new_copies(token) == []
+            assert os.path.exists(idle)
+        finally:
+            os.unlink(idle)
+    finally:
+        os.unlink(before_load)
+
+
+def test_overlapping_watched_loads_wait_for_each_other(watched, monkeypatch):
+    """A copy that is not loaded here when one load ends may be another running load's
+    (written, not yet dlopen-ed): it waits for that load's end."""
+    import os
+    from offload_shim.abi import libc
+    loaded = set()
+    monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p in loaded)
+    first, second = watched.before_load(), watched.before_load()
+    copy = _copy_like()                           # the second load's, not dlopen-ed yet
+    try:
+        assert watched.unlink_new_copies(first) == []
+        assert watched.held()["pending"] == 1 and os.path.exists(copy)
+        loaded.add(copy)                          # the second load dlopens it and ends
+        assert watched.unlink_new_copies(second) == [copy]
+        assert watched.held()["pending"] == 0
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+
+
+def test_without_inotify_or_after_lost_events_tmp_is_listed(monkeypatch):
+    import os
+    from offload_shim.abi import libc
+    from offload_shim.plugins import leftovers
+    monkeypatch.setattr(leftovers, "_pending", set())
+    made = []
+    monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p in made)
+    # no inotify instance (EMFILE: the user's max_user_instances reached)
+    monkeypatch.setattr(leftovers, "_watch", leftovers._CopyWatch())
+    monkeypatch.setattr(libc, "inotify_init", lambda: (-1, 24))
+    before = leftovers.before_load()
+    assert isinstance(before, set)
+    made.append(_copy_like())
+    assert leftovers.unlink_new_copies(before) == made and not os.path.exists(made[0])
+    assert leftovers.before_load() is not leftovers.WATCHED       # not tried again
+    # events lost (queue overflow): every copy not set aside is looked at
+    monkeypatch.undo()
+    monkeypatch.setattr(leftovers, "_pending", set())
+    monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p in made)
+    watch = leftovers._CopyWatch()
+    monkeypatch.setattr(leftovers, "_watch", watch)
+    token = leftovers.before_load()
+    if token is not leftovers.WATCHED:
+        pytest.skip("no inotify here")
+    try:
+        monkeypatch.setattr(watch, "_drain", lambda names: True)
+        made[:] = [_copy_like()]
+        assert made[0] in leftovers.unlink_new_copies(token)
+        assert not os.path.exists(made[0])
+    finally:
+        watch.forget()

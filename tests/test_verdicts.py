@@ -96,3 +96,14 @@ def test_known_good_plugins(cache, tmp_path, bundled_path):
     assert not isolation.plugin_known_good(str(copy))
     assert not isolation.plugin_known_good(str(tmp_path / "missing.so"))
     assert not isolation.plugin_known_good(str(tmp_path))
+
+
+def test_content_hashes_are_sha256_first_and_later(monkeypatch, sample_path):
+    import hashlib
+    data = open(sample_path, "rb").read()
+    monkeypatch.setattr(verdicts, "_openssl_sha256", None)     # as in a fresh process
+    monkeypatch.setattr(verdicts, "_hashed_once", False)
+    first = verdicts.sha256(data)
+    second = verdicts.sha256(data)
+    assert first == second == verdicts.sha256(bytearray(data)) \
+        == hashlib.sha256(data).hexdigest()

@@ -58,12 +58,23 @@ def new_buffer(init: bytes | bytearray | memoryview | int) -> tuple[int, object]
     return ctypes.addressof(buf), buf
 
 
+def bytes_address(data: bytes) -> int:
+    """The address of the first byte of the immutable ``bytes`` object ``data``,
+    without a copy: CPython never moves an object, so the address stays valid while
+    ``data`` is referenced (the caller keeps it).  Native code may only read there.
+    Raises TypeError for anything but ``bytes`` (a ``bytearray`` can be resized and
+    moved: use :func:`buffer_address`)."""
+    if type(data) is not bytes:
+        raise TypeError(f"bytes_address needs bytes, not {type(data).__name__}")
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+
+
 def read_bytes(addr: int, size: int) -> bytes:
     """A copy of ``size`` bytes at host address ``addr``."""
     return ctypes.string_at(addr, size) if size else b""
 
 
-__all__ += ["new_buffer", "read_bytes"]
+__all__ += ["bytes_address", "new_buffer", "read_bytes"]
 
 
 def host_view(buf, writable: bool) -> tuple[int, int, object]:

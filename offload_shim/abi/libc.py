@@ -5,8 +5,9 @@ Every call of the C library that the package makes goes through this module:
 ``target.c`` frees them; the host device of ``omp_target_alloc``),
 ``fflush``, ``mlock``/``munlock``/``mlockall``/``munlockall`` (pinned host
 memory, POSIX), ``prctl(PR_SET_PDEATHSIG)`` (children never outlive their
-parent), and ``dlopen``/``dlclose``/``dlsym`` (compiled libraries, who
-defines a symbol, whether a library is mapped).  The process's own symbol scope
+parent), ``dlopen``/``dlclose``/``dlsym`` (compiled libraries, who
+defines a symbol, whether a library is mapped) and ``inotify_*`` (Linux: which
+files an LLVM plugin's image load created in ``/tmp``).  The process's own symbol scope
 (``dlopen(NULL)``, glibc 2.34+ has libdl inside libc) is opened on first use,
 not at import, with ``use_errno`` so that the errno of a failed call is read
 right after it on the calling thread.
@@ -26,7 +27,9 @@ from ctypes import c_char_p, c_int, c_size_t, c_void_p
 
 __all__ = ["MCL_CURRENT", "MCL_FUTURE", "malloc", "free", "fflush_all", "mlock", "munlock",
            "mlockall", "munlockall", "set_parent_death_signal", "dlsym_default", "dlopen", "dlclose",
-           "library_loaded", "symbol_address", "memmove"]
+           "library_loaded", "symbol_address", "memmove", "inotify_init", "inotify_add_watch",
+           "inotify_rm_watch", "IN_CREATE", "IN_DELETE_SELF", "IN_IGNORED", "IN_ONLYDIR",
+           "IN_Q_OVERFLOW"]
 
 #: ``<sys/mman.h>`` flags of ``mlockall`` (Linux, all architectures we run on)
 MCL_CURRENT = 1
@@ -47,7 +50,21 @@ _PROTOTYPES = {
     "dlerror": (c_char_p, []),                        # char *dlerror(void)
     # int prctl(int option, unsigned long, unsigned long, unsigned long, unsigned long)
     "prctl": (c_int, [c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]),
+    "inotify_init1": (c_int, [c_int]),                # int inotify_init1(int flags)
+    # int inotify_add_watch(int fd, const char *pathname, uint32_t mask)
+    "inotify_add_watch": (c_int, [c_int, c_char_p, ctypes.c_uint32]),
+    "inotify_rm_watch": (c_int, [c_int, c_int]),      # int inotify_rm_watch(int fd, int wd)
 }
+
+#: ``<sys/inotify.h>`` (Linux, all architectures we run on): flags of
+#: ``inotify_init1``, the event bits the package asks for or must recognise
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = 0o2000000
+IN_CREATE = 0x00000100
+IN_DELETE_SELF = 0x00000400
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
 
 PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
 
@@ -122,6 +139,29 @@ def set_parent_death_signal(sig: int) -> int:
     return _errno_of(_bound()["prctl"](PR_SET_PDEATHSIG, int(sig), 0, 0, 0))
 
 
+def inotify_init() -> tuple[int, int]:
+    """``inotify_init1(IN_NONBLOCK | IN_CLOEXEC)`` (inotify(7)): ``(fd, 0)``, or
+    ``(-1, errno)`` (EMFILE: the user's ``max_user_instances`` reached; ENOSYS)."""
+    fd = _bound()["inotify_init1"](IN_NONBLOCK | IN_CLOEXEC)
+    return (fd, 0) if fd >= 0 else (-1, ctypes.get_errno() or -1)
+
+
+def inotify_add_watch(fd: int, path: str | bytes, mask: int) -> tuple[int, int]:
+    """``inotify_add_watch(fd, path, mask)``: ``(watch descriptor, 0)``, or
+    ``(-1, errno)`` (ENOSPC: ``max_user_watches`` reached; ENOENT, EACCES).  On a
+    path already watched through ``fd`` it replaces that watch's mask."""
+    if isinstance(path, str):
+        path = os.fsencode(path)
+    wd = _bound()["inotify_add_watch"](fd, path, mask)
+    return (wd, 0) if wd >= 0 else (-1, ctypes.get_errno() or -1)
+
+
+def inotify_rm_watch(fd: int, wd: int) -> int:
+    """``inotify_rm_watch(fd, wd)``; 0 or the errno (the kernel queues an
+    ``IN_IGNORED`` event for ``wd``)."""
+    return _errno_of(_bound()["inotify_rm_watch"](fd, wd))
+
+
 def dlsym_default(name: str | bytes) -> int:
     """``dlsym(RTLD_DEFAULT, name)``: the address the process's global scope
     resolves ``name`` to, or 0 when no loaded library defines it."""
@@ -159,12 +199,16 @@ def symbol_address(fn) -> int:
 def library_loaded(soname: str, *, global_scope: bool = False) -> bool:
     """True when ``soname`` is already mapped in this process
     (``dlopen(soname, RTLD_NOLOAD)``: loads nothing, runs no constructor).
-    ``global_scope``: also promote it to ``RTLD_GLOBAL``."""
-    mode = os.RTLD_NOLOAD | (os.RTLD_GLOBAL if global_scope else os.RTLD_LOCAL)
-    try:
-        ctypes.CDLL(soname, mode=mode)
-    except OSError:
+    ``global_scope``: also promote it to ``RTLD_GLOBAL`` (that reference is kept);
+    otherwise the reference the check took is given back at once, so the check
+    neither keeps an object loaded nor leaves anything behind per call."""
+    # dlopen(3) wants one of RTLD_LAZY / RTLD_NOW in every mode (EINVAL otherwise)
+    mode = os.RTLD_NOLOAD | os.RTLD_LAZY | (os.RTLD_GLOBAL if global_scope else os.RTLD_LOCAL)
+    handle, _err = dlopen(soname, mode)
+    if not handle:
         return False
+    if not global_scope:
+        dlclose(handle)
     return True
 
 

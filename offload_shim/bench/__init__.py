@@ -30,7 +30,11 @@ Workloads: ``hot`` (one size, backends interleaved batch by batch),
 ``llvm-mm`` (16 threads, every power of two 4 B..32 KiB), ``random`` (a seeded
 trace, many small sizes and a few above the 8 KiB threshold), ``growth``
 (pool-hit cost with 10..100,000 cached blocks) and ``replay`` (an event log
-written by ``MemoryManager(event_log=...)``, replayed on every backend).
+written by ``MemoryManager(event_log=...)``, replayed on every backend).  Two more
+run whole compiled programs under ``offload-shim run`` and the real libomptarget 16
+side by side: ``run`` (:mod:`.run_overhead`: cost per construct, start-up) and
+``lifecycle`` (:mod:`.lifecycle`: dlopen / region / dlclose cycles, memory and time per
+cycle, and how much two threads' kernels overlap).
 
 Figures (per backend and workload): median and p99 ns per alloc+free pair
 (each pair timed on its own with ``time.perf_counter_ns``, the timer's own

@@ -20,6 +20,10 @@ ALL_ROWS = CPU_ROWS + GPU_ROWS
 
 _DESCRIPTION = "benchmark alloc/free: the pool against every peer, side by side"
 
+#: Workloads that run whole programs under offload-shim run and libomptarget 16
+#: (:mod:`.run_overhead`, :mod:`.lifecycle`), not the alloc/free rows.
+PROCESS_WORKLOADS = ("run", "lifecycle")
+
 #: Largest emulated latency accepted (ns): the plugin busy-waits that long per call.
 MAX_LATENCY_NS = 1_000_000_000
 
@@ -37,7 +41,9 @@ def _add_arguments(p: argparse.ArgumentParser, default_profile: str) -> None:
                    help="emulated device-synchronising free latency, ns (default %(default)s)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="comma-separated subset of " + ",".join(WORKLOADS)
-                   + " (or run: offload-shim run against libomptarget, run_overhead.py)")
+                   + " (or run: offload-shim run against libomptarget, run_overhead.py;"
+                   " lifecycle: dlopen/region/dlclose cycles and two threads' kernels"
+                   " against libomptarget, lifecycle.py)")
     p.add_argument("--only", action="append", metavar="ROW",
                    help="rows whose name contains ROW (repeatable)")
     p.add_argument("--no-gpu", action="store_true", help="do not try the CUDA rows")
@@ -53,9 +59,9 @@ def _check_args(args) -> tuple:
     Raises UsageError."""
     wls = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     for w in wls:
-        if w not in WORKLOADS and w != "run":
+        if w not in WORKLOADS and w not in PROCESS_WORKLOADS:
             raise UsageError(f"--workloads: unknown workload {w!r} "
-                             f"(choose from {', '.join(WORKLOADS)})")
+                             f"(choose from {', '.join(WORKLOADS + PROCESS_WORKLOADS)})")
     if not wls:
         raise UsageError(f"--workloads: no workload given (choose from {', '.join(WORKLOADS)})")
     for opt, v in (("--latency-alloc-ns", args.latency_alloc_ns),
@@ -87,10 +93,16 @@ def _cmd(args, on_result=None) -> int:
     except UsageError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    if "run" in wls:     # whole programs under offload-shim run vs libomptarget
-        from .run_overhead import main_from_bench
+    # whole programs under offload-shim run vs libomptarget (run_overhead.py, lifecycle.py)
+    for name in PROCESS_WORKLOADS:
+        if name not in wls:
+            continue
+        if name == "run":
+            from .run_overhead import main_from_bench
+        else:
+            from .lifecycle import main_from_bench
         rc = main_from_bench(args)
-        wls = tuple(w for w in wls if w != "run")
+        wls = tuple(w for w in wls if w != name)
         if rc or not wls:
             return rc
     try:

@@ -102,7 +102,7 @@ def cmd_run_library(args) -> int:
         out["images"] = [i.name for imgs in ip.libraries.values() for i in imgs]
         out["unsupported"] = [msg for _, msg in ip.unsupported]
         out["devices"] = len(ip.devices)
-        out["compilers"] = sorted(set(ip.generations.values()))
+        out["compilers"] = ip.compilers()
         for name in args.call:
             out["results"][name] = int(lib.call(name))
             if not args.json:
@@ -114,7 +114,7 @@ def cmd_run_library(args) -> int:
         out["mappings_after_close"] = sum(len(ip.mappings(i)) for i in range(len(ip.devices)))
         out["errors"] = list(ip.errors)
         out["gomp"] = ip.gomp.report()
-        out["compilers"] = sorted(set(ip.generations.values()))    # refined by launches
+        out["compilers"] = ip.compilers()    # refined by launches
         ok = out["registered_after_close"] == 0 and not ip.errors
     out["calls"] = call_counts()
     if args.json:

@@ -78,7 +78,8 @@ class OffloadImage:
     ``data``: image bytes; ``entries``: list of HostEntry in target-table
     order; ``name``: a label.  Raises InvalidImageError for data that is
     not ELF or is corrupt, ValueError for bad entries (duplicate names,
-    negative sizes).  Objects are immutable after creation and hashable by
+    negative sizes).  Objects are immutable after creation (apart from the
+    plugins' verdicts they remember, :meth:`accepted_by`) and hashable by
     identity (an image registered twice is the same registration).
 
     ``trusted``: the bytes come from a library this process already loaded
@@ -114,8 +115,8 @@ class OffloadImage:
             except InvalidImageError as exc:
                 raise InvalidImageError(f"image {name!r}: {exc}") from None
         self._lock = threading.Lock()
-        self._cbytes = None
         self._anchors = None
+        self._accepted: dict[int, bool] = {}      # id(plugin) -> is_valid_binary
         self._host_addrs: list[int] | None = None
         if host_addresses is not None:
             # Real host addresses (a compiled library's own functions/region ids
@@ -209,13 +210,26 @@ class OffloadImage:
                                     "(needed by the GOMP ABI): pass num_args=")
         return n
 
-    def ctypes_bytes(self):
-        """The image bytes in a ctypes buffer that lives as long as the image
-        (plugins keep pointers into it)."""
-        with self._lock:
-            if self._cbytes is None:
-                self._cbytes = buffers.new_buffer(self.data)[1]
-            return self._cbytes
+    def accepted_by(self, plugin) -> bool:
+        """``plugin.is_valid_binary(self)``, asked once per plugin and remembered
+        with the image (so it goes when the image is dropped: nothing per image is
+        left in a runtime that unregistered it).  Plugins are process-wide and
+        never unloaded, so ``id(plugin)`` names one for the image's lifetime.
+        Raises what ``is_valid_binary`` raises (LifecycleError before the plugin
+        is initialised)."""
+        key = id(plugin)
+        ok = self._accepted.get(key)
+        if ok is None:
+            ok = self._accepted[key] = bool(plugin.is_valid_binary(self))
+        return ok
+
+    def data_address(self) -> int:
+        """The address of the first of ``len(self.data)`` image bytes, for a plugin
+        to read: :attr:`data` itself, not a copy (the one copy of the image's bytes
+        this package holds).  Valid while :attr:`data` is referenced: a caller
+        handing it to a plugin keeps ``self.data`` as long as the plugin may read
+        there."""
+        return buffers.bytes_address(self.data)
 
     def host_addresses(self) -> list[int]:
         """One host address per entry: an anchor byte for kernels, a zeroed

@@ -100,7 +100,6 @@ class Runtime:
         if self._pool_options:
             _check_pool_options(self._pool_options)
         self._registry = ImageRegistry()
-        self._accept_cache: dict[tuple[int, int], bool] = {}
         self._plugins: list[Plugin] = []
         self._acquired: list[Plugin] = []
         self._devices: list[Device] | None = None
@@ -226,13 +225,10 @@ class Runtime:
     # -- images --------------------------------------------------------------------
     def accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
         """True when ``plugin`` takes ``image`` (``is_valid_binary``; GOMP: the
-        target type), asked once per (plugin, image) and remembered.  The
-        plugin must be initialised (any device list or registration did)."""
-        key = (id(plugin), image.id)
-        ok = self._accept_cache.get(key)
-        if ok is None:
-            ok = self._accept_cache[key] = bool(plugin.is_valid_binary(image))
-        return ok
+        target type), asked once per (plugin, image) and remembered with the image
+        (:meth:`OffloadImage.accepted_by`).  The plugin must be initialised (any
+        device list or registration did)."""
+        return image.accepted_by(plugin)
 
     def accepted_images(self, plugin: Plugin) -> list[OffloadImage]:
         """The registered images ``plugin`` accepts, in registration order."""

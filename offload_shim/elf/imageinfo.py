@@ -69,9 +69,14 @@ def is_offload_binary(data: bytes) -> bool:
     return data[:4] == OFFLOAD_BINARY_MAGIC
 
 
-def _cstr(buf: bytes, off: int) -> str:
-    end = buf.find(b"\0", off)
-    return buf[off:end if end >= 0 else len(buf)].decode(errors="replace")
+def _cstr(buf: bytes, off: int, limit: int | None = None) -> str:
+    """The NUL-terminated string at ``off``, not reaching ``limit`` (default: the end
+    of ``buf``)."""
+    limit = len(buf) if limit is None else min(limit, len(buf))
+    if off >= limit:
+        return ""
+    end = buf.find(b"\0", off, limit)
+    return buf[off:end if end >= 0 else limit].decode(errors="replace")
 
 
 def parse_offload_binaries(data: bytes) -> list[OffloadBinaryEntry]:
@@ -89,18 +94,18 @@ def parse_offload_binaries(data: bytes) -> list[OffloadBinaryEntry]:
         if size < _HDR.size or off + size > len(data) or eoff + _ENT.size > size:
             raise InvalidImageError(f"truncated OffloadBinary at offset {off} "
                                     f"(size {size}, buffer {len(data)})")
-        buf = data[off:off + size]
-        kind, okind, flags, soff, nstr, ioff, isize = _ENT.unpack_from(buf, eoff)
+        end = off + size                 # the container: [off, end) of data, not copied
+        kind, okind, flags, soff, nstr, ioff, isize = _ENT.unpack_from(data, off + eoff)
         if ioff + isize > size or soff + 16 * nstr > size:
             raise InvalidImageError(f"OffloadBinary at offset {off}: image or string table "
                                     "outside the container")
         strings = {}
         for i in range(nstr):
-            k, v = struct.unpack_from("<QQ", buf, soff + 16 * i)
-            strings[_cstr(buf, k)] = _cstr(buf, v)
+            k, v = struct.unpack_from("<QQ", data, off + soff + 16 * i)
+            strings[_cstr(data, off + k, end)] = _cstr(data, off + v, end)
         out.append(OffloadBinaryEntry(IMAGE_KINDS.get(kind, str(kind)),
                                       OFFLOAD_KINDS.get(okind, str(okind)), flags, strings,
-                                      bytes(buf[ioff:ioff + isize]), off))
+                                      bytes(data[off + ioff:off + ioff + isize]), off))
         off += (size + 7) & ~7
         del version, esize
     return out

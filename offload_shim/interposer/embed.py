@@ -148,7 +148,7 @@ def stop(at_exit: bool = False) -> None:
                   "initialised": [d.label for d in ip.devices if d.initialized],
                   "libraries": len(ip.libraries),
                   "unsupported": [m for _, m in ip.unsupported],
-                  "compilers": sorted(set(ip.generations.values())),
+                  "compilers": ip.compilers(),
                   "gomp_registrations": len(ip.gomp_registrations)}
         busy = [d.label for d in rt.devices if d.calls_in_flight] if at_exit else []
         if busy:

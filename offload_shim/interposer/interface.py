@@ -159,10 +159,15 @@ class Interposer:
 
     @property
     def generations(self) -> dict[int, str]:
-        """``__tgt_bin_desc`` address -> the clang generation that built it, as seen
-        from its entry table and first kernel launch (``"clang 20-22
+        """Registered ``__tgt_bin_desc`` address -> the clang generation that built
+        it, as seen from its entry table and first kernel launch (``"clang 20-22
         (llvm::offloading::EntryTy v1, KernelArgs v3)"``)."""
         return dict(self.rtls.generations)
+
+    def compilers(self) -> list[str]:
+        """The clang generations of every library registered so far, unregistered
+        ones included (:meth:`Registrations.compilers`)."""
+        return self.rtls.compilers()
 
     @property
     def gomp_registrations(self) -> list[dict]:

@@ -445,11 +445,18 @@ class DeviceMapper:
                                           _INF, 0, owner=img, name=entry.name))
 
     def drop_image(self, image) -> None:
-        """Remove the global rows of an unregistered image (libomptarget 16 keeps
-        them: they are remembered in :attr:`retired` for the table dump at exit)."""
+        """Remove the global rows of an unregistered image.  libomptarget 16 keeps
+        them (``RTLsTy::unregisterLib`` erases no ``HostDataToTargetMap`` row), which
+        shows only in the table dump at exit: when INFO lines may be printed
+        (:func:`diag.tracing_possible`) they are remembered in :attr:`retired` for
+        that dump, without their image (whose bytes go with the unregistration);
+        otherwise nothing is kept."""
+        keep = diag.tracing_possible()
         for e in [e for e in self.table.entries if e.owner is image]:
             self.table.remove(e)
-            self.retired.append(e)
+            if keep:
+                e.owner = None
+                self.retired.append(e)
 
     def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
         """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty);

@@ -56,11 +56,13 @@ class EntryRecord(namedtuple("EntryRecord", "addr name size flags data", default
     __slots__ = ()
 
 
-def entry_layout(begin: int, end: int) -> EntryLayout:
+def entry_layout(begin: int, end: int, raw: bytes | None = None) -> EntryLayout:
     """The layout of the entry table ``[begin, end)`` in this process's memory
-    (:func:`offload_shim.abi.clang.detect_entry_layout`).  Raises UnknownLayoutError."""
-    return _clang.detect_entry_layout(_abi.read_bytes(begin, end - begin),
-                                      f"offload entry table [{begin:#x}, {end:#x})")
+    (:func:`offload_shim.abi.clang.detect_entry_layout`; ``raw``: its bytes, when
+    already read).  Raises UnknownLayoutError."""
+    if raw is None:
+        raw = _abi.read_bytes(begin, end - begin)
+    return _clang.detect_entry_layout(raw, f"offload entry table [{begin:#x}, {end:#x})")
 
 
 class EntryTable(FieldsRepr):
@@ -82,9 +84,9 @@ def read_entry_table(begin: int, end: int) -> EntryTable:
     the table's layout.  Raises UnknownLayoutError."""
     if not begin or end <= begin:
         return EntryTable(TGT_OFFLOAD_ENTRY)
-    layout = entry_layout(begin, end)
-    table = EntryTable(layout)
     raw = _abi.read_bytes(begin, end - begin)
+    layout = entry_layout(begin, end, raw)
+    table = EntryTable(layout)
     for k in range(len(raw) // layout.size):
         f = layout.decode(raw[k * layout.size:(k + 1) * layout.size])
         if f.kind != _clang.OFK_OPENMP:
@@ -134,12 +136,21 @@ def generation_text(images: list[DecodedImage], kernel_args: int | None = None) 
     tables = [d.table for d in images if d.table is not None]
     layout = tables[0].layout if tables else None
     req = any(t.requires_entry for t in tables) or None
-    gens = _clang.generations_of(layout, kernel_args=kernel_args, requires_entry=req)
-    text = _clang.describe_generations(gens)
-    what = [layout.name] if layout is not None else []
-    if kernel_args is not None:
-        what.append(f"KernelArgs v{kernel_args}")
-    return f"{text} ({', '.join(what)})" if what else text
+    key = (layout, kernel_args, req)
+    text = _generation_texts.get(key)
+    if text is None:
+        gens = _clang.generations_of(layout, kernel_args=kernel_args, requires_entry=req)
+        text = _clang.describe_generations(gens)
+        what = [layout.name] if layout is not None else []
+        if kernel_args is not None:
+            what.append(f"KernelArgs v{kernel_args}")
+        text = _generation_texts[key] = f"{text} ({', '.join(what)})" if what else text
+    return text
+
+
+#: (layout, KernelArgs version, requires entry) -> generation_text's answer: a pure function
+#: of the three, asked at every registration and first launch (a handful of keys)
+_generation_texts: dict[tuple, str] = {}
 
 
 #: libomptarget 16 ``RTLNames``: the plugin base names it tries, in this order
@@ -221,9 +232,14 @@ class Registrations:
     ``unsupported``: ``(desc, message)`` of images no plugin accepted (skipped, as
     libomptarget does); ``devices``: OpenMP device numbers 0..n-1; ``requires_flags``:
     the last ``__tgt_register_requires`` value or the flags of a library's requires
-    entries (LLVM 19+); ``generations``: descriptor -> which clang generation built it
-    (:func:`generation_text`, refined by :meth:`saw_kernel_args`).  Not thread-safe:
-    the interposer's lock guards it."""
+    entries (LLVM 19+); ``generations``: registered descriptor -> which clang
+    generation built it (:func:`generation_text`, refined by :meth:`saw_kernel_args`);
+    :meth:`compilers` also names those of libraries unregistered since.
+
+    Nothing of a library is kept after its unregistration but its generation's text
+    (one per distinct text): a host that opens and closes an offload
+    library in a loop holds no more here after the thousandth cycle than after the
+    first.  Not thread-safe: the interposer's lock guards it."""
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -232,7 +248,8 @@ class Registrations:
         self.devices: list = []
         self.requires_flags = 0
         self.generations: dict[int, str] = {}
-        self._decoded: dict[int, list[DecodedImage]] = {}
+        self._retired_generations: set[str] = set()
+        self._decoded: dict[int, list[DecodedImage]] = {}     # without their bytes
         self._kernel_args: dict[int, int] = {}
         self.records: dict[int, list[ImageRecord]] = {}
         self._used_plugins: list = []
@@ -248,7 +265,8 @@ class Registrations:
         images = []
         decoded = decode_bin_desc(desc)          # UnknownLayoutError: nothing registered
         self.records[desc] = []
-        self._decoded[desc] = decoded
+        # entries and tables only (saw_kernel_args): the bytes live in the OffloadImage
+        self._decoded[desc] = [d._replace(data=b"") for d in decoded]
         self.generations[desc] = generation_text(decoded)
         if any(d.table is not None and d.table.requires_entry for d in decoded):
             self.requires_flags = 0
@@ -264,13 +282,15 @@ class Registrations:
                                    name=label, host_addresses=[e.addr for e in dec.entries],
                                    trusted=True)
             except (InvalidImageError, ValueError) as exc:
-                self.unsupported.append((desc, f"{label}: {exc}"))
+                self._unsupported((desc, f"{label}: {exc}"))
                 continue
             self.runtime.devices                      # the plugins are initialised
-            plugin = next((p for p in self.runtime.plugins if p.is_valid_binary(img)),
+            # Runtime.accepts: each plugin's verdict is remembered with the image, so
+            # register_image below does not ask the plugin again
+            plugin = next((p for p in self.runtime.plugins if self.runtime.accepts(p, img)),
                           None)
             if plugin is None:
-                self.unsupported.append((desc, f"{label}: no plugin accepts the image"))
+                self._unsupported((desc, f"{label}: no plugin accepts the image"))
                 continue
             # initLibrary: an image without entries is not loaded by a plugin that does
             # not support empty images (its devices still count)
@@ -278,7 +298,7 @@ class Registrations:
                 try:
                     self.runtime.register_image(img)
                 except InvalidImageError as exc:
-                    self.unsupported.append((desc, f"{label}: {exc}"))
+                    self._unsupported((desc, f"{label}: {exc}"))
                     continue
             images.append(img)
             self.records[desc].append(ImageRecord(
@@ -304,6 +324,9 @@ class Registrations:
             return []
         self._decoded.pop(desc, None)
         self._kernel_args.pop(desc, None)      # a library dlopen'ed again may land here
+        gen = self.generations.pop(desc, None)
+        if gen is not None:
+            self._retired_generations.add(gen)
         for img in images:
             if img not in self.runtime.images:
                 continue
@@ -312,6 +335,17 @@ class Registrations:
             except OffloadError as exc:
                 errors.append(f"unregister {img.name}: {exc}")
         return images
+
+    def _unsupported(self, item: tuple[int, str]) -> None:
+        """Note an image no plugin took, once (a library loaded again at the same
+        address, whose image is refused again, adds nothing)."""
+        if item not in self.unsupported:
+            self.unsupported.append(item)
+
+    def compilers(self) -> list[str]:
+        """The generation texts (:attr:`generations`) of every library registered so
+        far, unregistered ones included, sorted, each once."""
+        return sorted(set(self.generations.values()) | self._retired_generations)
 
     def device_numbers(self, plugin) -> list[int]:
         """The OpenMP device numbers of ``plugin``'s devices."""

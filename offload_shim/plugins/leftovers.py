@@ -35,15 +35,16 @@ import contextlib
 import os
 import re
 import signal
+import struct
 import threading
 import time
 
 # shutil and tempfile are imported where they are used (start-up: the plugin layer
 # imports this module)
 
-__all__ = ["LLVM_COPY_GLOB", "llvm_copies", "kmp_segment_files", "mapped_copies",
-           "unlink_mapped_copies", "unlink_new_copies", "removed_copies", "kmp_segments", "remove_kmp_segment", "sweep",
-           "dead_kmp_segments", "ChildScope"]
+__all__ = ["LLVM_COPY_GLOB", "WATCHED", "before_load", "llvm_copies", "kmp_segment_files",
+           "mapped_copies", "unlink_mapped_copies", "unlink_new_copies", "removed_copies", "held",
+           "kmp_segments", "remove_kmp_segment", "sweep", "dead_kmp_segments", "ChildScope"]
 
 #: where the LLVM x86_64 plugins put their image copies (hard-coded template)
 LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
@@ -83,6 +84,9 @@ _COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
 
 _lock = threading.Lock()
 _removed: list[str] = []
+#: how many of the removed copies' paths :func:`removed_copies` remembers (a long run
+#: loads an image per cycle: the list must not grow with the run)
+_REMEMBERED = 64
 
 
 def mapped_copies(pid: int | str = "self") -> set[str]:
@@ -113,7 +117,7 @@ def unlink_mapped_copies() -> list[str]:
     if out:
         with _lock:
             _removed.extend(out)
-            del _removed[:-1000]
+            del _removed[:-_REMEMBERED]
     return out
 
 
@@ -127,7 +131,158 @@ _IMPORTED_S = time.time()
 _CLOCK_SLACK_S = 1.0
 
 
-def unlink_new_copies(before: set[str] | None = None) -> list[str]:
+class _CopyWatch:
+    """The ``/tmp`` entries created while image loads run, from inotify(7)
+    ``IN_CREATE`` events: what a load made, without listing ``/tmp`` (hundreds of
+    entries on a busy machine, two listings per load: about a third of what a
+    dlopen / region / dlclose cycle of a compiled library cost on the nextgen
+    plugin).  One inotify instance and one watch of ``/tmp`` per process, made at
+    the first load; between loads the watch asks for ``IN_DELETE_SELF`` only (never
+    sent for ``/tmp``), so no events pile up (changing the mask is cheaper than
+    removing the watch: ``inotify_rm_watch`` waits for an SRCU grace period, up to
+    a millisecond on a busy machine).  Unavailable (no inotify, the user's
+    ``max_user_instances`` or ``max_user_watches`` reached) or overflowed (more than
+    ``/proc/sys/fs/inotify/max_queued_events`` events during one load): the caller
+    lists ``/tmp`` as before.  A child made by ``fork`` drops the parent's instance
+    (reading it would take the parent's events)."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.active = 0
+        self.failed = False
+
+    def _mask(self, mask: int) -> bool:
+        from ..abi import libc
+        wd, _err = libc.inotify_add_watch(self.fd, "/tmp", mask | libc.IN_ONLYDIR)
+        return wd >= 0
+
+    def start(self) -> bool:
+        """A load begins: ``/tmp``'s creations are queued from now on (caller holds
+        ``_lock``).  False when events cannot be had (the caller lists ``/tmp``
+        instead)."""
+        from ..abi import libc
+        if self.failed:
+            return False
+        if self.fd < 0:
+            self.fd, _err = libc.inotify_init()
+            if self.fd < 0:
+                self.failed = True
+                return False
+        if self.active == 0 and not self._mask(libc.IN_CREATE):
+            return False
+        self.active += 1
+        return True
+
+    def finish(self) -> set[str] | None:
+        """A load ended (caller holds ``_lock``): the paths of the
+        ``/tmp/tmpfile_XXXXXX`` files created since the load began or since another
+        load read the events; None when events were lost (queue overflow).  When no
+        other load runs, the watch falls quiet again."""
+        from ..abi import libc
+        names: set[str] = set()
+        self.active -= 1
+        if self.active <= 0:
+            self.active = 0
+            self._mask(libc.IN_DELETE_SELF)
+        lost = self._drain(names)
+        return None if lost else names
+
+    def _drain(self, names: set[str]) -> bool:
+        """Read the queued events; add the copies' paths to ``names``.  True when the
+        kernel reported lost events.  A read that does not fill the buffer took every
+        event queued when it ran: the creations of the load that just ended were
+        queued before its ``load_binary`` returned, so no second read (an EAGAIN) is
+        needed for them; later events are no load's of ours."""
+        from ..abi import libc
+        lost = False
+        while True:
+            try:
+                buf = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return lost
+            except OSError:
+                return True
+            if not buf:
+                return lost
+            i = 0
+            while i + _EVENT.size <= len(buf):
+                _wd, mask, _cookie, n = _EVENT.unpack_from(buf, i)
+                if mask & libc.IN_Q_OVERFLOW:
+                    lost = True
+                elif mask & libc.IN_CREATE and n:
+                    start = i + _EVENT.size
+                    name = buf[start:start + n].split(b"\0", 1)[0].decode(errors="replace")
+                    if _is_copy(name):
+                        names.add("/tmp/" + name)
+                i += _EVENT.size + n
+            if len(buf) <= _READ_SIZE - _EVENT_MAX:
+                return lost
+
+    def forget(self) -> None:
+        """In a child made by ``fork``: drop the instance inherited from the parent."""
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = -1
+        self.active = 0
+        self.failed = False
+
+
+_EVENT = struct.Struct("iIII")                # struct inotify_event: wd, mask, cookie, len
+_READ_SIZE = 65536
+_EVENT_MAX = _EVENT.size + 256                # one event with the longest name (NAME_MAX + 1)
+_watch = _CopyWatch()
+_pending: set[str] = set()     # copies created while loads overlapped, not yet decided
+#: a token of :func:`before_load`: the load is watched (no listing of /tmp)
+WATCHED = object()
+os.register_at_fork(after_in_child=_watch.forget)
+
+
+def before_load():
+    """What :func:`unlink_new_copies` needs to find the copy an LLVM x86_64 plugin is
+    about to write: :data:`WATCHED` (inotify watches ``/tmp`` until the load ends; no
+    listing), or -- without inotify -- :func:`llvm_copies` now.  Pass the result to
+    :func:`unlink_new_copies` after the load, whatever the load did."""
+    with _lock:
+        if _watch.start():
+            return WATCHED
+    return llvm_copies()
+
+
+def _unlink_watched() -> list[str] | None:
+    r""":func:`unlink_new_copies` after a watched load: the copies created meanwhile
+    that this process has loaded are unlinked.  A plugin ``dlopen``\ s its copy before
+    its load returns, so a copy not loaded here once no load of ours is running is
+    another process's and is let go at once (asked about once); while another load of
+    ours still runs it may be that load's, and waits for that load's end.  None when
+    events were lost: the caller lists ``/tmp``."""
+    from ..abi.libc import library_loaded
+    out = []
+    with _lock:                          # probes under the lock: see the docstring
+        created = _watch.finish()
+        if created is None:
+            return None
+        _pending.update(created)
+        others = _watch.active > 0
+        for path in list(_pending):
+            if library_loaded(path):
+                try:
+                    os.unlink(path)
+                    out.append(path)
+                except OSError:
+                    pass
+                _pending.discard(path)
+            elif not others:
+                _pending.discard(path)         # not ours: another process's, or gone
+        if out:
+            _removed.extend(out)
+            del _removed[:-_REMEMBERED]
+    return sorted(out)
+
+
+def unlink_new_copies(before=None) -> list[str]:
     """The cheap form of :func:`unlink_mapped_copies` for after each load:
     list ``/tmp`` and ask the dynamic loader about each copy not seen before
     (``dlopen(path, RTLD_NOLOAD)``: the LLVM plugins ``dlopen`` their copy,
@@ -137,9 +292,16 @@ def unlink_new_copies(before: set[str] | None = None) -> list[str]:
     which made long ``check`` runs several times slower.  A copy last written
     before this module was imported (less a second of clock slack) is another
     process's and is set aside from its ``st_mtime`` alone: the loader opens
-    every file it is asked about.  ``before``: the :func:`llvm_copies` taken before the
-    load; only the copies that appeared since are looked at (a busy ``/tmp`` holds
+    every file it is asked about.  ``before``: what :func:`before_load` returned
+    before the load -- :data:`WATCHED` (the load's own new files are known from
+    inotify events: ``/tmp`` is not listed at all) or the :func:`llvm_copies` taken
+    then: only the copies that appeared since are looked at (a busy ``/tmp`` holds
     hundreds of other runs' copies: no ``stat`` of each).  Returns the paths removed."""
+    if before is WATCHED:
+        out = _unlink_watched()
+        if out is not None:
+            return out
+        before = None                            # events lost: look at every copy
     names = {(e.path, e.inode()) for e in _listing("/tmp", _is_copy)
              if before is None or e.path not in before}
     with _lock:
@@ -180,12 +342,21 @@ def unlink_new_copies(before: set[str] | None = None) -> list[str]:
     with _lock:
         _foreign.update(settled)
         _removed.extend(out)
-        del _removed[:-1000]
+        del _removed[:-_REMEMBERED]
     return sorted(out)
 
 
+def held() -> dict[str, int]:
+    """What this module keeps between loads, counted: ``pending`` (copies created
+    while loads overlapped, not yet decided), ``foreign`` (other processes' copies set
+    aside by the listing path), ``removed`` (paths :func:`removed_copies` remembers;
+    at most :data:`_REMEMBERED`)."""
+    with _lock:
+        return {"pending": len(_pending), "foreign": len(_foreign), "removed": len(_removed)}
+
+
 def removed_copies() -> list[str]:
-    """The copies :func:`unlink_mapped_copies` removed in this process (the last 1000)."""
+    """The copies removed in this process (the last :data:`_REMEMBERED`)."""
     with _lock:
         return list(_removed)
 

@@ -326,10 +326,10 @@ class LiboffloadPlugin(Plugin):
         fn = self._fn.get("olIsValidBinary")
         if fn is None:
             return True                             # optional: the load decides
-        data = image.ctypes_bytes()
+        data = image.data
         for d in self._compute:
             valid = c_bool(False)
-            self._check(fn(d._ptr, ctypes.addressof(data), len(image.data), byref(valid)),
+            self._check(fn(d._ptr, image.data_address(), len(data), byref(valid)),
                         "olIsValidBinary", d.index)
             if valid.value:
                 return True
@@ -342,9 +342,9 @@ class LiboffloadPlugin(Plugin):
         entry's).  Raises InvalidImageError (``.code`` = ``ol_errc_t``;
         ``NOT_FOUND`` for a missing symbol), the program destroyed again."""
         d = self._dev(dev)
-        data = image.ctypes_bytes()
+        data = image.data                           # referenced across the call
         prog = _ol.ol_program_handle_t()
-        self._check(self._fn["olCreateProgram"](d._ptr, ctypes.addressof(data), len(image.data),
+        self._check(self._fn["olCreateProgram"](d._ptr, image.data_address(), len(data),
                                                 byref(prog)),
                     "olCreateProgram", dev, exc=InvalidImageError)
         try:

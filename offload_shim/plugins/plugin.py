@@ -405,6 +405,14 @@ class Plugin:
         name = min(self._fn) if self._fn else min(self.symbols)
         return ctypes.cast(getattr(self._lib, self.prefix + name), ctypes.c_void_p).value
 
+    @property
+    def kept_alive(self) -> int:
+        """How many sets of buffers this plugin was given that it may still point into
+        for its whole lifetime (those of loads that failed half-way; a successful
+        load's go with its LoadedImage)."""
+        with self._lock:
+            return len(self._keepalive)
+
     def has(self, name: str) -> bool:
         """True if the entry point ``name`` (short, e.g. ``"data_lock"``) is bound."""
         return name in self._fn
@@ -688,7 +696,11 @@ class LLVMPlugin(Plugin):
 
     # images ----------------------------------------------------------------
     def _device_image(self, image) -> tuple[_tgt.DeviceImage, list]:
-        data = image.ctypes_bytes()
+        """``__tgt_device_image`` of ``image`` and what it points into (the image's
+        own bytes, no copy; the entry table and its names), to keep referenced while
+        the plugin may read them."""
+        data = image.data
+        start = image.data_address()
         n = len(image.entries)
         arr = (_tgt.OffloadEntry * max(n, 1))()
         names = []
@@ -701,38 +713,57 @@ class LLVMPlugin(Plugin):
             arr[i].flags = entry.flags
         base = ctypes.addressof(arr)
         dimg = _tgt.DeviceImage()
-        dimg.ImageStart = ctypes.addressof(data)
-        dimg.ImageEnd = ctypes.addressof(data) + len(data)
+        dimg.ImageStart = start
+        dimg.ImageEnd = start + len(data)
         dimg.EntriesBegin = cast(base, _tgt.OffloadEntryP)
         dimg.EntriesEnd = cast(base + n * ctypes.sizeof(_tgt.OffloadEntry), _tgt.OffloadEntryP)
         return dimg, [data, arr, names, dimg]
 
     def is_valid_binary(self, image) -> bool:
-        """``is_valid_binary`` on the image bytes (needs an initialised plugin)."""
+        """``is_valid_binary`` on the image bytes (needs an initialised plugin).  The
+        ``__tgt_device_image`` has the image's bytes and an empty entry table: the
+        entry point judges the image (``omptargetplugin.h``: "the provided device image
+        can be supported"; the LLVM 14-18 x86_64, CUDA and AMDGPU plugins and the
+        bundled one read ``ImageStart``/``ImageEnd`` only)."""
         if not self._initialized:
             raise LifecycleError(f"{self.name}: is_valid_binary before init_plugin")
         if getattr(image, "gomp_target_type", None) is not None:
             return False                 # a GCC (libgomp) image: not for __tgt_rtl_*
-        dimg, keep = self._device_image(image)
-        ok = bool(self._fn["is_valid_binary"](byref(dimg)))
-        return ok
+        data = image.data                # referenced across the call
+        start = image.data_address()
+        dimg = _tgt.DeviceImage()
+        dimg.ImageStart = start
+        dimg.ImageEnd = start + len(data)
+        return bool(self._fn["is_valid_binary"](byref(dimg)))
 
     def load_image(self, dev: int, image) -> LoadedImage:
         """``load_binary`` into device ``dev``; returns the target table in host
         entry order.  Raises InvalidImageError (NULL table) or
-        TableMismatchError (I5)."""
+        TableMismatchError (I5).
+
+        What the plugin was given (the image's bytes, the ``__tgt_device_image``, the
+        entry table and its names) is kept by the returned LoadedImage, so it is
+        released when the runtime drops that (the image's unregistration): these
+        plugins have no unload entry point and keep the image loaded, but libomptarget
+        16 gives them no more than that either -- after ``__tgt_unregister_lib`` the
+        library is ``dlclose``-d, unmapping the image bytes and the entry table its
+        ``__tgt_device_image`` points into (openmp/libomptarget/src/rtl.cpp,
+        ``RTLsTy::unregisterLib``, LLVM 16), so the plugins read neither after the
+        load.  After a failed load they stay referenced for the plugin's lifetime."""
         if not self._dev_users.get(dev):
             raise self._not_ready(dev)
         self._check_dev(dev)
         dimg, keep = self._device_image(image)
-        with self._lock:
-            self._keepalive.append(keep)         # the plugin may keep pointers into them
         # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image: the copies
         # that appear during the load are looked at afterwards
-        before = None if self.bundled else leftovers.llvm_copies()
+        before = None if self.bundled else leftovers.before_load()
+        table = None
         try:
             table = self._fn["load_binary"](dev, byref(dimg))
         finally:
+            if not table:                        # a partial load may point into them
+                with self._lock:
+                    self._keepalive.append(keep)
             if before is not None:
                 leftovers.unlink_new_copies(before)
         if not table:
@@ -744,6 +775,8 @@ class LLVMPlugin(Plugin):
         esz = ctypes.sizeof(_tgt.OffloadEntry)
         count = (end - begin) // esz if end >= begin else -1
         if count != len(image.entries):
+            with self._lock:
+                self._keepalive.append(keep)     # loaded, never unloaded
             raise TableMismatchError(
                 f"{self._label(dev)}: host and target tables mismatch for image "
                 f"{image.name!r}: expected {len(image.entries)} entries, have {count}",
@@ -1014,7 +1047,7 @@ class GompPlugin(Plugin):
             raise InvalidImageError(
                 f"{self.name}: building target_data for {self.target_name} images is not "
                 "supported (only the bundled host plugin's format)")
-        data = image.ctypes_bytes()
+        data = image.data
         funcs = [e for e in image.entries if e.size == 0]
         vars_ = [e for e in image.entries if e.size > 0]
         fnames = (c_char_p * max(len(funcs), 1))(*[e.name.encode() for e in funcs])
@@ -1023,7 +1056,7 @@ class GompPlugin(Plugin):
         td = _gomp.OshGompTargetData()
         td.magic = _gomp.OSH_GOMP_TARGET_DATA_MAGIC
         td.format_version = 1
-        td.image = ctypes.addressof(data)
+        td.image = image.data_address()
         td.image_size = len(data)
         td.func_names = fnames
         td.func_num_args = nargs
@@ -1044,15 +1077,24 @@ class GompPlugin(Plugin):
     def load_image(self, dev: int, image) -> LoadedImage:
         """``load_image``; returns target entries in host order (functions
         first then variables, libgomp's table order, mapped back to the
-        image's entry order).  GCC 12 allows one extra trailing entry (I5)."""
+        image's entry order).  GCC 12 allows one extra trailing entry (I5).
+        The ``target_data`` given to the plugin (and the image bytes it points to)
+        is kept by the returned LoadedImage: the plugin keys the image by that
+        pointer until ``unload_image`` (libgomp 12 ``target.c``,
+        ``gomp_unload_image_from_device``), after which the runtime drops it."""
         if not self._dev_users.get(dev):
             raise self._not_ready(dev)
         self._check_dev(dev)
         td, keep, order = self._target_data(image)
-        with self._lock:
-            self._keepalive.append(keep)         # the plugin keys images by this pointer
         table = POINTER(_gomp.AddrPair)()
-        n = self._fn["load_image"](dev, self.image_version(), byref(td), byref(table), None)
+        n = -1
+        try:
+            n = self._fn["load_image"](dev, self.image_version(), byref(td), byref(table),
+                                       None)
+        finally:
+            if n < 0:                            # a partial load may point into them
+                with self._lock:
+                    self._keepalive.append(keep)
         if n < 0:      # int: the table's length, -1 on failure (libgomp-plugin.h)
             raise self._error(InvalidImageError, "load_image", dev, tail=f" for {image.name!r}")
         expected = len(order)
@@ -1080,8 +1122,11 @@ class GompPlugin(Plugin):
         if not self._dev_users.get(dev):
             raise self._not_ready(dev)
         self._check_dev(dev)
-        self._check_bool(self._fn["unload_image"](dev, self.image_version(),
-                                                  loaded.target_data), "unload_image", dev)
+        ok = self._fn["unload_image"](dev, self.image_version(), loaded.target_data)
+        if not ok:                               # still loaded: the plugin keeps its key
+            with self._lock:
+                self._keepalive.append(loaded.keepalive)
+        self._check_bool(ok, "unload_image", dev)
 
     # data ------------------------------------------------------------------
     def alloc(self, dev: int, size: int, kind: int = 0) -> int:
