@@ -202,34 +202,61 @@ static void embed_stop(void)
  * host that dlopens its first offload library) as well as the runtime here.  A plugin's
  * handlers run only when the process exits (the runtime keeps every plugin open). */
 #define MAX_PLUGINS 32
-static void *plugin_bases[MAX_PLUGINS];
+/* the mapped ranges [lo, hi) of the plugins' objects (their PT_LOAD segments): a handler's
+ * DSO handle (&__dso_handle of the object that registered it) is looked up among them
+ * without dladdr, which would cost a search per handler at exit (libLLVM alone registers
+ * thousands) */
+static uintptr_t plugin_lo[MAX_PLUGINS], plugin_hi[MAX_PLUGINS];
 static int num_plugins;
+
+struct range_query {
+  uintptr_t addr, lo, hi;
+};
+static int find_range(struct dl_phdr_info *info, size_t size, void *data)
+{
+  (void)size;
+  struct range_query *q = (struct range_query *)data;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD)
+      continue;
+    uintptr_t b = info->dlpi_addr + ph->p_vaddr, e = b + ph->p_memsz;
+    lo = b < lo ? b : lo;
+    hi = e > hi ? e : hi;
+  }
+  if (lo <= q->addr && q->addr < hi) {
+    q->lo = lo;
+    q->hi = hi;
+    return 1;
+  }
+  return 0;
+}
 
 OSH_EXPORT void osh_interposer_note_plugin(const void *addr)
 {
-  Dl_info info;
-  if (!addr || !dladdr(addr, &info) || !info.dli_fbase)
+  struct range_query q = {(uintptr_t)addr, 0, 0};
+  if (!addr || !dl_iterate_phdr(find_range, &q))
     return;
   pthread_mutex_lock(&lock);
   int known = 0;
   for (int i = 0; i < num_plugins; i++)
-    known |= plugin_bases[i] == info.dli_fbase;
-  if (!known && num_plugins < MAX_PLUGINS)
-    plugin_bases[num_plugins++] = info.dli_fbase;
+    known |= plugin_lo[i] == q.lo;
+  if (!known && num_plugins < MAX_PLUGINS) {
+    plugin_lo[num_plugins] = q.lo;
+    plugin_hi[num_plugins] = q.hi;
+    __atomic_store_n(&num_plugins, num_plugins + 1, __ATOMIC_RELEASE);
+  }
   pthread_mutex_unlock(&lock);
 }
 
 static int is_plugin_object(const void *dso)
 {
-  Dl_info info;
-  if (!dso || !__atomic_load_n(&num_plugins, __ATOMIC_ACQUIRE) || !dladdr(dso, &info))
-    return 0;
-  pthread_mutex_lock(&lock);
-  int found = 0;
-  for (int i = 0; i < num_plugins; i++)
-    found |= plugin_bases[i] == info.dli_fbase;
-  pthread_mutex_unlock(&lock);
-  return found;
+  int n = __atomic_load_n(&num_plugins, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (plugin_lo[i] <= (uintptr_t)dso && (uintptr_t)dso < plugin_hi[i])
+      return 1;
+  return 0;
 }
 
 /* Exit handlers run newest first.  Under offload-shim run a handler that only notes that
