@@ -854,17 +854,13 @@ class DeviceLease:
     allocations of the device while the lease is :attr:`valid`), so a run of copies
     needs no pointer-table lookup.  Not thread-safe: one user at a time (the
     interposer's plans hand each lease to one construct at a time)."""
-    __slots__ = ("_dev", "ptrs", "sizes", "_init_count", "_released")
+    __slots__ = ("_dev", "device", "ptrs", "sizes", "_init_count", "_released")
 
     def __init__(self, dev, ptrs, sizes, init_count):
         self._dev, self.ptrs, self.sizes = dev, ptrs, sizes
+        self.device = dev                   # the Device the blocks belong to
         self._init_count = init_count
         self._released = False
-
-    @property
-    def device(self) -> "Device":
-        """The :class:`Device` the blocks belong to."""
-        return self._dev
 
     @property
     def valid(self) -> bool:

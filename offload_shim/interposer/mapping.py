@@ -300,7 +300,9 @@ class DeviceMapper:
     # -- row states ------------------------------------------------------------------
     def wait_ready(self, ent: MapEntry) -> None:
         """Wait (``lock`` held, released meanwhile) until ``ent`` is no longer pending;
-        the caller then looks its range up again (the row may have been withdrawn)."""
+        the caller then looks its range up again (the row may have been withdrawn).
+        Counts itself in :attr:`waiting` before it reads ``pending`` (see
+        :meth:`settle`)."""
         self.waiting += 1
         try:
             while ent.pending:
@@ -310,16 +312,15 @@ class DeviceMapper:
 
     def settle(self, entries) -> None:
         """The rows ``entries`` (made pending by this thread) are ready: clear their
-        ``pending`` state and wake the threads that wait for them."""
-        lock = self.lock
-        lock.acquire()
-        try:
-            for ent in entries:
-                ent.pending = False
-            if self.waiting:
+        ``pending`` state and wake the threads that wait for them.  Without the lock
+        unless someone waits: a waiter counts itself (:attr:`waiting`, under the lock)
+        before it reads ``pending``, this clears ``pending`` before it reads
+        ``waiting`` -- under the GIL one of the two sees the other's write."""
+        for ent in entries:
+            ent.pending = False
+        if self.waiting:
+            with self.lock:
                 self.cv.notify_all()
-        finally:
-            lock.release()
 
     def withdraw(self, entries) -> None:
         """Remove the pending rows ``entries`` this thread created (their allocation
@@ -396,24 +397,24 @@ class DeviceMapper:
             else:
                 r.present = False
                 r.entry = None
-        if new:
-            try:
-                ptr = self.device.alloc(size + padding)
-            except BaseException:
-                self.withdraw((ent,))
-                raise
-            if not ptr:
-                self.withdraw((ent,))
-                return TargetPointer(present=True)
-            ent.alloc, ent.tgt = ptr, ptr + padding
-            r.tgt = ent.tgt
-            self._info(diag.INFO_MAPPING_CHANGED,
-                       f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
-                       f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
-                       f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
-                       f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
-                       f"Name={diag.name_of(name)}")
         try:
+            if new:
+                try:
+                    ptr = self.device.alloc(size + padding)
+                except BaseException:
+                    self.withdraw((ent,))
+                    raise
+                if not ptr:
+                    self.withdraw((ent,))
+                    return TargetPointer(present=True)
+                ent.alloc, ent.tgt = ptr, ptr + padding
+                r.tgt = ent.tgt
+                self._info(diag.INFO_MAPPING_CHANGED,
+                           f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
+                           f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
+                           f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
+                           f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
+                           f"Name={diag.name_of(name)}")
             if r.tgt and not r.is_host and to and (r.is_new or always) and size:
                 try:
                     self.to_device(hp, r.tgt, size, r.entry)

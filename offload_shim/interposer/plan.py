@@ -142,20 +142,27 @@ RESERVED, RUNNING, ENDING = 0, 1, 2
 class _Reservation:
     """The new rows of one kernel construct on the cheap path, kept out of the table
     (in ``MappingTable.private``) while the construct runs.  ``fresh``: ``(k, hp,
-    size)`` of each; ``phase``: RESERVED (device memory and ``to`` copies being made),
-    RUNNING (ready, the kernel may run), ENDING (the construct dropped its references
-    and copies back); ``tgts`` / ``lease`` / ``slot``: their device addresses (per map
-    index), the lease holding their blocks and each one's block (set before RUNNING);
-    ``entries``: None, or the rows :meth:`publish` made; ``ended``: per row, whether
-    the construct's end dropped the row's last reference (its ``ends`` count is then
-    the construct's until it finishes).  Every field changes under the table lock."""
-    __slots__ = ("v", "maps", "fresh", "phase", "tgts", "lease", "slot", "entries",
-                 "ended")
+    size)`` of each (``k`` its map index; row ``j`` of ``fresh`` has block ``j`` of the
+    lease); ``phase``: RESERVED (device memory and ``to`` copies being made), RUNNING
+    (ready, the kernel may run), ENDING (the construct dropped its references and
+    copies back); ``tgts`` / ``lease``: their device addresses (per map index) and the
+    lease holding their blocks (set before RUNNING); ``entries``: None, or the rows
+    :meth:`publish` made; ``ended``: None until the construct's end was applied to
+    those rows, then per row whether it dropped the row's last reference (the row's
+    ``ends`` count is then the construct's until it finishes).
+
+    The owner moves ``phase`` on without the table lock and then reads ``entries``;
+    :meth:`publish` (table lock held) writes ``entries`` and then reads ``phase``
+    again: under the GIL one of the two sees the other's write, and whoever does
+    brings the rows up to the phase (:meth:`settle`, :meth:`drop`, both idempotent;
+    the owner takes the table lock for that).  Everything else changes under the
+    table lock."""
+    __slots__ = ("v", "maps", "fresh", "phase", "tgts", "lease", "entries", "ended")
 
     def __init__(self, v, maps, fresh):
         self.v, self.maps, self.fresh = v, maps, fresh
         self.phase = RESERVED
-        self.entries = None
+        self.entries = self.ended = None
 
     def publish(self, table) -> None:
         """Insert the rows (table lock held; :meth:`MappingTable.publish`): pending
@@ -167,10 +174,10 @@ class _Reservation:
         ending = phase == ENDING
         v, maps = self.v, self.maps
         ents = []
-        for k, hp, size in self.fresh:
+        for j, (k, hp, size) in enumerate(self.fresh):
             if ready:
                 e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, self.tgts[k],
-                             self.lease.ptrs[self.slot[k]], 0 if ending else 1, 0)
+                             self.lease.ptrs[j], 0 if ending else 1, 0)
             else:
                 e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, 0, 0, 1, 0)
                 e.pending = True
@@ -182,22 +189,33 @@ class _Reservation:
         if ending:
             self.ended = [True] * len(ents)
         self.entries = ents
+        now = self.phase                        # the owner moved on meanwhile?
+        if now != phase:
+            if phase == RESERVED:
+                self._ready()
+            if now == ENDING and self.ended is None:
+                self.drop()
+
+    def _ready(self) -> None:
+        tgts, ptrs = self.tgts, self.lease.ptrs
+        for j, (e, (k, _hp, _size)) in enumerate(zip(self.entries, self.fresh)):
+            e.tgt = tgts[k]
+            e.alloc = ptrs[j]
+            e.pending = False
 
     def settle(self, dm) -> None:
         """RUNNING reached with the rows published while pending: their device
         addresses, and wake who waits for them (table lock held)."""
-        tgts, ptrs, slot = self.tgts, self.lease.ptrs, self.slot
-        for e, (k, _hp, _size) in zip(self.entries, self.fresh):
-            e.tgt = tgts[k]
-            e.alloc = ptrs[slot[k]]
-            e.pending = False
+        self._ready()
         if dm.waiting:
             dm.cv.notify_all()
 
     def drop(self) -> list[bool]:
-        """The construct's end on published rows (table lock held): drop its
+        """The construct's end on published rows (table lock held; once): drop its
         reference on each row still in the table; which rows it was the last user
         of (those it copies back and may remove)."""
+        if self.ended is not None:
+            return self.ended
         ended = []
         for e in self.entries:
             if not e.live:                      # removed meanwhile (a `delete`)
@@ -389,7 +407,6 @@ class FastPath:
         tgts = [0] * nm
         found = [None] * nm                     # per map: the row that existed, or None
         fresh = None                            # (k, hp, size) of the new rows
-        nfound = 0
         rec = None
         lock.acquire()
         try:
@@ -406,7 +423,6 @@ class FastPath:
                             return None
                         ent.inc(False)
                         found[k] = ent
-                        nfound += 1
                         tgts[k] = ent.tgt + (hp - ent.begin)
                         continue
                     if not (before or after):
@@ -425,12 +441,11 @@ class FastPath:
                 table.private.append(rec)
         finally:
             lock.release()
+        nfound = nm - len(fresh) if fresh is not None else nm
         dev = dm.device
         lease = None
         kept = False
-        slot = None
         if rec is not None:
-            slot = [0] * nm                     # lease block of each new row
             try:
                 lease, kept = self._lease(plan, dev, fresh)
                 ptrs = lease.ptrs
@@ -438,27 +453,29 @@ class FastPath:
                 for j, (k, hp, size) in enumerate(fresh):
                     pad = hp % ALIGN
                     tgts[k] = ptrs[j] + pad
-                    slot[k] = j
                     if maps[k][1]:
                         ops.append((j, pad, hp, size))
                 if ops:
                     lease.submit_many(ops)
-            except OffloadError:
+            except BaseException as exc:
                 self._withdraw(dm, rec, found)
                 if lease is not None:
                     if kept:
                         self._give_back(plan, lease)
                     else:
                         _release(lease)
-                return None
-            rec.tgts, rec.lease, rec.slot = tgts, lease, slot
-            lock.acquire()
-            try:
-                rec.phase = RUNNING
-                if rec.entries is not None:
+                if isinstance(exc, OffloadError):
+                    return None
+                raise
+            rec.tgts = tgts
+            rec.lease = lease
+            rec.phase = RUNNING                 # then read `entries` (_Reservation)
+            if rec.entries is not None:
+                lock.acquire()
+                try:
                     rec.settle(dm)
-            finally:
-                lock.release()
+                finally:
+                    lock.release()
         args = list(implicit)
         offsets = [0] * len(args)
         for i, k in plan.params:
@@ -470,63 +487,76 @@ class FastPath:
                 offsets.append(v[HEAD + i] - v[a0 + i])
         try:
             launch(args, offsets)
-        except OffloadError as exc:
+        except BaseException as exc:
             # the general code leaves the construct's rows mapped (no targetDataEnd):
             # the new rows enter the table and own their blocks from now on
             if rec is not None:
                 self._launch_failed(v, plan, dm, rec, lease, kept)
-            return self._failed(KERNEL, exc, v[3])
+            if isinstance(exc, OffloadError):
+                return self._failed(KERNEL, exc, v[3])
+            raise
         # targetDataEnd, in reverse order: the new rows are at their last reference
         # (unless another thread took one); a row that existed before keeps at least
         # the reference it had
         removed = None
         last = None
-        if nfound or rec is not None:
+        if nfound:
             lock.acquire()
             try:
-                if nfound:
-                    for k in range(nm - 1, -1, -1):
-                        ent = found[k]
-                        if ent is None:
-                            continue
-                        if ent.should_remove(False, False):
-                            ent.dec(False)
-                            ent.ends += 1
-                            if removed is None:
-                                removed = []
-                            removed.append((k, ent))
-                        else:
-                            ent.dec(False)
-                if rec is not None:
-                    if rec.entries is None:
-                        rec.phase = ENDING
+                for k in range(nm - 1, -1, -1):
+                    ent = found[k]
+                    if ent is None:
+                        continue
+                    if ent.should_remove(False, False):
+                        ent.dec(False)
+                        ent.ends += 1
+                        if removed is None:
+                            removed = []
+                        removed.append((k, ent))
                     else:
+                        ent.dec(False)
+                if rec is not None:
+                    rec.phase = ENDING
+                    if rec.entries is not None:
                         last = rec.drop()
             finally:
                 lock.release()
+        elif rec is not None:
+            rec.phase = ENDING                  # then read `entries` (_Reservation)
+            if rec.entries is not None:
+                lock.acquire()
+                try:
+                    last = rec.drop()
+                finally:
+                    lock.release()
         err = None
         try:
             if rec is not None:
                 back = None
-                for k in range(nm - 1, -1, -1):
-                    if found[k] is None:
-                        i, _to, frm, _imp = maps[k]
-                        j = slot[k]
-                        if frm and (last is None or last[j]):
-                            if back is None:
-                                back = []
-                            back.append((j, tgts[k] - lease.ptrs[j], v[a0 + i], v[s0 + i]))
+                ptrs = lease.ptrs
+                for j in range(len(fresh) - 1, -1, -1):
+                    k, hp, size = fresh[j]
+                    if maps[k][2] and (last is None or last[j]):
+                        if back is None:
+                            back = []
+                        back.append((j, tgts[k] - ptrs[j], hp, size))
                 if back is not None:
                     lease.retrieve_many(back)
             if removed is not None:
                 dev.retrieve_many([(ent.alloc, tgts[k], v[a0 + maps[k][0]],
                                     v[s0 + maps[k][0]]) for k, ent in removed
                                    if maps[k][2]])
-        except OffloadError as exc:
+        except BaseException as exc:           # the construct is finished first
             err = exc
         frees = None
         adopted = None
-        if removed is not None or rec is not None:
+        published = rec is not None and rec.entries is not None
+        if rec is not None and not published:
+            try:
+                table.private.remove(rec)       # atomic: publish() pops its reservations
+            except ValueError:
+                published = True                # publish() took it meanwhile
+        if removed is not None or published:
             lock.acquire()
             try:
                 if removed is not None:
@@ -544,27 +574,28 @@ class FastPath:
                                 if frees is None:
                                     frees = []
                                 frees.append(ent.alloc)
-                if rec is not None:
-                    if rec.entries is None:
-                        table.private.remove(rec)
-                    else:
-                        adopted = _resolve(table, rec)
+                if published:
+                    adopted = _resolve(table, rec)
             finally:
                 lock.release()
         if rec is not None:
             if adopted:
                 self._drop(lease, kept, adopted)
             elif kept:
-                self._give_back(plan, lease)
+                plan.leases.append(lease)       # back to the plan (_give_back)
+                if plan.dead:
+                    self._drain(plan)
             else:
                 _release(lease)
-        try:
-            if frees is not None:
+        if frees is not None:
+            try:
                 dev.free_many(frees)
-        except OffloadError as exc:
-            err = err or exc
+            except OffloadError as exc:
+                err = err or exc
         if err is not None:
-            return self._failed(KERNEL, err, v[3])
+            if isinstance(err, OffloadError):
+                return self._failed(KERNEL, err, v[3])
+            raise err
         return _abi.CB_OK
 
     def _withdraw(self, dm, rec, found) -> None:
@@ -591,16 +622,15 @@ class FastPath:
         with dm.lock:
             if rec.entries is None:
                 table.private.remove(rec)
-                for k, hp, size in rec.fresh:
-                    j = rec.slot[k]
+                for j, (k, hp, size) in enumerate(rec.fresh):
                     table.insert(MapEntry(v[HEAD + rec.maps[k][0]], hp, hp + size,
                                           rec.tgts[k], lease.ptrs[j], 1, 0))
                     keep.append(j)
             else:
-                for e, (k, _hp, _size) in zip(rec.entries, rec.fresh):
+                for j, e in enumerate(rec.entries):
                     if e.live:
                         e.leased = False
-                        keep.append(rec.slot[k])
+                        keep.append(j)
         self._drop(lease, kept, keep)
 
     # -- device memory kept per plan ---------------------------------------------------
@@ -767,7 +797,7 @@ class FastPath:
                     ops.append((ptr, ent.tgt, ent.begin, ent.end - ent.begin))
             if ops:
                 dev.submit_many(ops)
-        except (Fallback, OffloadError):
+        except BaseException as exc:
             with dm.lock:
                 for ent in incs:
                     ent.dec(False)
@@ -777,7 +807,9 @@ class FastPath:
                     dev.free_many([p for p in ptrs if p])
                 except OffloadError:
                     pass
-            raise Fallback from None
+            if isinstance(exc, (Fallback, OffloadError)):
+                raise Fallback from None
+            raise
         dm.settle([x[0] for x in new])
         return rows
 
@@ -824,15 +856,30 @@ class FastPath:
                         doomed.append(ent)
                 else:
                     ent.dec(False)
+            if counted and not back:
+                # nothing to copy back: the rows go now, in the same hold of the lock
+                ptrs = []
+                for ent in counted:
+                    ent.ends -= 1
+                for ent in doomed:
+                    if ent.dyn == 0 and ent.hold == 0 and ent.ends == 0 and ent.live:
+                        table.remove(ent)
+                        if ent.alloc and not ent.leased:
+                            ptrs.append(ent.alloc)
+                counted = None
         finally:
             lock.release()
+        if counted is None:
+            if ptrs:
+                dm.device.free_many(ptrs)
+            return True
         if not counted:
             return True
         err = None
         if back:
             try:
                 dm.device.retrieve_many(back)
-            except OffloadError as exc:
+            except BaseException as exc:        # the counts are settled first
                 err = exc
         ptrs = []
         lock.acquire()
@@ -913,7 +960,7 @@ def _resolve(table, rec) -> list[int]:
             table.remove(e)
         else:
             e.leased = False
-            adopted.append(rec.slot[rec.fresh[j][0]])
+            adopted.append(j)
     return adopted
 
 
