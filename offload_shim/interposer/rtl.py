@@ -223,7 +223,9 @@ class Registrations:
     the last ``__tgt_register_requires`` value or the flags of a library's requires
     entries (LLVM 19+); ``generations``: descriptor -> which clang generation built it
     (:func:`generation_text`, refined by :meth:`saw_kernel_args`).  Not thread-safe:
-    the interposer's lock guards it."""
+    the interposer's registration lock (libomptarget 16 ``RTLsMtx``) guards every
+    change; constructs read ``devices`` and ``requires_flags`` without it (a list
+    that only grows, an int)."""
 
     def __init__(self, runtime):
         self.runtime = runtime
