@@ -86,6 +86,7 @@ MAX_PLANS = 4096
 LEASE_MAX = 8192
 LEASE_TOTAL = 64 << 20
 _U64 = 1 << 64
+_new = object.__new__
 _I64_MAX = (1 << 63) - 1
 
 
@@ -437,7 +438,12 @@ class FastPath:
                 if len(fresh) > 1 and not _disjoint(fresh):
                     _undo(found)
                     return None
-                rec = _Reservation(v, maps, fresh)
+                rec = _new(_Reservation)         # __init__ without its call (hot path)
+                rec.v = v
+                rec.maps = maps
+                rec.fresh = fresh
+                rec.phase = RESERVED
+                rec.entries = rec.ended = None
                 table.private.append(rec)
         finally:
             lock.release()
