@@ -160,12 +160,6 @@ def test_a_row_mapped_while_its_kernel_runs_is_shared(exes, reports, config):
     assert out[0] == "team of 2, kernel seen running: 1", out
 
 
-def test_threads_mapping_runs_in_the_conformance_suite():
-    """The property program also runs (two seeds) in the conformance suite."""
-    prog = next(p for p in cf.programs() if p.name == "threads_mapping.c")
-    assert len(prog.runs) >= 2
-
-
 @pytest.mark.parametrize("config", CONFIGS + ("nextgen-general",))
 @settings(max_examples=6, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
