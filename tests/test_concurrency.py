@@ -25,11 +25,16 @@ seed that hypothesis chooses; the final buffers, presence and reference counts
 (``exit data`` until absent) must equal libomptarget's, with the cheap path and with
 the general code (``OFFLOAD_SHIM_NO_PLAN=1``).
 
-The in-process test drives the interposer's own entry points from Python threads on
-the bundled plugin (as ``tests/test_plan.py`` does from one thread): random
-constructs of several threads on shared and private buffers; after the join the
-host buffers, the table and its reference counts equal what the operations imply,
-and once everything is released the device holds no memory.
+The in-process tests drive the interposer's own entry points from Python threads on
+the bundled plugin (as ``tests/test_plan.py`` does from one thread), thread switches
+forced every few microseconds: random constructs of several threads on shared and
+private buffers (after the join the host buffers, the table and its reference counts
+equal what the operations imply, and once everything is released the device holds no
+memory); and a thread that registers, uses and unregisters a second copy of the image
+again and again while two threads launch the first copy's kernel (the cached device
+check and the plans must follow the registrations).  These two pass on a runtime that
+serialises everything too: they guard the finer locking, the programs above show the
+concurrency.
 """
 
 from __future__ import annotations
@@ -198,27 +203,8 @@ class _Harness:
         from offload_shim.abi import tgt_rtl as T
         from offload_shim.interposer import load_interposer
         self.T = T
-        img = osh.OffloadImage.sample()
         self._keep = []
-        data = ctypes.create_string_buffer(img.data, len(img.data))
-        anchors = ctypes.create_string_buffer(8)
-        scale = ctypes.c_double(3.0)
-        names = [e.name.encode() for e in img.entries]
-        ents = (T.OffloadEntry * len(img.entries))()
-        for k, e in enumerate(img.entries):
-            ents[k].addr = ctypes.addressof(scale) if e.size else ctypes.addressof(anchors) + k
-            ents[k].name = names[k]
-            ents[k].size = e.size
-        dimg = T.DeviceImage()
-        dimg.ImageStart = ctypes.addressof(data)
-        dimg.ImageEnd = ctypes.addressof(data) + len(img.data)
-        base = ctypes.addressof(ents)
-        dimg.EntriesBegin = ctypes.cast(base, T.OffloadEntryP)
-        dimg.EntriesEnd = ctypes.cast(base + ctypes.sizeof(ents), T.OffloadEntryP)
-        self.desc = _BinDesc(1, ctypes.addressof(dimg), base, base + ctypes.sizeof(ents))
-        self._keep += [data, anchors, scale, names, ents, dimg]
-        self.region = ctypes.addressof(anchors) + [e.name for e in img.entries].index(
-            "increment")
+        self.desc, self.region = self.descriptor()
         self.rt = osh.Runtime([], bundled=True)
         self._cm = osh.interpose(self.rt, policy="mandatory")
         self.ip = self._cm.__enter__()
@@ -245,6 +231,32 @@ class _Harness:
         self.block = (ctypes.c_int64 * (n * 2 * WORDS))()
         self.bufs = [ctypes.addressof(self.block) + 16 * WORDS * b for b in range(n)]
         self.nthreads = nthreads
+
+    def descriptor(self):
+        """A ``__tgt_bin_desc`` of the sample image with host entries of its own:
+        (descriptor, the host address of its ``increment`` region)."""
+        import offload_shim as osh
+        T = self.T
+        img = osh.OffloadImage.sample()
+        data = ctypes.create_string_buffer(img.data, len(img.data))
+        anchors = ctypes.create_string_buffer(8)
+        scale = ctypes.c_double(3.0)
+        names = [e.name.encode() for e in img.entries]
+        ents = (T.OffloadEntry * len(img.entries))()
+        for k, e in enumerate(img.entries):
+            ents[k].addr = ctypes.addressof(scale) if e.size else ctypes.addressof(anchors) + k
+            ents[k].name = names[k]
+            ents[k].size = e.size
+        dimg = T.DeviceImage()
+        dimg.ImageStart = ctypes.addressof(data)
+        dimg.ImageEnd = ctypes.addressof(data) + len(img.data)
+        base = ctypes.addressof(ents)
+        dimg.EntriesBegin = ctypes.cast(base, T.OffloadEntryP)
+        dimg.EntriesEnd = ctypes.cast(base + ctypes.sizeof(ents), T.OffloadEntryP)
+        desc = _BinDesc(1, ctypes.addressof(dimg), base, base + ctypes.sizeof(ents))
+        self._keep += [data, anchors, scale, names, ents, dimg, desc]
+        region = ctypes.addressof(anchors) + [e.name for e in img.entries].index("increment")
+        return desc, region
 
     def shared(self, s: int) -> int:
         return self.bufs[s]
@@ -279,9 +291,10 @@ class _Harness:
         types = (ctypes.c_int64 * n)(*[t for _a, t in maps])
         self.fns[kind](None, 0, n, arr, arr, sizes, types, None, None)
 
-    def kernel(self, target: int, target_type: int, extra=()) -> int:
+    def kernel(self, target: int, target_type: int, extra=(), region=None) -> int:
         """``increment(target, WORDS)`` with ``target`` mapped as ``target_type`` and
-        the ``extra`` (address, type) maps."""
+        the ``extra`` (address, type) maps (``region``: the host address of another
+        descriptor's ``increment``)."""
         from offload_shim.interposer.omptarget import MAP_LITERAL, MAP_TARGET_PARAM
         args = [(target, target, 8 * WORDS, target_type | MAP_TARGET_PARAM),
                 (WORDS, WORDS, 0, MAP_LITERAL | MAP_TARGET_PARAM)]
@@ -294,7 +307,7 @@ class _Harness:
         ka = self.T.KernelArgs()
         ka.Version, ka.NumArgs = 2, n
         ka.ArgBasePtrs, ka.ArgPtrs, ka.ArgSizes, ka.ArgTypes = bases, ptrs, sizes, types
-        return self.fns["kernel"](None, 0, 1, 1, self.region, ctypes.byref(ka))
+        return self.fns["kernel"](None, 0, 1, 1, region or self.region, ctypes.byref(ka))
 
     def close(self) -> None:
         self.unregister(ctypes.addressof(self.desc))
@@ -435,3 +448,64 @@ def test_threads_in_process(harness, cheap, seed, steps):
     assert h.rows() == []
     ip.fast.release_leases()
     assert ip.devices[0].allocations == (0, 0)
+
+
+@pytest.mark.parametrize("cheap", [True, False], ids=["cheap-path", "general-code"])
+def test_registration_while_threads_offload(harness, cheap):
+    """A thread registers a second copy of the image, runs its kernel and unregisters
+    it, again and again, while two threads launch the first copy's kernel: the
+    registration lock and the plans' invalidation keep both correct (each kernel ran
+    exactly once per construct, nothing failed, no row is left)."""
+    from offload_shim.interposer.omptarget import MAP_FROM, MAP_TO
+    h = harness
+    ip = h.ip
+    h.reset()
+    ip.fast.enabled = cheap
+    h.fill()
+    desc2, region2 = h.descriptor()
+    stop = threading.Event()
+    problems: list = []
+    cycles = []
+
+    def churn():
+        buf = (ctypes.c_int64 * WORDS)()
+        n = 0
+        while not stop.is_set() or n < 3:
+            h.register(ctypes.addressof(desc2))
+            buf[:] = [0] * WORDS
+            rc = h.kernel(ctypes.addressof(buf), MAP_TO | MAP_FROM, region=region2)
+            if rc != 0 or list(buf) != [1] * WORDS:
+                problems.append(("second copy", rc, list(buf)))
+            h.unregister(ctypes.addressof(desc2))
+            n += 1
+        cycles.append(n)
+
+    def work(t):
+        p = h.private(t, 0)
+        for _ in range(150):
+            rc = h.kernel(p, MAP_TO | MAP_FROM, [(h.shared(0), MAP_TO)])
+            if rc != 0:
+                problems.append(("first copy", t, rc))
+
+    before = {t: h.words(h.private(t, 0)) for t in range(2)}
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        churner = threading.Thread(target=churn)
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+        churner.start()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        stop.set()
+        churner.join(120)
+        assert not churner.is_alive() and not any(w.is_alive() for w in workers)
+    finally:
+        sys.setswitchinterval(interval)
+    assert problems == [] and ip.errors == [], (problems, ip.errors)
+    assert cycles and cycles[0] >= 3
+    for t in range(2):
+        assert h.words(h.private(t, 0)) == [w + 150 for w in before[t]]
+    assert h.rows() == []
+    assert len(ip.libraries) == 1
