@@ -47,10 +47,11 @@ int main(int argc, char **argv) {
       int op = draw(&st) % 8, s = draw(&st) % NS, p = draw(&st) % NP;
       long *sb = S[s], *pb = P[t][p];
       switch (op) {
-      case 0:
+      case 0: {
 #pragma omp target enter data map(to : sb[0 : LEN])
         held[t][s]++;
         break;
+      }
       case 1:
         if (held[t][s]) {
 #pragma omp target exit data map(release : sb[0 : LEN])
@@ -78,13 +79,14 @@ int main(int argc, char **argv) {
 #pragma omp target update from(pb[0 : LEN])
         }
         break;
-      case 5:
+      case 5: {
 #pragma omp target enter data map(to : pb[0 : LEN])
 #pragma omp target
         for (int i = 0; i < LEN; i++)
           pb[i] += 3;
 #pragma omp target exit data map(from : pb[0 : LEN])
         break;
+      }
       case 6:
         if (held[t][s]) {
 #pragma omp target exit data map(from : sb[0 : LEN])
