@@ -259,17 +259,11 @@ static int is_plugin_object(const void *dso)
   return 0;
 }
 
-/* Exit handlers run newest first.  Under offload-shim run a handler that only notes that
- * the process is exiting is registered after every other one (after each registration
- * through __cxa_atexit below, and at each image registration, unless it is the newest
- * already), so that it is the first to run when the process exits. */
+/* The process has begun to finalise its objects (_dl_fini runs: the executable's
+ * destructors, then the preloaded objects' ...): set by the wrapper of _dl_fini that
+ * __libc_start_main below registers in its place.  Python asks before an unregistration
+ * that would wait for another thread's kernel. */
 static int exiting;
-static void note_exiting(void *unused)
-{
-  (void)unused;
-  __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
-}
-static void mark_exit_start(void);
 
 struct wrapped_handler {
   void (*fn)(void *);
@@ -292,14 +286,6 @@ static void cxa_resolve(void)
   wrap_handlers = on && strcmp(on, "1") == 0;
 }
 
-static int marker_newest;                 /* no handler was registered after the last one */
-static void mark_exit_start(void)
-{
-  if (real_cxa_atexit && wrap_handlers && !__atomic_exchange_n(&marker_newest, 1,
-                                                               __ATOMIC_ACQ_REL))
-    real_cxa_atexit(note_exiting, NULL, &__dso_handle);
-}
-
 static void run_wrapped(void *p)
 {
   struct wrapped_handler *w = (struct wrapped_handler *)p;
@@ -319,6 +305,7 @@ static void run_wrapped(void *p)
 /* 1. above: after the executable's destructors, before the linked libraries' and the
  * dlopen'ed objects' (nothing to stop when CPython was never started here); then the
  * plugins' exit handlers that came before it, as they would have run */
+static int keep_plugins;                  /* their exit handlers must not run */
 __attribute__((destructor)) static void interposer_fini(void)
 {
   embed_stop();
@@ -327,12 +314,22 @@ __attribute__((destructor)) static void interposer_fini(void)
   deferred = NULL;
   deferred_end = &deferred;
   pthread_mutex_unlock(&lock);
+  int skip = __atomic_load_n(&keep_plugins, __ATOMIC_ACQUIRE);
   while (w) {
     struct wrapped_handler *next = w->next;
-    w->fn(w->arg);
+    if (!skip)
+      w->fn(w->arg);
     free(w);
     w = next;
   }
+}
+
+/* The stop found a plugin call still running (a kernel of another thread, or of the
+ * exiting one): the plugins' own exit handlers would tear down (unload the image of) a
+ * kernel that is still running; the process's exit releases what they hold. */
+OSH_EXPORT void osh_interposer_keep_plugins(void)
+{
+  __atomic_store_n(&keep_plugins, 1, __ATOMIC_RELEASE);
 }
 
 /* glibc's __cxa_atexit (atexit() and C++ static destructors call it), exported at glibc's
@@ -357,14 +354,50 @@ int osh_cxa_atexit(void (*fn)(void *), void *arg, void *dso)
   } else {
     rc = real_cxa_atexit(fn, arg, dso);
   }
-  __atomic_store_n(&marker_newest, 0, __ATOMIC_RELEASE);
-  mark_exit_start();
   return rc;
 }
 
-/* Whether the process is running its exit handlers (set by the first of them to run);
- * Python asks before an unregistration that would wait for another thread's kernel */
 OSH_EXPORT int osh_interposer_exiting(void) { return __atomic_load_n(&exiting, __ATOMIC_ACQUIRE); }
+
+/* glibc's __libc_start_main (both versions programs call: GLIBC_2.34 since glibc 2.34,
+ * GLIBC_2.2.5 before), forwarded with the dynamic linker's finaliser (_dl_fini, which it
+ * registers with __cxa_atexit before the executable's constructors run) wrapped, so that
+ * `exiting` is set when the objects' destructors begin -- the executable's own
+ * unregistration (clang 16: .fini_array) comes first of them. */
+typedef int (*main_fn)(int, char **, char **);
+typedef int (*start_main_fn)(main_fn, int, char **, void (*)(void), void (*)(void),
+                             void (*)(void), void *);
+static void (*real_rtld_fini)(void);
+static void rtld_fini_wrapper(void)
+{
+  __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+  real_rtld_fini();
+}
+static int start_main(const char *version, main_fn main, int argc, char **argv,
+                      void (*init)(void), void (*fini)(void), void (*rtld_fini)(void),
+                      void *stack_end)
+{
+  start_main_fn real = (start_main_fn)dlvsym(RTLD_NEXT, "__libc_start_main", version);
+  if (!real)
+    real = (start_main_fn)dlsym(RTLD_NEXT, "__libc_start_main");
+  if (rtld_fini) {
+    real_rtld_fini = rtld_fini;
+    rtld_fini = rtld_fini_wrapper;
+  }
+  return real(main, argc, argv, init, fini, rtld_fini, stack_end);
+}
+OSH_EXPORT int oshx_start_main_234(main_fn main, int argc, char **argv, void (*init)(void),
+                                   void (*fini)(void), void (*rtld_fini)(void), void *end)
+{
+  return start_main("GLIBC_2.34", main, argc, argv, init, fini, rtld_fini, end);
+}
+__asm__(".symver oshx_start_main_234,__libc_start_main@@GLIBC_2.34");
+OSH_EXPORT int oshx_start_main_225(main_fn main, int argc, char **argv, void (*init)(void),
+                                   void (*fini)(void), void (*rtld_fini)(void), void *end)
+{
+  return start_main("GLIBC_2.2.5", main, argc, argv, init, fini, rtld_fini, end);
+}
+__asm__(".symver oshx_start_main_225,__libc_start_main@GLIBC_2.2.5");
 
 static void embed_boot(void);
 static void embed_start(void)
@@ -627,11 +660,8 @@ static int pin_one(struct dl_phdr_info *info, size_t size, void *unused)
 OSH_EXPORT void __tgt_register_lib(void *desc)
 {
   count(C_REG);
-  if (getenv("OFFLOAD_SHIM_EMBED")) {
+  if (getenv("OFFLOAD_SHIM_EMBED"))
     dl_iterate_phdr(pin_one, NULL);
-    pthread_once(&cxa_once, cxa_resolve);
-    mark_exit_start();
-  }
   ensure_python();
   pthread_mutex_lock(&lock);
   if (num_registered < MAX_REG)

@@ -105,8 +105,10 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     * ``void osh_interposer_note_plugin(const void *addr)`` (the object holding
       ``addr`` is one of the runtime's plugins: ``offload-shim run`` stops the runtime
       before an exit handler of that object runs)
-    * ``int osh_interposer_exiting(void)`` (``offload-shim run``: the process is running
-      its exit handlers)
+    * ``int osh_interposer_exiting(void)`` (``offload-shim run``: the process has begun
+      to finalise its objects, ``_dl_fini``)
+    * ``void osh_interposer_keep_plugins(void)`` (``offload-shim run``: the plugins' own
+      exit handlers must not run: a kernel is still running at exit)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -120,6 +122,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_note_plugin.restype = None
     lib.osh_interposer_exiting.restype = c_int
     lib.osh_interposer_exiting.argtypes = []
+    lib.osh_interposer_keep_plugins.restype = None
+    lib.osh_interposer_keep_plugins.argtypes = []
     lib.osh_interposer_note_plugin.argtypes = [c_void_p]
     lib.osh_mapper_components_new.restype = c_void_p
     lib.osh_mapper_components_new.argtypes = []

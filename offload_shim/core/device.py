@@ -876,11 +876,13 @@ class DeviceLease:
     ``sizes[j]`` bytes.  Copies name a block and an offset, ``(j, offset,
     host_addr, nbytes)``, checked against ``sizes[j]`` only (the blocks are live
     allocations of the device while the lease is :attr:`valid`), so a run of copies
-    needs no pointer-table lookup.  Not thread-safe: one user at a time."""
-    __slots__ = ("_dev", "ptrs", "sizes", "_init_count", "_released")
+    needs no pointer-table lookup.  Not thread-safe: one user at a time (the
+    interposer's plans hand each lease to one construct at a time)."""
+    __slots__ = ("_dev", "device", "ptrs", "sizes", "_init_count", "_released")
 
     def __init__(self, dev, ptrs, sizes, init_count):
         self._dev, self.ptrs, self.sizes = dev, ptrs, sizes
+        self.device = dev                   # the Device the blocks belong to
         self._init_count = init_count
         self._released = False
 
@@ -939,15 +941,20 @@ class DeviceLease:
         :meth:`Device.free`)."""
         self._released = True
 
-    def release(self) -> None:
+    def release(self, keep=()) -> None:
         """Free the blocks (nothing when the device was deinitialised meanwhile: its
-        pool freed them).  Idempotent."""
+        pool freed them), except those whose indices are in ``keep``: the caller took
+        them over, as :meth:`detach` does for all.  Idempotent.  Raises what
+        :meth:`Device.free` raises."""
         if self._released:
             return
         self._released = True
         dev = self._dev
         if dev._state is _READY and dev.init_count == self._init_count:
-            dev.free_many(self.ptrs)
+            if keep:
+                dev.free_many([p for j, p in enumerate(self.ptrs) if j not in keep])
+            else:
+                dev.free_many(self.ptrs)
 
 
 class KernelLauncher:

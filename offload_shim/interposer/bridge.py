@@ -110,8 +110,15 @@ class Bridge:
                 continue
 
     def exiting(self) -> bool:
-        """Under ``offload-shim run``: the process is running its exit handlers."""
+        """Under ``offload-shim run``: the process has begun to finalise its objects
+        (``_dl_fini``)."""
         return bool(self.lib is not None and self.lib.osh_interposer_exiting())
+
+    def keep_plugins(self) -> None:
+        """Under ``offload-shim run``: the plugins' own exit handlers will not run (a
+        kernel is still running while the process exits; they would unload it)."""
+        if self.lib is not None:
+            self.lib.osh_interposer_keep_plugins()
 
     def uninstall(self) -> None:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the

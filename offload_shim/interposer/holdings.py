@@ -38,18 +38,19 @@ def holdings(ip) -> dict[str, int]:
       (:func:`offload_shim.core.verdicts.remembered`);
     * ``gc_objects``: ``len(gc.get_objects())`` after a full collection.
 
-    Takes the interposer's lock; runs a full garbage collection (milliseconds)."""
+    Takes the interposer's registration lock; runs a full garbage collection
+    (milliseconds)."""
     from ..core.images import OffloadImage
     from ..core import verdicts
     from ..plugins import leftovers
-    with ip._lock:
-        rtls, rt, fast = ip.rtls, ip.runtime, ip.fast
+    with ip.registration_lock:
+        rtls, rt = ip.rtls, ip.runtime
         devices = list(ip.devices)
-        mappers = list(ip._mappers.values())
+        mappers = ip.device_mappers()
         out = {
             "libraries": len(rtls.libraries),
             "records": len(rtls.records),
-            "decoded": len(rtls._decoded),
+            "decoded": rtls.decoded_count(),
             "generations": len(rtls.generations),
             "compilers": len(rtls.compilers()),
             "unsupported": len(rtls.unsupported),
@@ -59,12 +60,10 @@ def holdings(ip) -> dict[str, int]:
             "address_map_rows": sum(len(d.address_map) for d in devices),
             "kernels": sum(len(d.kernels) for d in devices),
             "mappers": len(mappers),
-            "mapping_rows": sum(len(dm.table.entries) for dm in mappers),
+            "mapping_rows": sum(len(dm.snapshot()) for dm in mappers),
             "retired_rows": sum(len(dm.retired) for dm in mappers),
             "ctors_done": sum(len(dm.ctors_done) for dm in mappers),
-            "plans": len(fast._plans),
-            "leased_plans": len(fast._leased),
-            "frames": len(fast._views),
+            **ip.fast.held(),
             "plugin_keepalive": sum(p.kept_alive for p in rt.plugins),
             "verdicts": verdicts.remembered(),
         }

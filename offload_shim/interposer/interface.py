@@ -117,12 +117,25 @@ class Interposer:
 
     def __init__(self, runtime, *, policy: str | None = None, gomp_host_device: bool = False):
         self.runtime = runtime
-        self._lock = threading.RLock()
+        # registration, unregistration, requires, initLibrary and close (libomptarget
+        # 16 RTLsMtx / TrlTblMtx / PendingGlobalsMtx); never taken by a construct that
+        # finds its device ready, nor by an API routine
+        self._rtl_lock = threading.RLock()
+        self._lib_gen = 0                       # registrations and unregistrations
+        self._mappers_lock = threading.Lock()
+        # callbacks in flight (one token, the thread's id, per call) and close()
+        self._calls: list[int] = []
+        self._calls_cv = threading.Condition(threading.Lock())
+        self._close_lock = threading.Lock()
+        self._closing = False
+        self._closer: int | None = None
         self._policy_override = policy
         self._decided_policy: int | None = None
         self.errors: list[str] = _ErrorLog()
         self.rtls = Registrations(runtime)
-        self.gomp = GompSide(runtime, self._lock, errors=self.errors,
+        # libgomp's own locks (register_lock, devicep->lock): GCC code does not wait
+        # for LLVM registrations
+        self.gomp = GompSide(runtime, threading.RLock(), errors=self.errors,
                              unsupported=self.rtls.unsupported, policy=policy,
                              host_device=gomp_host_device)
         self._mappers: dict[int, DeviceMapper] = {}     # device number -> mapper
@@ -132,13 +145,13 @@ class Interposer:
         self._host_runtime: int | None = None
         # per-region plans and the cheap path of common constructs (plan.py); it calls
         # back into the general code below for everything else
-        self.fast = FastPath(lock=self._lock, check_device=self._check_device,
+        self.fast = FastPath(check_device=self._check_device,
                              default_device=self._default_device,
                              slow_kernel=self._on_kernel, slow_data=self._on_data,
                              failed=self._construct_failed,
                              requires=lambda: self.rtls.requires_flags,
                              tracing=diag.tracing_possible,
-                             saw_kernel=self.rtls.saw_kernel_args)
+                             saw_kernel=self._saw_kernel_args)
 
     # -- views ------------------------------------------------------------------------
     @property
@@ -186,10 +199,11 @@ class Interposer:
         return self.gomp.devices()
 
     def mappings(self, device: int = 0) -> list[MapEntry]:
-        """The mapping table rows of OpenMP device ``device`` (for tests and tools)."""
-        with self._lock:
-            dm = self._mappers.get(device)
-            return list(dm.table.entries) if dm is not None else []
+        """The mapping table rows of OpenMP device ``device`` (for tests and tools):
+        a copy of the list, taken under the table's lock (with the rows of kernel
+        constructs in flight)."""
+        dm = self._mappers.get(device)
+        return dm.snapshot() if dm is not None else []
 
     # -- lifecycle ------------------------------------------------------------------
     def _install(self) -> None:
@@ -234,51 +248,77 @@ class Interposer:
         return call
 
     def _while_open(self, fn, closed_rc: int, closed=None):
-        """``fn`` as a callback that, once :meth:`close` has run, does nothing and
+        """``fn`` as a callback that, once :meth:`close` has begun, does nothing and
         returns ``closed_rc`` (``closed(*args)`` when given): what the C side answers
         with no callback table (a kernel runs on the host, a data construct does
-        nothing).  Another thread may have fetched a callback just before the table
-        was removed -- a Python program's daemon thread that keeps offloading while
-        the main thread exits: its construct then waits for the lock :meth:`close`
-        holds and must not reach the closed devices (libomptarget 16 keeps its
-        devices until the process ends; offload_shim's teardown runs from Python's
-        ``atexit``, while daemon threads still run)."""
+        nothing) -- except on the thread that closes (its libraries' destructors
+        unregister through it).  Another thread may have fetched a callback just
+        before the table was removed -- a Python program's daemon thread that keeps
+        offloading while the main thread exits: it must not reach the closed
+        devices (libomptarget 16 keeps its devices until the process ends;
+        offload_shim's teardown runs from Python's ``atexit``, while daemon threads
+        still run).  Each call holds a token (its thread's id) while it runs;
+        :meth:`close` waits until the other threads' calls are over.  No lock is
+        taken: callbacks of any number of threads run at once."""
+        calls = self._calls
+        get_ident = threading.get_ident
+
         def call(*args):
-            with self._lock:
-                if self._closed:
+            me = get_ident()
+            calls.append(me)
+            try:
+                if self._closing and (self._closed or self._closer != me):
                     return closed(*args) if closed is not None else closed_rc
                 return fn(*args)
+            finally:
+                calls.remove(me)
+                if self._closing:
+                    with self._calls_cv:
+                        self._calls_cv.notify_all()
         call.__name__ = getattr(fn, "__name__", "callback")
         return call
+
+    def _wait_for_calls(self) -> None:
+        """Wait until no other thread is inside a callback (:meth:`close`)."""
+        me = threading.get_ident()
+        with self._calls_cv:
+            while any(t != me for t in list(self._calls)):
+                self._calls_cv.wait(0.05)       # the timeout is only a safety net
 
     def close(self) -> None:
         """Close libraries loaded through :meth:`load_library` (newest first),
         unregister what is still registered (destructors of declare-target globals
         run), free the device memory of every remaining mapping, uninstall the
-        callbacks.  Idempotent.  The runtime stays open (its owner closes it)."""
+        callbacks.  Idempotent.  The runtime stays open (its owner closes it).
+        Callbacks other threads are running finish first; those they start
+        meanwhile answer as without a device."""
         global _active
-        with self._lock:
+        with self._close_lock:
             if self._closed:
                 return
-            for lib in reversed(self._loaded):
-                try:
-                    lib.close()
-                except OSError as exc:
-                    self.errors.append(str(exc))
-            self._loaded.clear()
-            for desc in list(self.libraries):
-                self._on_unregister(desc)
-            if diag.info_level() & diag.INFO_DUMP_TABLE:
-                # ~DeviceTy when libomptarget is unloaded
-                si = diag.SourceInfo(";libomptarget;libomptarget;0;0;;")
-                for num in sorted(self._mappers):
-                    self._mappers[num].dump(si, retired=True)
-            for dm in self._mappers.values():
-                dm.release_all()
-            self.fast.invalidate()
-            self._bridge.uninstall()
-            self.gomp.uninstall()
-            self._closed = True
+            self._closer = threading.get_ident()
+            self._closing = True
+            self._wait_for_calls()
+            with self._rtl_lock:
+                for lib in reversed(self._loaded):
+                    try:
+                        lib.close()
+                    except OSError as exc:
+                        self.errors.append(str(exc))
+                self._loaded.clear()
+                for desc in list(self.libraries):
+                    self._on_unregister(desc)
+                if diag.info_level() & diag.INFO_DUMP_TABLE:
+                    # ~DeviceTy when libomptarget is unloaded
+                    si = diag.SourceInfo(";libomptarget;libomptarget;0;0;;")
+                    for num in sorted(self._mappers):
+                        self._mappers[num].dump(si, retired=True)
+                for dm in self._mappers.values():
+                    dm.release_all()
+                self.fast.invalidate()
+                self._bridge.uninstall()
+                self.gomp.uninstall()
+                self._closed = True
         with _active_lock:
             if _active is self:
                 _active = None
@@ -288,9 +328,12 @@ class Interposer:
         unregistering, running destructors or freeing mappings: the process is
         exiting while a plugin call is still running (``exit()`` from inside a target
         region, or from another thread while a kernel runs), and a teardown would wait
-        for that call for ever.  The process's exit releases the memory.  Idempotent."""
+        for that call for ever.  Under ``offload-shim run`` the plugins' own exit
+        handlers are then skipped too (they would unload the running kernel's image).
+        The process's exit releases the memory.  Idempotent."""
         global _active
         self._closed = True
+        self._bridge.keep_plugins()
         self._bridge.uninstall()
         self.gomp.uninstall(close_device=False)
         with _active_lock:
@@ -449,22 +492,34 @@ class Interposer:
     def _init_library(self, dm: DeviceMapper) -> None:
         """``initLibrary``: map the declare-target globals of the images loaded in the
         device, then run the pending constructors of declare-target globals (per
-        library, in ``__tgt_bin_desc`` address order as libomptarget's map)."""
-        dm.map_globals(self.rtls.images())
-        for desc in sorted(self.rtls.records):
-            if desc in dm.ctors_done:
-                continue
-            dm.ctors_done.add(desc)
-            for rec in self.rtls.records[desc]:
-                if rec.plugin is not dm.device.plugin:
+        library, in ``__tgt_bin_desc`` address order as libomptarget's map).  Under
+        the registration lock (libomptarget 16 holds ``TrlTblMtx`` and the device's
+        ``PendingGlobalsMtx`` across it, constructors included); skipped without any
+        lock while no library was registered or unregistered and the device was not
+        re-initialised since it last ran for this device (``HasPendingGlobals``)."""
+        dev = dm.device
+        if dm.lib_key == (self._lib_gen, dev.init_count):
+            return
+        with self._rtl_lock:
+            key = (self._lib_gen, dev.init_count)
+            if dm.lib_key == key:
+                return
+            dm.map_globals(self.rtls.images())
+            for desc in sorted(self.rtls.records):
+                if desc in dm.ctors_done:
                     continue
-                for ctor in rec.ctors:
-                    try:
-                        launch.target(dm, dm.device.translate(ctor),
-                                      _abi.MapArgs.from_lists([], [], [], []))
-                    except (MapError, OffloadError, KeyError) as exc:
-                        diag.report(f"Running ctor {diag.ptr(ctor)} failed.")
-                        raise MapError(str(exc)) from None
+                dm.ctors_done.add(desc)
+                for rec in self.rtls.records[desc]:
+                    if rec.plugin is not dm.device.plugin:
+                        continue
+                    for ctor in rec.ctors:
+                        try:
+                            launch.target(dm, dm.device.translate(ctor),
+                                          _abi.MapArgs.from_lists([], [], [], []))
+                        except (MapError, OffloadError, KeyError) as exc:
+                            diag.report(f"Running ctor {diag.ptr(ctor)} failed.")
+                            raise MapError(str(exc)) from None
+            dm.lib_key = key
 
     # -- devices ------------------------------------------------------------------------
     @property
@@ -505,25 +560,48 @@ class Interposer:
             os.abort()
 
     def mapper(self, num: int) -> DeviceMapper:
-        """The :class:`DeviceMapper` of OpenMP device ``num`` (created on first use)."""
+        """The :class:`DeviceMapper` of OpenMP device ``num`` (created on first use,
+        once also when threads ask at the same time)."""
         dm = self._mappers.get(num)
         if dm is None:
-            dm = self._mappers[num] = DeviceMapper(self.devices[num], num,
-                                                   lambda: self.rtls.requires_flags)
+            with self._mappers_lock:
+                dm = self._mappers.get(num)
+                if dm is None:
+                    dm = self._mappers[num] = DeviceMapper(
+                        self.devices[num], num, lambda: self.rtls.requires_flags)
         return dm
 
     def has_mapper(self, num: int) -> bool:
         return num in self._mappers
 
+    def device_mappers(self) -> list[DeviceMapper]:
+        """The :class:`DeviceMapper` of every OpenMP device used so far."""
+        with self._mappers_lock:
+            return list(self._mappers.values())
+
+    @property
+    def registration_lock(self):
+        """The lock every registration, unregistration and ``requires`` takes
+        (libomptarget 16 ``RTLsMtx``): held, the registrations stay as they are."""
+        return self._rtl_lock
+
     # -- registration (rtl.cpp) --------------------------------------------------------
     def _on_requires(self, flags: int) -> int:
-        self.rtls.requires_flags = int(flags)
-        self.fast.invalidate()
+        with self._rtl_lock:
+            self.rtls.requires_flags = int(flags)
+            self.fast.invalidate()
         return CB_OK
 
+    def _saw_kernel_args(self, host_ptr: int, version: int) -> None:
+        """:meth:`Registrations.saw_kernel_args` under the registration lock."""
+        with self._rtl_lock:
+            self.rtls.saw_kernel_args(host_ptr, version)
+
     def _on_register(self, desc: int) -> int:
-        """``__tgt_register_lib``."""
-        with self._lock:
+        """``__tgt_register_lib`` (under the registration lock: libomptarget 16
+        ``RTLsMtx``)."""
+        with self._rtl_lock:
+            self._lib_gen += 1
             self.fast.invalidate()
             try:
                 self.rtls.register_lib(desc)
@@ -536,8 +614,11 @@ class Interposer:
     def _on_unregister(self, desc: int) -> int:
         """``__tgt_unregister_lib``: the destructors of the library's declare-target
         globals run on the devices where its constructors ran; its globals leave the
-        mapping tables; its images are unregistered from the runtime."""
-        with self._lock:
+        mapping tables; its images are unregistered from the runtime (which waits for
+        launches of their kernels in flight).  Under the registration lock, as
+        libomptarget 16 ``RTLsTy::unregisterLib`` holds ``RTLsMtx``."""
+        with self._rtl_lock:
+            self._lib_gen += 1
             self.fast.invalidate()
             for rec in self.rtls.records.get(desc, ()):
                 for num in self.rtls.device_numbers(rec.plugin):
@@ -559,79 +640,78 @@ class Interposer:
 
     # -- constructs (interface.cpp) ------------------------------------------------------
     def _on_data(self, kind, loc, dev_id, n, bases, args, sizes, types, names, mappers):
-        """``__tgt_target_data_{begin,end,update}[_nowait]_mapper`` (kind 0, 1, 2)."""
-        with self._lock:
-            chk = self._check_device(dev_id, loc)
-            if isinstance(chk, int):
-                return chk
-            m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
-            if diag.info_level() & diag.INFO_KERNEL_ARGS:
-                _print_arguments(loc, chk.number, m, _REGION.get(kind, ""))
-            fn = (omptarget.target_data_begin, omptarget.target_data_end,
-                  omptarget.target_data_update)[kind]
-            try:
-                fn(chk, m)
-            except (MapError, OffloadError) as exc:
-                self.errors.append(f"{fn.__name__}: {exc}")
-                return self._outcome(False, loc)
-            return self._outcome(True, loc)
+        """``__tgt_target_data_{begin,end,update}[_nowait]_mapper`` (kind 0, 1, 2).
+        No lock is held across it: the mapping table's lock is taken per look-up
+        (:mod:`.mapping`)."""
+        chk = self._check_device(dev_id, loc)
+        if isinstance(chk, int):
+            return chk
+        m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
+        if diag.info_level() & diag.INFO_KERNEL_ARGS:
+            _print_arguments(loc, chk.number, m, _REGION.get(kind, ""))
+        fn = (omptarget.target_data_begin, omptarget.target_data_end,
+              omptarget.target_data_update)[kind]
+        try:
+            fn(chk, m)
+        except (MapError, OffloadError) as exc:
+            self.errors.append(f"{fn.__name__}: {exc}")
+            return self._outcome(False, loc)
+        return self._outcome(True, loc)
 
     def _on_kernel(self, loc, dev_id, teams, threads, host_ptr, kargs) -> int:
-        """``__tgt_target_kernel``: map, launch, unmap (omptarget.cpp ``target``)."""
-        with self._lock:
-            chk = self._check_device(dev_id, loc)
-            if isinstance(chk, int):
-                return chk
-            # the record's version first: an unknown one (clang > 22) is refused before
-            # any other field is read; the construct fails (fatal under mandatory)
-            try:
-                kv = _clang.kernel_args_version(_abi.kernel_args_version(kargs))
-            except UnknownLayoutError as exc:
-                # not a libomptarget situation: say why in one line of our own
-                sys.stderr.write(f"offload_shim: UnknownLayoutError: {exc}\n")
-                sys.stderr.flush()
-                return self._outcome_fail(f"UnknownLayoutError: {exc}", loc)
-            self.rtls.saw_kernel_args(host_ptr or 0, kv.version)
-            m, _ka = _abi.kernel_map_args(kargs)
-            implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
-            if diag.info_level() & diag.INFO_KERNEL_ARGS:
-                _print_arguments(loc, chk.number, m, "Entering OpenMP kernel")
-            try:
-                entry = chk.device.translate(host_ptr or 0)
-            except KeyError:
-                diag.report(f"Host ptr {diag.ptr(host_ptr)} does not have a matching target "
-                            "pointer.")
-                return self._outcome_fail(f"no kernel for {host_ptr or 0:#x}", loc)
-            try:
-                launch.target(chk, entry, m, implicit)
-            except (MapError, OffloadError) as exc:
-                self.errors.append(f"target: {type(exc).__name__}: {exc}")
-                return self._outcome(False, loc)
-            return self._outcome(True, loc)
+        """``__tgt_target_kernel``: map, launch, unmap (omptarget.cpp ``target``),
+        with no lock held across the launch."""
+        chk = self._check_device(dev_id, loc)
+        if isinstance(chk, int):
+            return chk
+        # the record's version first: an unknown one (clang > 22) is refused before
+        # any other field is read; the construct fails (fatal under mandatory)
+        try:
+            kv = _clang.kernel_args_version(_abi.kernel_args_version(kargs))
+        except UnknownLayoutError as exc:
+            # not a libomptarget situation: say why in one line of our own
+            sys.stderr.write(f"offload_shim: UnknownLayoutError: {exc}\n")
+            sys.stderr.flush()
+            return self._outcome_fail(f"UnknownLayoutError: {exc}", loc)
+        self._saw_kernel_args(host_ptr or 0, kv.version)
+        m, _ka = _abi.kernel_map_args(kargs)
+        implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
+        if diag.info_level() & diag.INFO_KERNEL_ARGS:
+            _print_arguments(loc, chk.number, m, "Entering OpenMP kernel")
+        try:
+            entry = chk.device.translate(host_ptr or 0)
+        except KeyError:
+            diag.report(f"Host ptr {diag.ptr(host_ptr)} does not have a matching target "
+                        "pointer.")
+            return self._outcome_fail(f"no kernel for {host_ptr or 0:#x}", loc)
+        try:
+            launch.target(chk, entry, m, implicit)
+        except (MapError, OffloadError) as exc:
+            self.errors.append(f"target: {type(exc).__name__}: {exc}")
+            return self._outcome(False, loc)
+        return self._outcome(True, loc)
 
     # -- API routines (api.cpp) -----------------------------------------------------------
+    # No lock of the interposer: libomptarget 16's routines take RTLsMtx for the device
+    # count only and the table's DataMapMtx per look-up; these may run on the threads of
+    # a kernel in flight (a parallel loop of a target region calling them).
     def _on_alloc(self, size, dev_id, kind, out) -> int:
-        with self._lock:
-            return api.target_alloc(self, size, dev_id, kind, out)
+        return api.target_alloc(self, size, dev_id, kind, out)
 
     def _on_free(self, ptr, dev_id, kind) -> int:
-        with self._lock:
-            return api.target_free(self, ptr, dev_id, kind)
+        return api.target_free(self, ptr, dev_id, kind)
 
     def _on_memcpy(self, dst, src, length, dst_off, src_off, dst_dev, src_dev) -> int:
-        with self._lock:
-            return api.target_memcpy(self, dst, src, length, dst_off, src_off, dst_dev,
-                                     src_dev)
+        return api.target_memcpy(self, dst, src, length, dst_off, src_off, dst_dev,
+                                 src_dev)
 
     def _on_is_present(self, ptr, dev_id) -> int:
-        with self._lock:
-            return api.target_is_present(self, ptr, dev_id)
+        return api.target_is_present(self, ptr, dev_id)
 
     def _on_api(self, which, args, nargs, result) -> int:
-        with self._lock:
-            result[0] = api.dispatch(self, int(which), _abi.api_args(args, int(nargs))) \
-                & 0xFFFFFFFFFFFFFFFF
-            return CB_OK
+        result[0] = api.dispatch(self, int(which), _abi.api_args(args, int(nargs))) \
+            & 0xFFFFFFFFFFFFFFFF
+        return CB_OK
 
 
 @contextlib.contextmanager

@@ -13,11 +13,28 @@ declare-target globals (``initLibrary``: infinite reference count) and the INFO 
 data``, the table dump).  Device memory comes from :meth:`Device.alloc` /
 :meth:`Device.free` (the pool); copies go through :meth:`Device.submit_raw` /
 :meth:`Device.retrieve_raw`.
+
+Threads (libomptarget 16 ``DeviceTy::DataMapMtx``, the ``HostDataToTargetMap``
+accessor of ``device.h``, and the per-entry states of ``HostDataToTargetTy``): each
+:class:`DeviceMapper` has one lock, :attr:`DeviceMapper.lock`, held for the look-ups,
+the reference counts, the insertion and the removal of rows and the shadow pointers --
+never across a plugin call.  Allocations and copies run after it is released, as
+``getTargetPointer`` releases the table before ``submitData``; a row whose device
+memory or first ``to`` copy is still being made by the thread that created it is
+``pending``, and any other thread that needs its device copy waits for it (on
+:attr:`DeviceMapper.cv`) and then looks the range up again (libomptarget: the entry's
+own lock, taken before the table lock is dropped).  A row whose last reference a
+construct dropped stays in the table while that construct copies it back (``ends``,
+libomptarget's delayed deletion, ``HostDataToTargetTy::setDeleteThreadId`` /
+``DataEndThreadCount``); the last construct out removes it, unless another thread took
+a new reference meanwhile, which keeps it (and its device data).  Look-ups that only
+ask (``omp_target_is_present``) never wait.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from bisect import bisect_right
 
 from ..abi import interposer as _abi
@@ -40,8 +57,17 @@ class MapEntry:
     (None for a global of an image or an associated pointer); ``dyn``/``hold``:
     reference counts (``dyn`` is infinite for declare-target globals and associated
     pointers); ``owner``: the OffloadImage of a global; ``name``: the address of the
-    map name string (0: none), or a global's entry name."""
-    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name")
+    map name string (0: none), or a global's entry name.
+
+    Thread states (guarded by the owning :attr:`DeviceMapper.lock`): ``live`` (in a
+    table), ``pending`` (its creator is still allocating or copying to it; ``tgt`` is
+    0 until the allocation is made), ``ends`` (constructs that dropped its last
+    reference and have not finished their end yet: libomptarget 16
+    ``HostDataToTargetTy`` ``DataEndThreadCount``), ``leased`` (``alloc`` belongs to a
+    kernel construct of the cheap path, :mod:`.plan`: whoever removes the row must
+    not free it)."""
+    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
+                 "live", "pending", "ends", "leased")
 
     def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
@@ -49,6 +75,8 @@ class MapEntry:
         self.dyn, self.hold = dyn, hold
         self.owner = owner
         self.name = name or 0
+        self.live = self.pending = self.leased = False
+        self.ends = 0
 
     @property
     def infinite(self) -> bool:
@@ -101,12 +129,34 @@ class MappingTable:
     """Host -> device rows of one device, sorted by host begin address
     (libomptarget ``HostDataToTargetMap``, ``lookupMapping``), plus the shadow
     pointers (host address of an attached pointer -> (host value, device address,
-    device value)).  Not thread-safe: the interposer's lock guards it."""
+    device value)).  Not thread-safe by itself: its :class:`DeviceMapper`'s ``lock``
+    guards it.
+
+    ``private``: reservations of the cheap path (:mod:`.plan`): the rows of a kernel
+    construct in flight, kept out of the table while nobody else looks.  Every look-up
+    first *publishes* them (each reservation's ``publish(table)`` inserts its rows as
+    ordinary :class:`MapEntry` rows), so what a look-up sees is what libomptarget's
+    table would hold."""
 
     def __init__(self):
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
+        self.private: list = []
+
+    def publish(self) -> None:
+        """Insert the rows of every reservation (see the class docstring)."""
+        recs = self.private
+        self.private = []
+        while recs:
+            recs.pop().publish(self)
+
+    def rows(self) -> list[MapEntry]:
+        """Every row, reservations published first (the list itself: copy it before
+        the lock is released)."""
+        if self.private:
+            self.publish()
+        return self.entries
 
     def _index(self, hp: int) -> int:
         return bisect_right(self._begins, hp)       # upper_bound on begin
@@ -129,6 +179,8 @@ class MappingTable:
         DATA_TRANSFER lines, so a copy of memory that is not mapped (packed
         first-private arguments, ``omp_target_memcpy`` of a host buffer) shows a
         neighbour's name."""
+        if self.private:
+            self.publish()
         if not self.entries:
             return None, False, False, False
         up = self._index(hp)
@@ -153,6 +205,8 @@ class MappingTable:
 
     def find(self, hp: int) -> MapEntry | None:
         """The row whose host begin is exactly ``hp``."""
+        if self.private:
+            self.publish()
         i = self._index(hp)
         if i > 0 and self.entries[i - 1].begin == hp:
             return self.entries[i - 1]
@@ -162,19 +216,29 @@ class MappingTable:
         i = self._index(entry.begin)
         self.entries.insert(i, entry)
         self._begins.insert(i, entry.begin)
+        entry.live = True
 
-    def remove(self, entry: MapEntry) -> None:
+    def remove(self, entry: MapEntry) -> bool:
+        """Take ``entry`` out of the table (and the shadow pointers inside its range);
+        False when it was not in it."""
         i = self._index(entry.begin) - 1          # rows with this begin end at i
+        found = False
         while i >= 0 and self._begins[i] == entry.begin:
             if self.entries[i] is entry:
                 del self.entries[i]
                 del self._begins[i]
+                found = True
                 break
             i -= 1
-        for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
-            del self.shadow[addr]
+        entry.live = False
+        if self.shadow:
+            for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
+                del self.shadow[addr]
+        return found
 
     def clear(self) -> None:
+        for e in self.entries:
+            e.live = False
         self.entries.clear()
         self._begins.clear()
         self.shadow.clear()
@@ -205,7 +269,14 @@ class DeviceMapper:
     """The mapping side of one OpenMP device (libomptarget ``DeviceTy``): its
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
-    ``requires`` returns the ``__tgt_register_requires`` flags in force."""
+    ``requires`` returns the ``__tgt_register_requires`` flags in force.
+
+    ``lock`` (an RLock, libomptarget 16 ``DeviceTy::DataMapMtx``) guards ``table``,
+    the rows' counts and states, ``retired`` and ``ctors_done``' readers; it is held
+    only while those change, never across a plugin call (allocations, copies, frees
+    and launches run without it).  ``cv`` (a Condition on ``lock``) wakes the threads
+    that wait for a ``pending`` row; ``waiting`` counts them.  ``lib_key``: what
+    ``initLibrary`` last ran for (the interposer's, under its registration lock)."""
 
     def __init__(self, device, number: int = 0, requires=lambda: 0):
         self.device = device
@@ -214,6 +285,10 @@ class DeviceMapper:
         self.retired: list[MapEntry] = []       # global rows of unregistered images
         self._requires = requires
         self.ctors_done: set[int] = set()       # descriptors whose ctors ran here
+        self.lock = threading.RLock()
+        self.cv = threading.Condition(self.lock)
+        self.waiting = 0
+        self.lib_key = None
 
     @property
     def usm(self) -> bool:
@@ -222,138 +297,228 @@ class DeviceMapper:
     def _info(self, flags: int, text: str) -> None:
         diag.info(flags, self.number, text)
 
+    # -- row states ------------------------------------------------------------------
+    def wait_ready(self, ent: MapEntry) -> None:
+        """Wait (``lock`` held, released meanwhile) until ``ent`` is no longer pending;
+        the caller then looks its range up again (the row may have been withdrawn).
+        Counts itself in :attr:`waiting` before it reads ``pending`` (see
+        :meth:`settle`)."""
+        self.waiting += 1
+        try:
+            while ent.pending:
+                self.cv.wait()
+        finally:
+            self.waiting -= 1
+
+    def settle(self, entries) -> None:
+        """The rows ``entries`` (made pending by this thread) are ready: clear their
+        ``pending`` state and wake the threads that wait for them.  Without the lock
+        unless someone waits: a waiter counts itself (:attr:`waiting`, under the lock)
+        before it reads ``pending``, this clears ``pending`` before it reads
+        ``waiting`` -- under the GIL one of the two sees the other's write."""
+        for ent in entries:
+            ent.pending = False
+        if self.waiting:
+            with self.lock:
+                self.cv.notify_all()
+
+    def withdraw(self, entries) -> None:
+        """Remove the pending rows ``entries`` this thread created (their allocation
+        or first copy failed before anyone could use them) and wake their waiters."""
+        with self.lock:
+            for ent in entries:
+                if ent.live:
+                    self.table.remove(ent)
+                ent.pending = False
+            if self.waiting:
+                self.cv.notify_all()
+
     # -- device.cpp: getTargetPointer / getTgtPtrBegin ----------------------------------
     def get_target_pointer(self, hp, base, size, *, to=False, always=False, implicit=False,
                            update_ref=True, close=False, present=False, hold=False,
                            padding=0, name=0) -> TargetPointer:
         """``getTargetPointer``: look up ``[hp, hp+size)``, take a reference, allocate
         (``padding`` extra bytes before it) and copy ``to`` as libomptarget 16 does.
-        ``TargetPointer.tgt`` is 0 when the mapping failed (its MESSAGE printed)."""
+        ``TargetPointer.tgt`` is 0 when the mapping failed (its MESSAGE printed).
+        The look-up, the count and a new row happen under :attr:`lock`; the
+        allocation and the copy after it is released, the row ``pending`` meanwhile
+        (another thread that finds it waits, then looks again).  Raises what
+        :meth:`Device.alloc` raises (OffloadError), the new row withdrawn."""
         table = self.table
-        ent, contained, before, after = table.lookup(hp, size)
-        r = TargetPointer(entry=ent)
-        if contained or ((before or after) and implicit):
-            if update_ref:
-                ent.inc(hold)
-                action = " (incremented)"
-            else:
-                r.is_new = ent.total == 1
-                action = " (update suppressed)"
-            r.tgt = ent.tgt + (hp - ent.begin)
-            self._info(diag.INFO_MAPPING_EXISTS,
-                       f"Mapping exists{' (implicit)' if implicit else ''} with "
-                       f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(r.tgt)}, "
-                       f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}"
-                       f"{'' if hold else action}, HoldRefCount="
-                       f"{MapEntry.count_str(ent.hold)}{action if hold else ''}, "
-                       f"Name={diag.name_of(name)}")
-        elif before or after:
-            diag.message(f"explicit extension not allowed: host address specified is "
-                         f"{diag.ptr(hp)} ({size} bytes), but device allocation maps to "
-                         f"host at {diag.ptr(ent.begin)} ({ent.end - ent.begin} bytes)")
-            if present:
+        mine = None                             # the row this call made pending
+        new = False
+        with self.lock:
+            while True:
+                ent, contained, before, after = table.lookup(hp, size)
+                if ent is not None and ent.pending and (contained or implicit):
+                    self.wait_ready(ent)
+                    continue
+                break
+            r = TargetPointer(entry=ent)
+            if contained or ((before or after) and implicit):
+                if update_ref:
+                    ent.inc(hold)
+                    action = " (incremented)"
+                else:
+                    r.is_new = ent.total == 1
+                    action = " (update suppressed)"
+                r.tgt = ent.tgt + (hp - ent.begin)
+                self._info(diag.INFO_MAPPING_EXISTS,
+                           f"Mapping exists{' (implicit)' if implicit else ''} with "
+                           f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(r.tgt)}, "
+                           f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}"
+                           f"{'' if hold else action}, HoldRefCount="
+                           f"{MapEntry.count_str(ent.hold)}{action if hold else ''}, "
+                           f"Name={diag.name_of(name)}")
+                if r.tgt and to and (r.is_new or always) and size:
+                    ent.pending = True          # the copy below: others wait for it
+                    mine = ent
+            elif before or after:
+                diag.message(f"explicit extension not allowed: host address specified is "
+                             f"{diag.ptr(hp)} ({size} bytes), but device allocation maps to "
+                             f"host at {diag.ptr(ent.begin)} ({ent.end - ent.begin} bytes)")
+                if present:
+                    diag.message("device mapping required by 'present' map type modifier "
+                                 f"does not exist for host address {diag.ptr(hp)} "
+                                 f"({size} bytes)")
+            elif self.usm and not close:
+                if size:
+                    r.present, r.is_host, r.tgt = False, True, hp
+            elif present:
                 diag.message("device mapping required by 'present' map type modifier does "
                              f"not exist for host address {diag.ptr(hp)} ({size} bytes)")
-        elif self.usm and not close:
-            if size:
-                r.present, r.is_host, r.tgt = False, True, hp
-        elif present:
-            diag.message("device mapping required by 'present' map type modifier does not "
-                         f"exist for host address {diag.ptr(hp)} ({size} bytes)")
-        elif size:
-            r.is_new = True
-            ptr = self.device.alloc(size + padding)
-            if not ptr:
-                return TargetPointer(present=True)
-            ent = MapEntry(base, hp, hp + size, ptr + padding, ptr, 0 if hold else 1,
-                           1 if hold else 0, name=name)
-            table.insert(ent)
-            r.entry, r.tgt = ent, ent.tgt
-            self._info(diag.INFO_MAPPING_CHANGED,
-                       f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
-                       f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
-                       f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
-                       f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
-                       f"Name={diag.name_of(name)}")
-        else:
-            r.present = False
-            r.entry = None
-        if r.tgt and not r.is_host and to and (r.is_new or always) and size:
-            try:
-                self.to_device(hp, r.tgt, size, r.entry)
-            except OffloadError:
-                diag.report("Copying data to device failed.")
-                r.tgt = 0
+            elif size:
+                r.is_new = new = True
+                ent = mine = MapEntry(base, hp, hp + size, 0, 0, 0 if hold else 1,
+                                      1 if hold else 0, name=name)
+                ent.pending = True
+                table.insert(ent)
+                r.entry = ent
+            else:
+                r.present = False
+                r.entry = None
+        try:
+            if new:
+                try:
+                    ptr = self.device.alloc(size + padding)
+                except BaseException:
+                    self.withdraw((ent,))
+                    raise
+                if not ptr:
+                    self.withdraw((ent,))
+                    return TargetPointer(present=True)
+                ent.alloc, ent.tgt = ptr, ptr + padding
+                r.tgt = ent.tgt
+                self._info(diag.INFO_MAPPING_CHANGED,
+                           f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
+                           f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
+                           f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
+                           f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
+                           f"Name={diag.name_of(name)}")
+            if r.tgt and not r.is_host and to and (r.is_new or always) and size:
+                try:
+                    self.to_device(hp, r.tgt, size, r.entry)
+                except OffloadError:
+                    diag.report("Copying data to device failed.")
+                    r.tgt = 0
+        finally:
+            if mine is not None:
+                self.settle((mine,))
         return r
 
     def get_tgt_ptr_begin(self, hp, size, *, update_ref=False, hold=False,
-                          must_contain=False, force=False) -> TargetPointer:
+                          must_contain=False, force=False, wait=True) -> TargetPointer:
         """``getTgtPtrBegin``: the device address of ``[hp, hp+size)``; with
         ``update_ref`` drop a reference (``force``: reset first, the ``delete`` map
-        type).  Not mapped: ``present`` False and ``tgt`` = ``hp`` (the host value)."""
-        ent, contained, before, after = self.table.lookup(hp, size)
-        if ent is not None and (contained or (not must_contain and (before or after))):
-            r = TargetPointer(entry=ent)
-            r.is_last = ent.should_remove(hold, after_reset=force)
-            if force:
-                ent.reset(hold)
-            if not update_ref:
-                action = " (update suppressed)"
-            elif r.is_last:
-                ent.dec(hold)
-                action = " (reset, delayed deletion)" if force else \
-                    " (decremented, delayed deletion)"
-            else:
-                ent.dec(hold)
-                action = " (decremented)"
-            r.tgt = ent.tgt + (hp - ent.begin)
-            self._info(diag.INFO_MAPPING_EXISTS,
-                       f"Mapping exists with HstPtrBegin={diag.ptr(hp)}, "
-                       f"TgtPtrBegin={diag.ptr(r.tgt)}, Size={size}, DynRefCount="
-                       f"{MapEntry.count_str(ent.dyn)}{'' if hold else action}, "
-                       f"HoldRefCount={MapEntry.count_str(ent.hold)}"
-                       f"{action if hold else ''}")
-            return r
+        type).  Not mapped: ``present`` False and ``tgt`` = ``hp`` (the host value).
+        When this drops the last reference the row's ``ends`` grows by one: the
+        caller ends it (:meth:`end_rows`) -- libomptarget's delayed deletion.
+        ``wait``: wait for a pending row first (False: answer at once, for
+        ``omp_target_is_present``)."""
+        with self.lock:
+            while True:
+                ent, contained, before, after = self.table.lookup(hp, size)
+                hit = ent is not None and (contained or (not must_contain
+                                                         and (before or after)))
+                if hit and wait and ent.pending:
+                    self.wait_ready(ent)
+                    continue
+                break
+            if hit:
+                r = TargetPointer(entry=ent)
+                r.is_last = ent.should_remove(hold, after_reset=force)
+                if force:
+                    ent.reset(hold)
+                if not update_ref:
+                    action = " (update suppressed)"
+                elif r.is_last:
+                    ent.dec(hold)
+                    ent.ends += 1
+                    action = " (reset, delayed deletion)" if force else \
+                        " (decremented, delayed deletion)"
+                else:
+                    ent.dec(hold)
+                    action = " (decremented)"
+                r.tgt = ent.tgt + (hp - ent.begin)
+                self._info(diag.INFO_MAPPING_EXISTS,
+                           f"Mapping exists with HstPtrBegin={diag.ptr(hp)}, "
+                           f"TgtPtrBegin={diag.ptr(r.tgt)}, Size={size}, DynRefCount="
+                           f"{MapEntry.count_str(ent.dyn)}{'' if hold else action}, "
+                           f"HoldRefCount={MapEntry.count_str(ent.hold)}"
+                           f"{action if hold else ''}")
+                return r
         if self.usm:
             return TargetPointer(tgt=hp, is_host=True, present=False)
         return TargetPointer(tgt=hp, present=False)
 
+    def end_rows(self, counted) -> None:
+        """The rows whose last reference a construct dropped (one item per ``ends``
+        it added) are no longer being ended by it (``postProcessingTargetDataEnd``
+        after an error: nothing is removed)."""
+        if counted:
+            with self.lock:
+                for ent in counted:
+                    ent.ends -= 1
+
     def is_present(self, hp: int) -> bool:
-        """``omp_target_is_present`` / ``omp_get_mapped_ptr`` lookup (1 byte)."""
-        return self.get_tgt_ptr_begin(hp, 1).present
+        """``omp_target_is_present`` / ``omp_get_mapped_ptr`` lookup (1 byte); never
+        waits."""
+        return self.get_tgt_ptr_begin(hp, 1, wait=False).present
 
     # -- device.cpp: associatePtr / disassociatePtr ----------------------------------------
     def associate(self, hp: int, tgt: int, size: int) -> bool:
         """``associatePtr``: a row with an infinite count; re-associating the same
         range with the same device address is a no-op.  False (REPORT printed) for a
         different association of the same host address."""
-        ent = self.table.find(hp)
-        if ent is not None:
-            if ent.end == hp + size and ent.tgt == tgt:
-                return True
-            diag.report("Not allowed to re-associate a different device ptr+offset with "
-                        "the same host ptr")
-            return False
-        self.table.insert(MapEntry(hp, hp, hp + size, tgt, None, _INF, 0))
-        return True
+        with self.lock:
+            ent = self.table.find(hp)
+            if ent is not None:
+                if ent.end == hp + size and ent.tgt == tgt:
+                    return True
+                diag.report("Not allowed to re-associate a different device ptr+offset "
+                            "with the same host ptr")
+                return False
+            self.table.insert(MapEntry(hp, hp, hp + size, tgt, None, _INF, 0))
+            return True
 
     def disassociate(self, hp: int) -> bool:
         """``disassociatePtr``: remove a row made by :meth:`associate`.  False
         (REPORT printed) when there is none or it is not an association."""
-        ent = self.table.find(hp)
-        if ent is None:
-            diag.report("Association not found")
+        with self.lock:
+            ent = self.table.find(hp)
+            if ent is None:
+                diag.report("Association not found")
+                return False
+            if ent.hold:
+                diag.report("Trying to disassociate a pointer with a non-zero hold "
+                            "reference count")
+                return False
+            if ent.infinite and ent.owner is None:
+                self.table.remove(ent)
+                return True
+            diag.report("Trying to disassociate a pointer which was not mapped via "
+                        "omp_target_associate_ptr")
             return False
-        if ent.hold:
-            diag.report("Trying to disassociate a pointer with a non-zero hold reference "
-                        "count")
-            return False
-        if ent.infinite and ent.owner is None:
-            self.table.remove(ent)
-            return True
-        diag.report("Trying to disassociate a pointer which was not mapped via "
-                    "omp_target_associate_ptr")
-        return False
 
     # -- copies with shadow pointers ----------------------------------------------------
     def _copy_info(self, h2d: bool, src: int, dst: int, size: int, entry) -> None:
@@ -363,8 +528,9 @@ class DeviceMapper:
         for."""
         if not diag.info_level() & diag.INFO_DATA_TRANSFER:
             return
-        entry = self.table.lookup_raw(src if h2d else dst, size)[0]
-        name = diag.name_of(entry.name if entry is not None else 0)
+        with self.lock:
+            entry = self.table.lookup_raw(src if h2d else dst, size)[0]
+            name = diag.name_of(entry.name if entry is not None else 0)
         if h2d:
             text = (f"Copying data from host to device, HstPtr={diag.ptr(src)}, "
                     f"TgtPtr={diag.ptr(dst)}, Size={size}, Name={name}")
@@ -383,13 +549,21 @@ class DeviceMapper:
         self._copy_info(False, tgt, hp, size, entry)
         self.device.retrieve_raw(hp, tgt, size)
 
+    def _shadows_in(self, hp: int, size: int) -> list:
+        """The shadow pointers inside ``[hp, hp+size)``: (host address, (host value,
+        device address, device value))."""
+        shadow = self.table.shadow
+        if not shadow:
+            return []
+        with self.lock:
+            return [(a, v) for a, v in shadow.items() if hp <= a < hp + size]
+
     def to_device(self, hp, tgt, size, entry=None) -> None:
         """Copy host -> device, keeping attached device pointers inside the range."""
         self.submit(tgt, hp, size, entry)
-        for addr, (_hv, taddr, tval) in self.table.shadow.items():
-            if hp <= addr < hp + size:
-                cell = _abi.HostCell(tval)
-                self.submit(taddr, cell.address, 8)
+        for _addr, (_hv, taddr, tval) in self._shadows_in(hp, size):
+            cell = _abi.HostCell(tval)
+            self.submit(taddr, cell.address, 8)
 
     def from_device(self, hp, tgt, size, entry=None) -> None:
         """Copy device -> host, restoring host pointer values the device copy carries
@@ -398,51 +572,64 @@ class DeviceMapper:
         self.restore_shadows(hp, size)
 
     def restore_shadows(self, hp: int, size: int) -> None:
-        for addr, (hval, _ta, _tv) in self.table.shadow.items():
-            if hp <= addr < hp + size:
-                _abi.write_pointer(addr, hval)
+        """Write the host values of the attached pointers inside ``[hp, hp+size)``
+        back (a copy from the device brought their device values)."""
+        for addr, (hval, _ta, _tv) in self._shadows_in(hp, size):
+            _abi.write_pointer(addr, hval)
 
     def attach(self, ptr_host: int, ptr_tgt: int, host_value: int, tgt_value: int,
                entry=None) -> None:
         """Store ``tgt_value`` in the device copy of the pointer at ``ptr_host`` (device
         address ``ptr_tgt``) unless it is already there, remembering the host value
         (a shadow pointer)."""
-        old = self.table.shadow.get(ptr_host)
-        if old is None or old[2] != tgt_value:
+        with self.lock:
+            old = self.table.shadow.get(ptr_host)
+            if old is not None and old[2] == tgt_value:
+                return
             self.table.shadow[ptr_host] = (host_value, ptr_tgt, tgt_value)
-            cell = _abi.HostCell(tgt_value)
-            self.submit(ptr_tgt, cell.address, 8, entry)
+        cell = _abi.HostCell(tgt_value)
+        self.submit(ptr_tgt, cell.address, 8, entry)
 
     # -- rows -----------------------------------------------------------------------
-    def erase(self, ent: MapEntry, size: int) -> None:
-        """``eraseMapEntry`` + ``deallocTgtPtrAndEntry``: remove the row, free its
-        device memory (not for unified shared memory host pointers)."""
+    def remove_row(self, ent: MapEntry, size: int) -> int:
+        """``eraseMapEntry`` (``lock`` held): the INFO line, the row out of the table;
+        returns the device pointer the caller frees after releasing the lock
+        (``deallocTgtPtrAndEntry``; 0 for a row without memory of its own)."""
         self._info(diag.INFO_MAPPING_CHANGED,
                    f"Removing map entry with HstPtrBegin={diag.ptr(ent.begin)}, "
                    f"TgtPtrBegin={diag.ptr(ent.tgt)}, Size={size}, "
                    f"Name={diag.name_of(ent.name)}")
         self.table.remove(ent)
-        if ent.alloc:
-            self.device.free(ent.alloc)
+        return ent.alloc if ent.alloc and not ent.leased else 0
+
+    def erase(self, ent: MapEntry, size: int) -> None:
+        """``eraseMapEntry`` + ``deallocTgtPtrAndEntry``: remove the row, free its
+        device memory (not for unified shared memory host pointers)."""
+        with self.lock:
+            ptr = self.remove_row(ent, size)
+        if ptr:
+            self.device.free(ptr)
 
     def map_globals(self, images) -> None:
         """Declare-target globals of the images loaded in the device: permanent rows
         (infinite reference count), libomptarget ``initLibrary``."""
-        dev, table = self.device, self.table
+        dev = self.device
         loaded = dev.loaded_images
-        for img in images:
-            if img not in loaded:
-                continue
-            if any(e.owner is img for e in table.entries):
-                continue
-            for entry, haddr in zip(img.entries, img.host_addresses()):
-                if entry.is_kernel:
+        with self.lock:
+            table = self.table
+            for img in images:
+                if img not in loaded:
                     continue
-                tgt = dev.translate(haddr)
-                ent, _contained, _, _ = table.lookup(haddr, entry.size)
-                if ent is None:
-                    table.insert(MapEntry(haddr, haddr, haddr + entry.size, tgt, None,
-                                          _INF, 0, owner=img, name=entry.name))
+                if any(e.owner is img for e in table.rows()):
+                    continue
+                for entry, haddr in zip(img.entries, img.host_addresses()):
+                    if entry.is_kernel:
+                        continue
+                    tgt = dev.translate(haddr)
+                    ent, _contained, _, _ = table.lookup(haddr, entry.size)
+                    if ent is None:
+                        table.insert(MapEntry(haddr, haddr, haddr + entry.size, tgt, None,
+                                              _INF, 0, owner=img, name=entry.name))
 
     def drop_image(self, image) -> None:
         """Remove the global rows of an unregistered image.  libomptarget 16 keeps
@@ -452,19 +639,26 @@ class DeviceMapper:
         that dump, without their image (whose bytes go with the unregistration);
         otherwise nothing is kept."""
         keep = diag.tracing_possible()
-        for e in [e for e in self.table.entries if e.owner is image]:
-            self.table.remove(e)
-            if keep:
-                e.owner = None
-                self.retired.append(e)
+        with self.lock:
+            for e in [e for e in self.table.rows() if e.owner is image]:
+                self.table.remove(e)
+                if keep:
+                    e.owner = None
+                    self.retired.append(e)
+
+    def snapshot(self) -> list[MapEntry]:
+        """The rows now (a copy of the list; the rows themselves are live)."""
+        with self.lock:
+            return list(self.table.rows())
 
     def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
         """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty);
         ``retired``: with the rows libomptarget would still hold (the ``~DeviceTy``
         dump at exit)."""
-        rows = self.table.entries
-        if retired and self.retired:
-            rows = sorted(rows + self.retired, key=lambda e: e.begin)
+        with self.lock:
+            rows = list(self.table.rows())
+            if retired and self.retired:
+                rows = sorted(rows + self.retired, key=lambda e: e.begin)
         if not rows:
             return
         info = lambda t: diag.info(diag.INFO_ALL, self.number, t)  # noqa: E731
@@ -479,12 +673,14 @@ class DeviceMapper:
                  f"{si.name} at {si.filename}:{si.line}:{si.column}")
 
     def release_all(self) -> None:
-        """Free the device memory of every row and empty the table (interposer close)."""
-        for e in list(self.table.entries):
-            if e.alloc:
-                with contextlib.suppress(OffloadError):
-                    self.device.free(e.alloc)
-        self.table.clear()
+        """Free the device memory of every row and empty the table (interposer close;
+        no construct is in flight then)."""
+        with self.lock:
+            ptrs = [e.alloc for e in self.table.rows() if e.alloc and not e.leased]
+            self.table.clear()
+        for p in ptrs:
+            with contextlib.suppress(OffloadError):
+                self.device.free(p)
 
 
 __all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable", "TargetPointer"]

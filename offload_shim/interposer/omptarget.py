@@ -160,60 +160,84 @@ def target_data_end(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = Fa
                     ) -> None:
     """``targetDataEnd``: in reverse order, drop a reference, copy ``from`` on the
     last one (or ``always``), then remove the rows that reached zero.  A ``present``
-    argument without a mapping fails the construct."""
+    argument without a mapping fails the construct.
+
+    Threads: the counts change under the table lock, the copies run without it, and
+    a row this construct dropped to zero is removed at the end only if no other
+    thread took a reference meanwhile and no other construct is still ending it
+    (``postProcessingTargetDataEnd``, LLVM 16 omptarget.cpp; the row's ``ends``)."""
     post = []
-    for i in reversed(range(m.n)):
-        t = m.types[i]
-        if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
-            continue
-        if m.mappers and m.mappers[i]:
-            try:
-                target_data_mapper(dm, i, m, target_data_end)
-            except MapError:
-                diag.report("Call to targetDataEnd via targetDataMapper for custom mapper "
-                            "failed.")
-                raise
-            continue
-        hp, size = m.args[i], m.sizes[i]
-        implicit = bool(t & MAP_IMPLICIT)
-        update_ref = ((not (t & MAP_MEMBER_OF)) or bool(t & MAP_PTR_AND_OBJ)) and \
-            not (from_mapper and i == 0)
-        present, hold = bool(t & MAP_PRESENT), bool(t & MAP_OMPX_HOLD)
-        tpr = dm.get_tgt_ptr_begin(hp, size, update_ref=update_ref, hold=hold,
-                                   must_contain=not implicit, force=bool(t & MAP_DELETE))
-        mismatch = tpr.entry.begin != hp if tpr.entry is not None else True
-        if not tpr.is_host:
-            if not tpr.present and (size or present):
-                if present:
-                    diag.message("device mapping required by 'present' map type modifier "
-                                 f"does not exist for host address {diag.ptr(hp)} "
-                                 f"({size} bytes)")
-                    raise MapError(f"'present' data at {hp:#x} is not mapped")
-            if not tpr.present:
+    counted = []                        # rows whose `ends` this construct raised
+    try:
+        for i in reversed(range(m.n)):
+            t = m.types[i]
+            if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
                 continue
-            if t & MAP_FROM and (t & MAP_ALWAYS or tpr.is_last) and size:
+            if m.mappers and m.mappers[i]:
                 try:
-                    dm.retrieve(hp, tpr.tgt, size, tpr.entry)
-                except OffloadError:
-                    diag.report("Copying data from device failed.")
-                    raise MapError("copy from the device failed") from None
-        elif size == 0 and not tpr.present and mismatch:
-            continue
-        post.append((hp, size, t, tpr))
-    # postProcessingTargetDataEnd
-    for hp, size, t, tpr in post:
-        ent = tpr.entry
-        if ent is None:
-            continue
-        delete = not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
-        if delete and ent.total != 0:
-            delete = False
-        if t & MAP_FROM:
-            dm.restore_shadows(ent.begin, ent.end - ent.begin)
-        if not delete or ent not in dm.table.entries:
+                    target_data_mapper(dm, i, m, target_data_end)
+                except MapError:
+                    diag.report("Call to targetDataEnd via targetDataMapper for custom "
+                                "mapper failed.")
+                    raise
+                continue
+            hp, size = m.args[i], m.sizes[i]
+            implicit = bool(t & MAP_IMPLICIT)
+            update_ref = ((not (t & MAP_MEMBER_OF)) or bool(t & MAP_PTR_AND_OBJ)) and \
+                not (from_mapper and i == 0)
+            present, hold = bool(t & MAP_PRESENT), bool(t & MAP_OMPX_HOLD)
+            tpr = dm.get_tgt_ptr_begin(hp, size, update_ref=update_ref, hold=hold,
+                                       must_contain=not implicit,
+                                       force=bool(t & MAP_DELETE))
+            if update_ref and tpr.is_last and tpr.entry is not None:
+                counted.append(tpr.entry)
+            mismatch = tpr.entry.begin != hp if tpr.entry is not None else True
+            if not tpr.is_host:
+                if not tpr.present and (size or present):
+                    if present:
+                        diag.message("device mapping required by 'present' map type "
+                                     f"modifier does not exist for host address "
+                                     f"{diag.ptr(hp)} ({size} bytes)")
+                        raise MapError(f"'present' data at {hp:#x} is not mapped")
+                if not tpr.present:
+                    continue
+                if t & MAP_FROM and (t & MAP_ALWAYS or tpr.is_last) and size:
+                    try:
+                        dm.retrieve(hp, tpr.tgt, size, tpr.entry)
+                    except OffloadError:
+                        diag.report("Copying data from device failed.")
+                        raise MapError("copy from the device failed") from None
+            elif size == 0 and not tpr.present and mismatch:
+                continue
+            post.append((hp, size, t, tpr))
+    except BaseException:
+        dm.end_rows(counted)
+        raise
+    # postProcessingTargetDataEnd: under the table lock, the rows this construct ended
+    # are no longer being ended by it; a row at zero that nobody else ends goes
+    frees = []
+    with dm.lock:
+        for ent in counted:
+            ent.ends -= 1
+        for hp, size, t, tpr in post:
+            ent = tpr.entry
+            if ent is None:
+                continue
+            delete = not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
+            if delete and (ent.total != 0 or ent.ends):
+                delete = False
+            if t & MAP_FROM:
+                for addr, (hval, _ta, _tv) in dm.table.shadow.items():
+                    if ent.begin <= addr < ent.end:
+                        _abi.write_pointer(addr, hval)
+            if not delete or not ent.live:
+                continue
+            frees.append(dm.remove_row(ent, size))
+    for ptr in frees:
+        if not ptr:
             continue
         try:
-            dm.erase(ent, size)
+            dm.device.free(ptr)
         except OffloadError:
             diag.report("Deallocating data from device failed.")
             raise MapError("device free failed") from None

@@ -29,14 +29,32 @@ module serves the frames:
   construct over.  A failure after the point of no return (the launch itself, a copy
   back) is reported exactly like the general code reports it.
 
-Nothing here logs or counts per construct.  ``tests/test_plan.py`` runs the cheap
-path and the general code on the same random constructs and compares the tables,
-the device memory and the host results.
+Threads.  Nothing here is held across a plugin call: the mapping table's lock
+(:attr:`~.mapping.DeviceMapper.lock`, libomptarget 16 ``DeviceTy::DataMapMtx``) is
+taken for the look-ups and the reference counts of a construct and released before its
+allocations, copies and launch, as libomptarget does.  A kernel construct's new rows
+stay out of the table while it runs (its :class:`_Reservation` in the table's
+``private`` list): the first look-up of any other thread publishes them as ordinary
+rows (pending while the construct still allocates or copies to them), so what other
+threads see -- ``omp_target_is_present`` from inside the kernel, another thread mapping
+the same data -- is what libomptarget's table holds; a row another thread took a
+reference to outlives the construct and owns its block from then on.  A plan's device
+memory (its leases) is handed to one construct at a time: a construct pops a lease
+from the plan's free list and puts it back afterwards, so two threads running the
+same region at once get one lease each.  The per-device "ready" check and the plans
+are dropped on registration, unregistration and requires (``generation``); a check
+made before such an event is never kept after it.
+
+Nothing here logs or counts per construct (the count of constructs handed to the
+general code excepted).  ``tests/test_plan.py`` runs the cheap path and the general
+code on the same random constructs and compares the tables, the device memory and the
+host results; ``tests/test_concurrency.py`` runs them from several threads.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 from ..abi import clang as _clang
 from ..abi import interposer as _abi
@@ -68,6 +86,7 @@ MAX_PLANS = 4096
 LEASE_MAX = 8192
 LEASE_TOTAL = 64 << 20
 _U64 = 1 << 64
+_new = object.__new__
 _I64_MAX = (1 << 63) - 1
 
 
@@ -78,21 +97,21 @@ class Plan:
     ``simple``: the cheap path applies; ``maps``: ``(i, to, from, implicit)`` of
     every argument that is mapped (not a literal), in argument order; ``params``:
     ``(i, k)`` of every kernel argument (``target_param``, not ``member_of``), in
-    order, ``k`` its position in ``maps`` (-1 for a literal); ``launcher`` /
-    ``entry_key`` / ``implicit``: the kernel's
+    order, ``k`` its position in ``maps`` (-1 for a literal); ``launch``: ``(key,
+    launcher, implicit)``, the kernel's
     :class:`~offload_shim.core.device.KernelLauncher`, what it is valid for and the
-    leading arguments of its ``KernelArgsTy`` version; ``lease``: the device memory
-    of the rows the kernel creates (:meth:`FastPath._lease`)."""
-    __slots__ = ("types", "simple", "maps", "params", "launcher", "entry_key", "implicit",
-                 "lease", "lease_dev")
+    leading arguments of its ``KernelArgsTy`` version; ``leases``: the device memory
+    kept for the rows the kernel creates, one :class:`~offload_shim.core.device.
+    DeviceLease` per construct running it at once (:meth:`FastPath._lease`; a free
+    list: ``list.pop`` / ``list.append`` are atomic); ``dead``: the plan was dropped
+    (its leases are freed when they come back)."""
+    __slots__ = ("types", "simple", "maps", "params", "launch", "leases", "dead")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
-        self.launcher = None
-        self.entry_key = None
-        self.implicit = ()                      # leading kernel arguments (dyn_ptr)
-        self.lease = None                       # device memory of the new rows (kernels)
-        self.lease_dev = None
+        self.launch = None
+        self.leases = []
+        self.dead = False
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -117,10 +136,105 @@ class Fallback(Exception):
     """The cheap path cannot serve this construct (nothing of it is left done)."""
 
 
+#: phases of a :class:`_Reservation`
+RESERVED, RUNNING, ENDING = 0, 1, 2
+
+
+class _Reservation:
+    """The new rows of one kernel construct on the cheap path, kept out of the table
+    (in ``MappingTable.private``) while the construct runs.  ``fresh``: ``(k, hp,
+    size)`` of each (``k`` its map index; row ``j`` of ``fresh`` has block ``j`` of the
+    lease); ``phase``: RESERVED (device memory and ``to`` copies being made), RUNNING
+    (ready, the kernel may run), ENDING (the construct dropped its references and
+    copies back); ``tgts`` / ``lease``: their device addresses (per map index) and the
+    lease holding their blocks (set before RUNNING); ``entries``: None, or the rows
+    :meth:`publish` made; ``ended``: None until the construct's end was applied to
+    those rows, then per row whether it dropped the row's last reference (the row's
+    ``ends`` count is then the construct's until it finishes).
+
+    The owner moves ``phase`` on without the table lock and then reads ``entries``;
+    :meth:`publish` (table lock held) writes ``entries`` and then reads ``phase``
+    again: under the GIL one of the two sees the other's write, and whoever does
+    brings the rows up to the phase (:meth:`settle`, :meth:`drop`, both idempotent;
+    the owner takes the table lock for that).  Everything else changes under the
+    table lock."""
+    __slots__ = ("v", "maps", "fresh", "phase", "tgts", "lease", "entries", "ended")
+
+    def __init__(self, v, maps, fresh):
+        self.v, self.maps, self.fresh = v, maps, fresh
+        self.phase = RESERVED
+        self.entries = self.ended = None
+
+    def publish(self, table) -> None:
+        """Insert the rows (table lock held; :meth:`MappingTable.publish`): pending
+        until RUNNING, with the construct's reference until ENDING, afterwards at zero
+        with the construct's end in flight (libomptarget's delayed deletion).  The
+        construct's own block stays its lease's (``leased``)."""
+        phase = self.phase
+        ready = phase != RESERVED
+        ending = phase == ENDING
+        v, maps = self.v, self.maps
+        ents = []
+        for j, (k, hp, size) in enumerate(self.fresh):
+            if ready:
+                e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, self.tgts[k],
+                             self.lease.ptrs[j], 0 if ending else 1, 0)
+            else:
+                e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, 0, 0, 1, 0)
+                e.pending = True
+            e.leased = True
+            if ending:
+                e.ends = 1
+            table.insert(e)
+            ents.append(e)
+        if ending:
+            self.ended = [True] * len(ents)
+        self.entries = ents
+        now = self.phase                        # the owner moved on meanwhile?
+        if now != phase:
+            if phase == RESERVED:
+                self._ready()
+            if now == ENDING and self.ended is None:
+                self.drop()
+
+    def _ready(self) -> None:
+        tgts, ptrs = self.tgts, self.lease.ptrs
+        for j, (e, (k, _hp, _size)) in enumerate(zip(self.entries, self.fresh)):
+            e.tgt = tgts[k]
+            e.alloc = ptrs[j]
+            e.pending = False
+
+    def settle(self, dm) -> None:
+        """RUNNING reached with the rows published while pending: their device
+        addresses, and wake who waits for them (table lock held)."""
+        self._ready()
+        if dm.waiting:
+            dm.cv.notify_all()
+
+    def drop(self) -> list[bool]:
+        """The construct's end on published rows (table lock held; once): drop its
+        reference on each row still in the table; which rows it was the last user
+        of (those it copies back and may remove)."""
+        if self.ended is not None:
+            return self.ended
+        ended = []
+        for e in self.entries:
+            if not e.live:                      # removed meanwhile (a `delete`)
+                ended.append(False)
+                continue
+            last = e.should_remove(False)
+            e.dec(False)
+            if last:
+                e.ends += 1
+            ended.append(last)
+        self.ended = ended
+        return ended
+
+
 class FastPath:
     """Serves construct frames for one :class:`~.interface.Interposer`.
 
-    Wired by the interposer with: ``lock`` (its lock), ``check_device(dev_id, loc)``
+    Wired by the interposer with: ``check_device(dev_id, loc)``
     (``checkDeviceAndCtors``: a DeviceMapper or a callback return code),
     ``default_device()``, ``slow_kernel(loc, dev, teams, threads, host_ptr, kargs)``
     and ``slow_data(kind, loc, dev, n, bases, args, sizes, types, names, mappers)``
@@ -129,12 +243,12 @@ class FastPath:
     return, as the general code reports it), ``requires()`` (the
     ``__tgt_register_requires`` flags), ``tracing()`` (True while diagnostics are
     printed per construct: the general code prints them) and ``saw_kernel(host_ptr,
-    version)`` (a region's first launch showed this ``KernelArgsTy`` version)."""
+    version)`` (a region's first launch showed this ``KernelArgsTy`` version).
+    Thread-safe: any number of threads may call :meth:`on_construct` at once."""
 
-    def __init__(self, *, lock, check_device, default_device, slow_kernel, slow_data,
+    def __init__(self, *, check_device, default_device, slow_kernel, slow_data,
                  failed, requires=lambda: 0, tracing=lambda: False,
                  saw_kernel=lambda host_ptr, version: None):
-        self._lock = lock
         self._check_device = check_device
         self._default_device = default_device
         self._slow_kernel = slow_kernel
@@ -146,7 +260,10 @@ class FastPath:
         self._views: dict[int, memoryview] = {}
         self._plans: dict[tuple, Plan] = {}
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
-        self._leased: dict[int, Plan] = {}      # plans that keep a DeviceLease
+        # guards _leased, _leased_bytes, generation and the counter below; never held
+        # across a plugin call
+        self._lease_lock = threading.Lock()
+        self._leased: dict[int, Plan] = {}      # plans that keep DeviceLeases
         self._leased_bytes = 0
         self.generation = 0
         self._wanted = os.environ.get(NO_PLAN_VAR, "") in ("", "0")
@@ -166,10 +283,18 @@ class FastPath:
         self._wanted = bool(on)
         self.invalidate()
 
+    def held(self) -> dict[str, int]:
+        """How many plans, plans keeping a device lease, and construct frames (one per
+        host thread that offloaded) are kept now."""
+        return {"plans": len(self._plans), "leased_plans": len(self._leased),
+                "frames": len(self._views)}
+
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
-        register, unregister, requires, close)."""
-        self.generation += 1
+        register, unregister, requires, close).  Constructs in flight finish with
+        what they hold; their leases are freed when they give them back."""
+        with self._lease_lock:
+            self.generation += 1
         self._enabled = (self._wanted and not self._tracing()
                          and not self._requires() & REQ_USM)
         self._ready.clear()
@@ -184,13 +309,13 @@ class FastPath:
         if v is None:
             v = self._views[addr] = _abi.frame_view(addr)
         kind = v[0]
-        with self._lock:
-            if v[15] and self._enabled and (kind != KERNEL or v[14] in _clang.KERNEL_ARGS):
-                rc = self._serve(v, kind)
-                if rc is not None:
-                    return rc
+        if v[15] and self._enabled and (kind != KERNEL or v[14] in _clang.KERNEL_ARGS):
+            rc = self._serve(v, kind)
+            if rc is not None:
+                return rc
+        with self._lease_lock:
             self.general += 1
-            return self._general(v, kind)
+        return self._general(v, kind)
 
     def _general(self, v, kind: int) -> int:
         dev = v[2] - _U64 if v[2] > _I64_MAX else v[2]
@@ -200,7 +325,9 @@ class FastPath:
 
     # -- the cheap path ----------------------------------------------------------------
     def _mapper(self, dev: int, loc: int):
-        """checkDeviceAndCtors, its success kept while nothing it depends on changed."""
+        """checkDeviceAndCtors, its success kept while nothing it depends on changed
+        (a success computed before an invalidation is kept under the old generation,
+        so it is never used after it)."""
         if dev == -1:
             dev = self._default_device()
         hit = self._ready.get(dev)
@@ -208,9 +335,10 @@ class FastPath:
             dm = hit[1]
             if dm.device.initialized and dm.device.init_count == hit[2]:
                 return dm
+        gen = self.generation
         chk = self._check_device(dev, loc)
-        if not isinstance(chk, int):
-            self._ready[dev] = (self.generation, chk, chk.device.init_count)
+        if not isinstance(chk, int) and chk.lib_key is not None:
+            self._ready[dev] = (gen, chk, chk.lib_key[1])
         return chk
 
     def _plan(self, v, kind: int, n: int) -> Plan:
@@ -224,7 +352,7 @@ class FastPath:
             elif v[t0:t0 + n].tolist() == plan.types:
                 return plan
         if plan is not None:
-            self._drop_lease(plan)
+            self._retire(plan)
         if len(self._plans) >= MAX_PLANS:
             self.release_leases()
             self._plans.clear()
@@ -245,10 +373,10 @@ class FastPath:
         if dm.table.shadow:
             return None
         if kind == KERNEL:
-            launch = self._launcher(plan, dm, v[4], v[14])
-            if launch is None:
+            got = self._launcher(plan, dm, v[4], v[14])
+            if got is None:
                 return None
-            return self._kernel(v, n, plan, dm, launch)
+            return self._kernel(v, n, plan, dm, got)
         if kind == BEGIN:
             try:
                 self._begin(v, n, plan, dm)
@@ -256,30 +384,29 @@ class FastPath:
                 return None
             return _abi.CB_OK
         try:
-            if kind == END:
-                self._end(v, n, plan, dm)
-            else:
-                self._update(v, n, plan, dm)
+            done = self._end(v, n, plan, dm) if kind == END else self._update(v, n, plan, dm)
         except OffloadError as exc:
             return self._failed(kind, exc, v[3])
-        return _abi.CB_OK
+        return _abi.CB_OK if done else None
 
-    def _kernel(self, v, n: int, plan: Plan, dm, launch):
+    def _kernel(self, v, n: int, plan: Plan, dm, got):
         """``target()``: map, launch, unmap, for a plan on the cheap path.
 
-        The rows a kernel construct creates live exactly as long as the construct:
-        created with a reference count of 1 by its begin, dropped to 0 by its end,
-        and nothing else sees the table in between (the interposer's lock is held
-        and device code cannot call the runtime).  So they are kept outside the
-        table: their device memory comes from one
-        :meth:`~offload_shim.Device.alloc_many` and goes back with one
-        :meth:`~offload_shim.Device.free_many`, their ``to`` / ``from`` copies are
-        one :meth:`~offload_shim.Device.submit_many` / ``retrieve_many`` each, and
-        the table sees only the reference counts of the rows that existed before.
-        Two new rows that overlap would see each other in the general code: such a
-        construct goes there.  If the launch fails the new rows enter the table
-        as the general code leaves them (reference count 1)."""
-        lookup = dm.table.lookup
+        The rows a kernel construct creates live exactly as long as the construct
+        unless another thread maps them meanwhile: created with a reference count of
+        1 by its begin, dropped to 0 by its end.  So they are kept out of the table
+        (a :class:`_Reservation`, published as rows when another thread looks at
+        the table): their device memory comes from the plan's lease, their ``to`` /
+        ``from`` copies are one :meth:`~offload_shim.core.device.DeviceLease.
+        submit_many` / ``retrieve_many`` each, and the table sees only the reference
+        counts of the rows that existed before.  Two new rows that overlap would see
+        each other in the general code: such a construct goes there, and so does one
+        that finds a row another thread is still preparing.  If the launch fails the
+        new rows enter the table as the general code leaves them (reference count
+        1).  The table lock is held for the look-ups and counts only."""
+        _key, launch, implicit = got
+        table = dm.table
+        lock = dm.lock
         a0 = HEAD + n
         s0 = a0 + n
         maps = plan.maps
@@ -287,34 +414,50 @@ class FastPath:
         tgts = [0] * nm
         found = [None] * nm                     # per map: the row that existed, or None
         fresh = None                            # (k, hp, size) of the new rows
-        for k in range(nm):
-            i, _to, _frm, implicit = maps[k]
-            hp = v[a0 + i]
-            size = v[s0 + i]
-            if 0 < size <= _I64_MAX:
-                ent, contained, before, after = lookup(hp, size)
-                if contained or (implicit and (before or after)):
-                    ent.inc(False)
-                    found[k] = ent
-                    tgts[k] = ent.tgt + (hp - ent.begin)
-                    continue
-                if not (before or after):
-                    if fresh is None:
-                        fresh = [(k, hp, size)]
-                    else:
-                        fresh.append((k, hp, size))
-                    continue
-            _undo(found)                        # explicit extension, size 0: general code
-            return None
-        if fresh is not None and len(fresh) > 1 and not _disjoint(fresh):
-            _undo(found)
-            return None
+        rec = None
+        lock.acquire()
+        try:
+            lookup = table.lookup
+            for k in range(nm):
+                i, _to, _frm, imp = maps[k]
+                hp = v[a0 + i]
+                size = v[s0 + i]
+                if 0 < size <= _I64_MAX:
+                    ent, contained, before, after = lookup(hp, size)
+                    if contained or (imp and (before or after)):
+                        if ent.pending:         # another thread is preparing it
+                            _undo(found)
+                            return None
+                        ent.inc(False)
+                        found[k] = ent
+                        tgts[k] = ent.tgt + (hp - ent.begin)
+                        continue
+                    if not (before or after):
+                        if fresh is None:
+                            fresh = [(k, hp, size)]
+                        else:
+                            fresh.append((k, hp, size))
+                        continue
+                _undo(found)                    # explicit extension, size 0: general code
+                return None
+            if fresh is not None:
+                if len(fresh) > 1 and not _disjoint(fresh):
+                    _undo(found)
+                    return None
+                rec = _new(_Reservation)         # __init__ without its call (hot path)
+                rec.v = v
+                rec.maps = maps
+                rec.fresh = fresh
+                rec.phase = RESERVED
+                rec.entries = rec.ended = None
+                table.private.append(rec)
+        finally:
+            lock.release()
+        nfound = nm - len(fresh) if fresh is not None else nm
         dev = dm.device
         lease = None
-        kept = True
-        slot = None
-        if fresh is not None:
-            slot = [0] * nm                     # lease block of each new row
+        kept = False
+        if rec is not None:
             try:
                 lease, kept = self._lease(plan, dev, fresh)
                 ptrs = lease.ptrs
@@ -322,20 +465,30 @@ class FastPath:
                 for j, (k, hp, size) in enumerate(fresh):
                     pad = hp % ALIGN
                     tgts[k] = ptrs[j] + pad
-                    slot[k] = j
                     if maps[k][1]:
                         ops.append((j, pad, hp, size))
                 if ops:
                     lease.submit_many(ops)
-            except OffloadError:
-                _undo(found)
-                if lease is not None and not kept:
-                    try:
-                        lease.release()
-                    except OffloadError:
-                        pass
-                return None
-        args = list(plan.implicit)
+            except BaseException as exc:
+                self._withdraw(dm, rec, found)
+                if lease is not None:
+                    if kept:
+                        self._give_back(plan, lease)
+                    else:
+                        _release(lease)
+                if isinstance(exc, OffloadError):
+                    return None
+                raise
+            rec.tgts = tgts
+            rec.lease = lease
+            rec.phase = RUNNING                 # then read `entries` (_Reservation)
+            if rec.entries is not None:
+                lock.acquire()
+                try:
+                    rec.settle(dm)
+                finally:
+                    lock.release()
+        args = list(implicit)
         offsets = [0] * len(args)
         for i, k in plan.params:
             if k < 0:                           # a literal: the value itself
@@ -346,219 +499,354 @@ class FastPath:
                 offsets.append(v[HEAD + i] - v[a0 + i])
         try:
             launch(args, offsets)
-        except OffloadError as exc:
+        except BaseException as exc:
             # the general code leaves the construct's rows mapped (no targetDataEnd):
             # the new rows enter the table and own their blocks from now on
-            if fresh is not None:
-                table = dm.table
-                for k, hp, size in fresh:
-                    table.insert(MapEntry(v[HEAD + maps[k][0]], hp, hp + size, tgts[k],
-                                          lease.ptrs[slot[k]], 1, 0))
-                if kept:
-                    self._drop_lease(plan, detach=True)
-                else:
-                    lease.detach()
-            return self._failed(KERNEL, exc, v[3])
-        # targetDataEnd, in reverse order: the new rows are at their last reference;
-        # a row that existed before keeps at least the reference it had
+            if rec is not None:
+                self._launch_failed(v, plan, dm, rec, lease, kept)
+            if isinstance(exc, OffloadError):
+                return self._failed(KERNEL, exc, v[3])
+            raise
+        # targetDataEnd, in reverse order: the new rows are at their last reference
+        # (unless another thread took one); a row that existed before keeps at least
+        # the reference it had
+        removed = None
+        last = None
+        if nfound:
+            lock.acquire()
+            try:
+                for k in range(nm - 1, -1, -1):
+                    ent = found[k]
+                    if ent is None:
+                        continue
+                    if ent.should_remove(False, False):
+                        ent.dec(False)
+                        ent.ends += 1
+                        if removed is None:
+                            removed = []
+                        removed.append((k, ent))
+                    else:
+                        ent.dec(False)
+                if rec is not None:
+                    rec.phase = ENDING
+                    if rec.entries is not None:
+                        last = rec.drop()
+            finally:
+                lock.release()
+        elif rec is not None:
+            rec.phase = ENDING                  # then read `entries` (_Reservation)
+            if rec.entries is not None:
+                lock.acquire()
+                try:
+                    last = rec.drop()
+                finally:
+                    lock.release()
+        err = None
         try:
-            back = None
-            removed = None
-            for k in range(nm - 1, -1, -1):
-                ent = found[k]
-                if ent is None:
-                    i, _to, frm, _implicit = maps[k]
-                    if frm:
-                        j = slot[k]
+            if rec is not None:
+                back = None
+                ptrs = lease.ptrs
+                for j in range(len(fresh) - 1, -1, -1):
+                    k, hp, size = fresh[j]
+                    if maps[k][2] and (last is None or last[j]):
                         if back is None:
                             back = []
-                        back.append((j, tgts[k] - lease.ptrs[j], v[a0 + i], v[s0 + i]))
-                elif ent.should_remove(False, False):
-                    if removed is None:
-                        removed = []
-                    removed.append((k, ent))
-                else:
-                    ent.dec(False)
-            if back is not None:
-                lease.retrieve_many(back)
+                        back.append((j, tgts[k] - ptrs[j], hp, size))
+                if back is not None:
+                    lease.retrieve_many(back)
             if removed is not None:
-                self._end_rows(v, a0, s0, maps, tgts, removed, dm)
-            if not kept:
-                lease.release()
-        except OffloadError as exc:
-            return self._failed(KERNEL, exc, v[3])
+                dev.retrieve_many([(ent.alloc, tgts[k], v[a0 + maps[k][0]],
+                                    v[s0 + maps[k][0]]) for k, ent in removed
+                                   if maps[k][2]])
+        except BaseException as exc:           # the construct is finished first
+            err = exc
+        frees = None
+        adopted = None
+        published = rec is not None and rec.entries is not None
+        if rec is not None and not published:
+            try:
+                table.private.remove(rec)       # atomic: publish() pops its reservations
+            except ValueError:
+                published = True                # publish() took it meanwhile
+        if removed is not None or published:
+            lock.acquire()
+            try:
+                if removed is not None:
+                    # rows that existed and reached zero here: removed unless another
+                    # thread took them again or ends them too (postProcessingTargetDataEnd)
+                    done = []
+                    for _k, ent in removed:
+                        ent.ends -= 1
+                        if err is None and ent not in done:
+                            done.append(ent)
+                    for ent in done:
+                        if ent.total == 0 and ent.ends == 0 and ent.live:
+                            table.remove(ent)
+                            if ent.alloc and not ent.leased:
+                                if frees is None:
+                                    frees = []
+                                frees.append(ent.alloc)
+                if published:
+                    adopted = _resolve(table, rec)
+            finally:
+                lock.release()
+        if rec is not None:
+            if adopted:
+                self._drop(lease, kept, adopted)
+            elif kept:
+                plan.leases.append(lease)       # back to the plan (_give_back)
+                if plan.dead:
+                    self._drain(plan)
+            else:
+                _release(lease)
+        if frees is not None:
+            try:
+                dev.free_many(frees)
+            except OffloadError as exc:
+                err = err or exc
+        if err is not None:
+            if isinstance(err, OffloadError):
+                return self._failed(KERNEL, err, v[3])
+            raise err
         return _abi.CB_OK
 
-    @staticmethod
-    def _end_rows(v, a0, s0, maps, tgts, removed, dm) -> None:
-        """The rows that existed before the construct and reach their last reference
-        in it (not seen with clang's constructs: such a row was kept by another
-        reference): copy back, remove, free, as targetDataEnd does."""
-        dev = dm.device
-        back, doomed = [], []
-        for k, ent in removed:
-            ent.dec(False)
-            i, _to, frm, _implicit = maps[k]
-            if frm:
-                back.append((ent.alloc, tgts[k], v[a0 + i], v[s0 + i]))
-            if ent not in doomed:
-                doomed.append(ent)
-        if back:
-            dev.retrieve_many(back)
-        table = dm.table
-        ptrs = []
-        for ent in doomed:
-            if ent.dyn == 0 and ent.hold == 0:
-                table.remove(ent)
-                if ent.alloc:
-                    ptrs.append(ent.alloc)
-        if ptrs:
-            dev.free_many(ptrs)
+    def _withdraw(self, dm, rec, found) -> None:
+        """The construct's new rows could not be prepared: give back the references
+        it took, take its reservation (or the rows it was published as) out of the
+        table and wake who waits for them."""
+        with dm.lock:
+            _undo(found)
+            if rec.entries is None:
+                dm.table.private.remove(rec)
+            else:
+                for e in rec.entries:
+                    if e.live:
+                        dm.table.remove(e)
+                    e.pending = False
+                if dm.waiting:
+                    dm.cv.notify_all()
 
+    def _launch_failed(self, v, plan, dm, rec, lease, kept) -> None:
+        """The launch failed: the new rows enter the table with their construct's
+        reference, as the general code leaves them, and own their blocks."""
+        keep = []
+        table = dm.table
+        with dm.lock:
+            if rec.entries is None:
+                table.private.remove(rec)
+                for j, (k, hp, size) in enumerate(rec.fresh):
+                    table.insert(MapEntry(v[HEAD + rec.maps[k][0]], hp, hp + size,
+                                          rec.tgts[k], lease.ptrs[j], 1, 0))
+                    keep.append(j)
+            else:
+                for j, e in enumerate(rec.entries):
+                    if e.live:
+                        e.leased = False
+                        keep.append(j)
+        self._drop(lease, kept, keep)
+
+    # -- device memory kept per plan ---------------------------------------------------
     def _lease(self, plan: Plan, dev, fresh):
-        """Device memory for the new rows of a kernel construct: the plan's lease
-        when it still fits (same number of rows, each block large enough for the
-        row and its padding), else a new one, kept in the plan when every block is
-        small (at most :data:`LEASE_MAX` bytes, :data:`LEASE_TOTAL` in all plans).
+        """Device memory for the new rows of a kernel construct: a lease of the plan
+        when one is free and still fits (same number of rows, each block large enough
+        for the row and its padding), else a new one, kept in the plan when every
+        block is small (at most :data:`LEASE_MAX` bytes, :data:`LEASE_TOTAL` in all
+        plans).  The construct has the lease to itself until :meth:`_give_back`.
         Returns (lease, kept)."""
-        lease = plan.lease
-        if lease is not None:
-            sizes = lease.sizes
-            if lease.valid and plan.lease_dev is dev and len(sizes) == len(fresh):
-                for (_k, hp, size), cap in zip(fresh, sizes):
-                    if size + hp % ALIGN > cap:
-                        break
-                else:
-                    return lease, True
-            self._drop_lease(plan)
+        leases = plan.leases
+        if leases:
+            try:
+                lease = leases.pop()
+            except IndexError:                  # another thread took the last one
+                lease = None
+            if lease is not None:
+                sizes = lease.sizes
+                if lease.valid and lease.device is dev and len(sizes) == len(fresh):
+                    for (_k, hp, size), cap in zip(fresh, sizes):
+                        if size + hp % ALIGN > cap:
+                            break
+                    else:
+                        return lease, True
+                self._drop(lease, True)
         caps = [size + ALIGN - 1 for _k, _hp, size in fresh]
         total = sum(caps)
-        if max(caps) <= LEASE_MAX and self._leased_bytes + total <= LEASE_TOTAL:
-            lease = dev.lease(caps)
-            plan.lease, plan.lease_dev = lease, dev
-            self._leased[id(plan)] = plan
-            self._leased_bytes += total
-            return lease, True
+        if max(caps) <= LEASE_MAX:
+            with self._lease_lock:
+                ok = self._leased_bytes + total <= LEASE_TOTAL
+                if ok:
+                    self._leased_bytes += total
+                    self._leased[id(plan)] = plan
+            if ok:
+                try:
+                    return dev.lease(caps), True
+                except BaseException:
+                    with self._lease_lock:
+                        self._leased_bytes -= total
+                    raise
         return dev.lease([size + hp % ALIGN for _k, hp, size in fresh]), False
 
-    def _drop_lease(self, plan: Plan, detach: bool = False) -> None:
-        lease = plan.lease
-        if lease is None:
-            return
-        plan.lease = plan.lease_dev = None
-        self._leased.pop(id(plan), None)
-        self._leased_bytes -= sum(lease.sizes)
-        if detach:
-            lease.detach()
-        else:
+    def _give_back(self, plan: Plan, lease) -> None:
+        """The construct is done with the plan's ``lease``: back to the free list (or
+        freed, when the plan was dropped meanwhile)."""
+        plan.leases.append(lease)
+        if plan.dead:
+            self._drain(plan)
+
+    def _drop(self, lease, kept: bool, keep=()) -> None:
+        """Free a lease (its blocks in ``keep``, indices, now belong to rows)."""
+        if kept:
+            with self._lease_lock:
+                self._leased_bytes -= sum(lease.sizes)
+        try:
+            lease.release(keep)
+        except OffloadError:
+            pass
+
+    def _drain(self, plan: Plan) -> None:
+        leases = plan.leases
+        while leases:
             try:
-                lease.release()
-            except OffloadError:
-                pass
+                lease = leases.pop()
+            except IndexError:
+                break
+            self._drop(lease, True)
+
+    def _retire(self, plan: Plan) -> None:
+        plan.dead = True
+        self._drain(plan)
 
     def release_leases(self) -> None:
-        """Free the device memory every plan keeps (on invalidation and close)."""
-        for plan in list(self._leased.values()):
-            self._drop_lease(plan)
+        """Free the device memory every plan keeps (on invalidation and close; a
+        lease in use is freed when its construct gives it back)."""
+        with self._lease_lock:
+            plans = list(self._leased.values())
+            self._leased.clear()
+        for plan in plans:
+            self._retire(plan)
 
     def _launcher(self, plan: Plan, dm, host_ptr: int, version: int):
-        """The region's KernelLauncher (Device.translate of its id, then
-        Device.kernel_launcher), kept in the plan with the implicit leading arguments
-        of its ``KernelArgsTy`` version (clang 18-22: ``dyn_ptr``, abi/clang.py); None
-        when there is none (the general code reports why).  Made once per plan, when
-        the launch is also reported (``saw_kernel``)."""
+        """``(key, launcher, implicit)``: the region's KernelLauncher
+        (Device.translate of its id, then Device.kernel_launcher) with the implicit
+        leading arguments of its ``KernelArgsTy`` version (clang 18-22: ``dyn_ptr``,
+        abi/clang.py), kept in the plan; None when there is none (the general code
+        reports why).  Made once per plan, when the launch is also reported
+        (``saw_kernel``)."""
         dev = dm.device
         key = (self.generation, dev, dev.init_count, version)
-        if plan.entry_key != key:
+        got = plan.launch
+        if got is None or got[0] != key:
             kv = _clang.KERNEL_ARGS[version]
             implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
             try:
-                plan.launcher = dev.kernel_launcher(dev.translate(host_ptr),
-                                                    len(implicit) + len(plan.params))
+                launcher = dev.kernel_launcher(dev.translate(host_ptr),
+                                               len(implicit) + len(plan.params))
             except (KeyError, ValueError, OffloadError):
                 return None
-            plan.implicit = implicit
-            plan.entry_key = key
+            got = plan.launch = (key, launcher, implicit)
             self._saw_kernel(host_ptr, version)
-        return plan.launcher
+        return got
 
     def _begin(self, v, n: int, plan: Plan, dm) -> list:
         """targetDataBegin for the plan's maps: one ``(row, hp)`` per map, in order.
         Lookups first (new rows go into the table at once, so later arguments see
-        them, as in the general code), then the new rows' device memory in one
-        :meth:`~offload_shim.Device.alloc_many` (same sizes, same order) and their
-        ``to`` copies in one :meth:`~offload_shim.Device.submit_many`.  Raises
+        them, as in the general code; other threads see them pending), then the new
+        rows' device memory in one :meth:`~offload_shim.Device.alloc_many` (same
+        sizes, same order) and their ``to`` copies in one
+        :meth:`~offload_shim.Device.submit_many`, without the table lock.  Raises
         Fallback with everything undone."""
         table = dm.table
-        lookup = table.lookup
         a0, s0 = HEAD + n, HEAD + 2 * n
         rows = []
         incs = []
         new = []                                # (row, bytes to allocate, pad, to)
         ptrs = ()
+        lock = dm.lock
+        lock.acquire()
         try:
-            for i, to, _frm, implicit in plan.maps:
-                hp = v[a0 + i]
-                size = v[s0 + i]
-                if not 0 < size <= _I64_MAX:
-                    raise Fallback
-                ent, contained, before, after = lookup(hp, size)
-                if contained or (implicit and (before or after)):
-                    ent.inc(False)
-                    incs.append(ent)
-                elif before or after:
-                    raise Fallback              # explicit extension: reported there
-                else:
-                    pad = hp % ALIGN
-                    ent = MapEntry(v[HEAD + i], hp, hp + size, 0, 0, 1, 0)
-                    table.insert(ent)
-                    new.append((ent, size + pad, pad, to))
-                rows.append((ent, hp))
-            if new:
-                dev = dm.device
-                ptrs = dev.alloc_many([x[1] for x in new])
-                ops = []
-                for (ent, _nb, pad, to), ptr in zip(new, ptrs):
-                    if not ptr:
+            lookup = table.lookup
+            try:
+                for i, to, _frm, implicit in plan.maps:
+                    hp = v[a0 + i]
+                    size = v[s0 + i]
+                    if not 0 < size <= _I64_MAX:
                         raise Fallback
-                    ent.alloc = ptr
-                    ent.tgt = ptr + pad
-                    if to:
-                        ops.append((ptr, ent.tgt, ent.begin, ent.end - ent.begin))
-                if ops:
-                    dev.submit_many(ops)
-        except (Fallback, OffloadError):
-            for ent in incs:
-                ent.dec(False)
+                    ent, contained, before, after = lookup(hp, size)
+                    if contained or (implicit and (before or after)):
+                        if ent.pending:             # another thread is preparing it
+                            raise Fallback
+                        ent.inc(False)
+                        incs.append(ent)
+                    elif before or after:
+                        raise Fallback              # explicit extension: reported there
+                    else:
+                        pad = hp % ALIGN
+                        ent = MapEntry(v[HEAD + i], hp, hp + size, 0, 0, 1, 0)
+                        table.insert(ent)
+                        new.append((ent, size + pad, pad, to))
+                    rows.append((ent, hp))
+            except Fallback:
+                for ent in incs:
+                    ent.dec(False)
+                for ent, _nb, _pad, _to in new:
+                    table.remove(ent)
+                raise
             for ent, _nb, _pad, _to in new:
-                table.remove(ent)
+                ent.pending = True              # seen by other threads from now on
+        finally:
+            lock.release()
+        if not new:
+            return rows
+        dev = dm.device
+        try:
+            ptrs = dev.alloc_many([x[1] for x in new])
+            ops = []
+            for (ent, _nb, pad, to), ptr in zip(new, ptrs):
+                if not ptr:
+                    raise Fallback
+                ent.alloc = ptr
+                ent.tgt = ptr + pad
+                if to:
+                    ops.append((ptr, ent.tgt, ent.begin, ent.end - ent.begin))
+            if ops:
+                dev.submit_many(ops)
+        except BaseException as exc:
+            with dm.lock:
+                for ent in incs:
+                    ent.dec(False)
+            dm.withdraw([x[0] for x in new])
             if ptrs:
                 try:
-                    dm.device.free_many([p for p in ptrs if p])
+                    dev.free_many([p for p in ptrs if p])
                 except OffloadError:
                     pass
-            raise Fallback from None
+            if isinstance(exc, (Fallback, OffloadError)):
+                raise Fallback from None
+            raise
+        dm.settle([x[0] for x in new])
         return rows
 
-    def _end(self, v, n: int, plan: Plan, dm, rows=None) -> None:
+    def _end(self, v, n: int, plan: Plan, dm) -> bool:
         """targetDataEnd for the plan's maps: in reverse order drop a reference;
-        on the last one copy back (``from``) and remove the row.  ``rows``: what
-        :meth:`_begin` found for the same construct (a kernel: the table cannot have
-        changed in between), else each map is looked up.  The copies back go in one
-        :meth:`~offload_shim.Device.retrieve_many` after the loop, the frees in one
-        :meth:`~offload_shim.Device.free_many` (a copy that fails is raised after
-        every reference was dropped, where the general code stops at once)."""
-        lookup = dm.table.lookup
+        on the last one copy back (``from``) and remove the row.  The copies back go
+        in one :meth:`~offload_shim.Device.retrieve_many` after the loop, the frees in
+        one :meth:`~offload_shim.Device.free_many`, both without the table lock (a
+        copy that fails is raised after every reference was dropped, where the
+        general code stops at once).  A row that another thread re-took while this
+        construct copied it back stays (libomptarget's delayed deletion).  False
+        (nothing done) when a row is still being prepared by another thread."""
+        table = dm.table
+        lock = dm.lock
         a0, s0 = HEAD + n, HEAD + 2 * n
         back = []
         doomed = []
+        counted = []
         maps = plan.maps
-        for k in range(len(maps) - 1, -1, -1):
-            i, _to, frm, implicit = maps[k]
-            if rows is not None:
-                ent, hp = rows[k]
-                size = v[s0 + i]
-            else:
+        lock.acquire()
+        try:
+            lookup = table.lookup
+            items = []
+            for k in range(len(maps) - 1, -1, -1):
+                i, _to, frm, implicit = maps[k]
                 hp = v[a0 + i]
                 size = v[s0 + i]
                 if size > _I64_MAX:
@@ -566,44 +854,92 @@ class FastPath:
                 ent, contained, before, after = lookup(hp, size)
                 if ent is None or not (contained or (implicit and (before or after))):
                     continue
-            if ent.should_remove(False, False):
-                ent.dec(False)
-                if frm and size > 0:
-                    back.append((ent.alloc, ent.tgt + (hp - ent.begin), hp, size))
-                if ent not in doomed:
-                    doomed.append(ent)
-            else:
-                ent.dec(False)
-        if back:
-            dm.device.retrieve_many(back)
-        if doomed:
-            table = dm.table
-            ptrs = []
-            for ent in doomed:
-                if ent.dyn == 0 and ent.hold == 0:
-                    table.remove(ent)
-                    if ent.alloc:
-                        ptrs.append(ent.alloc)
+                if ent.pending:
+                    return False
+                items.append((ent, hp, size, frm))
+            for ent, hp, size, frm in items:
+                if ent.should_remove(False, False):
+                    ent.dec(False)
+                    ent.ends += 1
+                    counted.append(ent)
+                    if frm and size > 0:
+                        back.append((ent.alloc, ent.tgt + (hp - ent.begin), hp, size))
+                    if ent not in doomed:
+                        doomed.append(ent)
+                else:
+                    ent.dec(False)
+            if counted and not back:
+                # nothing to copy back: the rows go now, in the same hold of the lock
+                ptrs = []
+                for ent in counted:
+                    ent.ends -= 1
+                for ent in doomed:
+                    if ent.dyn == 0 and ent.hold == 0 and ent.ends == 0 and ent.live:
+                        table.remove(ent)
+                        if ent.alloc and not ent.leased:
+                            ptrs.append(ent.alloc)
+                counted = None
+        finally:
+            lock.release()
+        if counted is None:
             if ptrs:
                 dm.device.free_many(ptrs)
+            return True
+        if not counted:
+            return True
+        err = None
+        if back:
+            try:
+                dm.device.retrieve_many(back)
+            except BaseException as exc:        # the counts are settled first
+                err = exc
+        ptrs = []
+        lock.acquire()
+        try:
+            for ent in counted:
+                ent.ends -= 1
+            if err is None:
+                for ent in doomed:
+                    if ent.dyn == 0 and ent.hold == 0 and ent.ends == 0 and ent.live:
+                        table.remove(ent)
+                        if ent.alloc and not ent.leased:
+                            ptrs.append(ent.alloc)
+        finally:
+            lock.release()
+        if err is not None:
+            raise err
+        if ptrs:
+            dm.device.free_many(ptrs)
+        return True
 
-    def _update(self, v, n: int, plan: Plan, dm) -> None:
+    def _update(self, v, n: int, plan: Plan, dm) -> bool:
         """targetDataUpdate: copy each mapped item from / to the device (runs of
-        items in the same direction in one call)."""
-        lookup = dm.table.lookup
-        dev = dm.device
+        items in the same direction in one call), the look-ups under the table lock,
+        the copies without it.  False (nothing done) when a row is still being
+        prepared by another thread."""
         a0, s0 = HEAD + n, HEAD + 2 * n
+        items = []
+        lock = dm.lock
+        lock.acquire()
+        try:
+            lookup = dm.table.lookup
+            for i, to, frm, _implicit in plan.maps:
+                hp = v[a0 + i]
+                size = v[s0 + i]
+                if size > _I64_MAX:
+                    size -= _U64
+                ent, contained, _b, _a = lookup(hp, size)
+                if not contained or size <= 0:
+                    continue
+                if ent.pending:
+                    return False
+                items.append((ent.alloc, ent.tgt + (hp - ent.begin), hp, size, to, frm))
+        finally:
+            lock.release()
+        dev = dm.device
         run, run_from = [], True
-        for i, to, frm, _implicit in plan.maps:
-            hp = v[a0 + i]
-            size = v[s0 + i]
-            if size > _I64_MAX:
-                size -= _U64
-            ent, contained, _b, _a = lookup(hp, size)
-            if not contained or size <= 0:
-                continue
-            tgt = ent.tgt + (hp - ent.begin)
-            if not ent.alloc:                   # a global of an image
+        for alloc, tgt, hp, size, to, frm in items:
+            if not alloc:                       # a global of an image
                 _flush(dev, run, run_from)
                 run = []
                 if frm:
@@ -615,8 +951,36 @@ class FastPath:
                 _flush(dev, run, run_from)
                 run = []
             run_from = frm
-            run.append((ent.alloc, tgt, hp, size))
+            run.append((alloc, tgt, hp, size))
         _flush(dev, run, run_from)
+        return True
+
+
+def _resolve(table, rec) -> list[int]:
+    """The end of a kernel construct whose rows were published (table lock held):
+    its ``ends`` on them are over; a row nobody holds goes (its block stays the
+    construct's), a row another thread holds or ends stays and keeps its block.
+    Returns the lease indices of the blocks rows took over."""
+    adopted = []
+    ended = rec.ended
+    for j, e in enumerate(rec.entries):
+        if ended is not None and ended[j]:
+            e.ends -= 1
+        if not e.live:
+            continue
+        if e.total == 0 and e.ends == 0:
+            table.remove(e)
+        else:
+            e.leased = False
+            adopted.append(j)
+    return adopted
+
+
+def _release(lease) -> None:
+    try:
+        lease.release()
+    except OffloadError:
+        pass
 
 
 def _undo(found) -> None:

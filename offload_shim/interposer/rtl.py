@@ -237,9 +237,11 @@ class Registrations:
     :meth:`compilers` also names those of libraries unregistered since.
 
     Nothing of a library is kept after its unregistration but its generation's text
-    (one per distinct text): a host that opens and closes an offload
-    library in a loop holds no more here after the thousandth cycle than after the
-    first.  Not thread-safe: the interposer's lock guards it."""
+    (one per distinct text): a host that opens and closes an offload library in a loop
+    holds no more here after the thousandth cycle than after the first.  Not
+    thread-safe: the interposer's registration lock (libomptarget 16 ``RTLsMtx``)
+    guards every change; constructs read ``devices`` and ``requires_flags`` without it
+    (a list that only grows, an int)."""
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -341,6 +343,10 @@ class Registrations:
         address, whose image is refused again, adds nothing)."""
         if item not in self.unsupported:
             self.unsupported.append(item)
+
+    def decoded_count(self) -> int:
+        """How many registered libraries' decoded image descriptions are kept."""
+        return len(self._decoded)
 
     def compilers(self) -> list[str]:
         """The generation texts (:attr:`generations`) of every library registered so

@@ -923,8 +923,12 @@ class LLVMPlugin(Plugin):
         """:meth:`Plugin.launcher`: for the LLVM 16 plugins that take a NULL async
         info (nextgen; classic host plugins) the argument and offset arrays and the
         ``KernelArgsTy`` are made once, and each launch fills them and calls
-        ``__tgt_rtl_launch_kernel``, as :meth:`launch` does (one team, one thread);
-        a lock keeps concurrent users apart.  Other generations use :meth:`launch`."""
+        ``__tgt_rtl_launch_kernel``, as :meth:`launch` does (one team, one thread).
+        The blocks are a free list: a launch takes one (``list.pop``, atomic), makes
+        another when all are in use by launches of other threads, and gives it back
+        after the call, so concurrent launches of one kernel neither share a block
+        nor wait for each other (no lock is held across the plugin's launch).  Other
+        generations use :meth:`launch`."""
         if not self._dev_users.get(dev):
             raise self._not_ready(dev)
         if nargs > MAX_KERNEL_ARGS:
@@ -933,33 +937,43 @@ class LLVMPlugin(Plugin):
                                            and self._fn.get("synchronize") is not None):
             return super().launcher(dev, entry, nargs)
         n = max(nargs, 1)
-        argv = (c_void_p * n)()
-        offs = (_tgt.c_ptrdiff_t * n)()
-        ka = _tgt.KernelArgs()
-        ka.Version = _tgt.KERNEL_ARGS_VERSION
-        ka.NumArgs = nargs
-        ka.ArgBasePtrs = argv
-        ka.ArgPtrs = argv
-        ka.NumTeams[0] = 1
-        ka.ThreadLimit[0] = 1
+
+        def blocks():
+            argv = (c_void_p * n)()
+            offs = (_tgt.c_ptrdiff_t * n)()
+            ka = _tgt.KernelArgs()
+            ka.Version = _tgt.KERNEL_ARGS_VERSION
+            ka.NumArgs = nargs
+            ka.ArgBasePtrs = argv
+            ka.ArgPtrs = argv
+            ka.NumTeams[0] = 1
+            ka.ThreadLimit[0] = 1
+            return (argv, offs, ctypes.addressof(argv), ctypes.addressof(offs),
+                    ctypes.addressof(ka), ka)
         # the same entry point through a prototype of plain addresses: the blocks are
         # fixed, so each call converts ints only
         call = _tgt.LAUNCH_BY_ADDRESS(cast(self._fn["launch_kernel"], c_void_p).value)
-        a_argv, a_offs, a_ka = (ctypes.addressof(argv), ctypes.addressof(offs),
-                                ctypes.addressof(ka))
-        lock = threading.Lock()
+        free = [blocks()]
+        made = [free[0]]                        # every block made, alive with the function
         ok = _tgt.OFFLOAD_SUCCESS
         check = self._check_int32
 
         def launch(args, offsets):
-            with lock:
+            try:
+                blk = free.pop()
+            except IndexError:                  # every block is in another launch
+                blk = blocks()
+                made.append(blk)
+            try:
                 if nargs:
-                    argv[:nargs] = args
-                    offs[:nargs] = offsets
-                rc = call(dev, entry, a_argv, a_offs, a_ka, None)
+                    blk[0][:nargs] = args
+                    blk[1][:nargs] = offsets
+                rc = call(dev, entry, blk[2], blk[3], blk[4], None)
+            finally:
+                free.append(blk)
             if rc != ok:
                 check(rc, "launch_kernel", dev)
-        launch.keep = (argv, offs, ka, call)    # the blocks live as long as the function
+        launch.keep = (made, call)              # the blocks live as long as the function
         return launch
 
     def print_device_info(self, dev: int) -> None:

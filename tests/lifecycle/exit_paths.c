@@ -1,6 +1,9 @@
 /* How a program ends, with target regions around: argv[1] is
  *   region   exit(7) inside a target region
- *   thread   exit(9) from another thread while the main thread is inside a kernel
+ *   thread   exit(9) from another thread, after its own target region, while the main
+ *            thread waits for it
+ *   busy     exit(9) from another thread while the main thread is inside a kernel (racy
+ *            under every runtime: the exit finalises libomp under the running kernel)
  *   atexit   a handler registered in main runs a target region at exit
  *   ctor     the same from a handler registered by a constructor (before main)
  *   quick    quick_exit(5) after a region (no exit handlers, stdio not flushed)
@@ -44,6 +47,13 @@ static void *exiter(void *unused)
   exit(9);
 }
 
+static void *offload_then_exit(void *unused)
+{
+  (void)unused;
+  printf("thread: %d\n", twice_on_device(5));
+  exit(9);
+}
+
 int main(int argc, char **argv)
 {
   mode = argc > 1 ? argv[1] : "return";
@@ -58,6 +68,11 @@ int main(int argc, char **argv)
     }
     printf("not reached %d\n", x);
   } else if (!strcmp(mode, "thread")) {
+    pthread_t th;
+    pthread_create(&th, NULL, offload_then_exit, NULL);
+    pthread_join(th, NULL);
+    printf("not reached\n");
+  } else if (!strcmp(mode, "busy")) {
     flag = calloc(1, sizeof *flag);
     pthread_t th;
     pthread_create(&th, NULL, exiter, NULL);
