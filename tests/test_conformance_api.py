@@ -108,6 +108,41 @@ def test_outcome_normalises_addresses_and_keeps_only_diagnostics():
                              "Libomptarget device 0 info: x 0x?"]
 
 
+def test_outcome_shows_own_lines_and_the_programs_stderr_apart():
+    """compare shows offload_shim's own lines and the program's stderr beside the
+    compared parts, without comparing them."""
+    from offload_shim.cli.compare import Outcome
+    err = ("my program: warning 1\n"
+           "offload_shim: UnknownLayoutError: entry record of 40 bytes\n"
+           "Libomptarget fatal error 1: failure\n\n"
+           "offload-shim: error: --plugin x: not a plugin\n")
+    o = Outcome.from_output(1, "", err)
+    assert o.diagnostics == ["Libomptarget fatal error 1: failure"]
+    assert o.own == ["offload_shim: UnknownLayoutError: entry record of 40 bytes",
+                     "offload-shim: error: --plugin x: not a plugin"]
+    assert o.program_stderr == ["my program: warning 1"]
+    ctx = o.render_context()
+    assert ctx == ["offload_shim said (not compared):",
+                   "  offload_shim: UnknownLayoutError: entry record of 40 bytes",
+                   "  offload-shim: error: --plugin x: not a plugin",
+                   "the program's stderr (not compared):", "  my program: warning 1"]
+    same = Outcome.from_output(1, "", "Libomptarget fatal error 1: failure\n")
+    assert o.key() == same.key() and same.render_context() == []
+
+
+def test_compare_prints_the_programs_stderr(tmp_path):
+    prog = tmp_path / "say.sh"
+    prog.write_text("#!/bin/sh\necho out\necho 'to stderr' >&2\n")
+    prog.chmod(0o755)
+    r = _run("compare", str(prog))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("the program's stderr (not compared):\n  to stderr") == 2
+    r = _run("compare", "--json", str(prog))
+    got = json.loads(r.stdout)
+    assert got["reference"]["program_stderr"] == ["to stderr"] == \
+        got["offload_shim"]["program_stderr"]
+
+
 def test_plugin_choice_follows_libomptarget16(tmp_path):
     """rtl.cpp loadRTLs: per target the nextgen plugin unless
     LIBOMPTARGET_NEXTGEN_PLUGINS is false, else (or when it is missing) the classic."""

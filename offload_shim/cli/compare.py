@@ -12,7 +12,10 @@ the exit status, stdout and the runtime's diagnostic lines on stderr
 ``warning:`` / ``fatal error N:`` /
 ``device N info:``, the LLVM 16 nextgen plugins' ``"PluginInterface" error:`` /
 ``device N info:``, GCC's ``libgomp:``) are equal after addresses (``0x...``) are
-normalised.  Both results and a unified diff are printed; exit status 0 only when they
+normalised.  Shown with each result but not compared: offload_shim's own lines
+(``offload_shim: ...``: why the run under it went as it did, e.g. an entry layout it
+does not know) and the rest of stderr, what the program itself wrote.  Both results and
+a unified diff are printed; exit status 0 only when they
 agree, 1 when they differ or a run was killed at ``--timeout``, 2 when the program
 cannot be run.  Each run has a private ``TMPDIR`` and a session of its own; what it
 leaves (image copies, libomp segments, processes) is removed, also after a timeout,
@@ -48,19 +51,29 @@ def normalise(line: str) -> str:
     return ADDRESS.sub("0x?", line).rstrip()
 
 
+#: stderr lines of offload_shim itself (the embedded runtime's ``offload_shim: ...``, the
+#: command's ``offload-shim: ...``): why a run under ``offload-shim run`` went as it did
+#: (an entry layout it does not know, a runtime that could not start, ...)
+OWN_LINE = re.compile(r"^offload[_-]shim: ")
+
+
 @dataclass
 class Outcome:
     """What a run showed: ``status`` (exit status; negative = killed by that signal;
     ``"timeout"``), ``stdout`` lines and ``diagnostics`` (the runtime's stderr lines),
-    both normalised; ``stderr``: the raw stderr (not compared)."""
+    both normalised and compared; shown but not compared: ``own`` (offload_shim's own
+    stderr lines, :data:`OWN_LINE`) and ``program_stderr`` (every other stderr line:
+    what the program itself wrote); ``stderr``: the raw stderr."""
     status: int | str
     stdout: list[str]
     diagnostics: list[str]
     stderr: str = field(default="", repr=False)
+    own: list[str] = field(default_factory=list)
+    program_stderr: list[str] = field(default_factory=list)
 
     @classmethod
     def from_output(cls, status, stdout: str, stderr: str) -> "Outcome":
-        diags = []
+        diags, own, rest = [], [], []
         for line in stderr.splitlines():
             m = DIAGNOSTIC.search(line)
             if m:
@@ -69,11 +82,28 @@ class Outcome:
                 start = m.start()
                 loc = re.match(r"^(.*?:\d+:\d+: )Libomptarget", line)
                 diags.append(normalise(line if loc or start == 0 else line[start:]))
-        return cls(status, [normalise(l) for l in stdout.splitlines()], diags, stderr)
+            elif OWN_LINE.match(line):
+                own.append(line.rstrip())
+            elif line.strip():
+                rest.append(line.rstrip())
+        return cls(status, [normalise(l) for l in stdout.splitlines()], diags, stderr,
+                   own, rest)
 
     def render(self) -> list[str]:
+        """The compared parts (exit status, stdout, diagnostics), as lines."""
         return ([f"exit status: {self.status}", "stdout:"] + [f"  {l}" for l in self.stdout]
                 + ["diagnostics:"] + [f"  {l}" for l in self.diagnostics])
+
+    def render_context(self) -> list[str]:
+        """What is shown but not compared: offload_shim's own lines and the program's
+        own stderr (empty when there is neither)."""
+        out = []
+        if self.own:
+            out += ["offload_shim said (not compared):"] + [f"  {l}" for l in self.own]
+        if self.program_stderr:
+            out += ["the program's stderr (not compared):"] + \
+                [f"  {l}" for l in self.program_stderr]
+        return out
 
     def key(self) -> tuple:
         return (self.status, tuple(self.stdout), tuple(self.diagnostics))
@@ -180,7 +210,7 @@ def cmd_compare(args) -> int:
         for title, o in (("reference (the program's own runtime)", c.reference),
                          ("offload-shim run", c.shim)):
             print(f"== {title}")
-            print("\n".join(o.render()))
+            print("\n".join(o.render() + o.render_context()))
         if c.timed_out:
             print(f"== NOT COMPARED: a run took longer than --timeout {args.timeout:g} s")
         else:
