@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -355,9 +356,38 @@ static void wait_deps(void *loc, int32_t gtid, int32_t ndeps, void *deps, int32_
 typedef void (*interop_fn)(void *, int32_t, void **, int32_t, int32_t, int32_t, void *,
                            int32_t);
 
+/* `name` of the program's libomptarget: next in the global scope (a program, or a library
+ * loaded RTLD_GLOBAL), else the libomptarget.so.N mapped as the DT_NEEDED of a library a
+ * host loaded RTLD_LOCAL (not in the global scope) */
+static int find_libomptarget(struct dl_phdr_info *info, size_t size, void *data)
+{
+  (void)size;
+  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  name = name ? name + 1 : info->dlpi_name;
+  if (name && strncmp(name, "libomptarget.so", 15) == 0) {
+    *(const char **)data = info->dlpi_name;
+    return 1;
+  }
+  return 0;
+}
+
+static void *libomptarget_sym(const char *name)
+{
+  void *p = dlvsym(RTLD_NEXT, name, "VERS1.0");
+  const char *path = NULL;
+  if (p || !dl_iterate_phdr(find_libomptarget, &path) || !path)
+    return p;
+  void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (h) {
+    p = dlvsym(h, name, "VERS1.0");
+    dlclose(h);                           /* still mapped: the library holds it */
+  }
+  return p;
+}
+
 static interop_fn real_interop(const char *name)
 {
-  return (interop_fn)dlvsym(RTLD_NEXT, name, "VERS1.0");
+  return (interop_fn)libomptarget_sym(name);
 }
 
 /* kmp_interop_type_t of clang's calls: 1 target, 2 targetsync */
@@ -384,7 +414,7 @@ OSH_EXPORT void __tgt_interop_use(void *loc, int32_t gtid, void **interop, int32
   uint64_t plan = interop_call(IOP_OP_USE, 0, default_device(dev), ndeps, 0);
   void (*real)(void *, int32_t, void **, int32_t, int32_t, void *, int32_t) = NULL;
   if (plan & IOP_FORWARD)
-    *(void **)&real = dlvsym(RTLD_NEXT, "__tgt_interop_use", "VERS1.0");
+    *(void **)&real = libomptarget_sym("__tgt_interop_use");
   if (real)
     real(loc, gtid, interop, dev, ndeps, deps, nowait);
 }
@@ -395,7 +425,7 @@ OSH_EXPORT void __tgt_interop_destroy(void *loc, int32_t gtid, void **interop, i
   uint64_t plan = interop_call(IOP_OP_DESTROY, 0, default_device(dev), ndeps, 0);
   void (*real)(void *, int32_t, void **, int32_t, int32_t, void *, int32_t) = NULL;
   if (plan & IOP_FORWARD)
-    *(void **)&real = dlvsym(RTLD_NEXT, "__tgt_interop_destroy", "VERS1.0");
+    *(void **)&real = libomptarget_sym("__tgt_interop_destroy");
   if (real)
     real(loc, gtid, interop, dev, ndeps, deps, nowait);
 }
