@@ -261,6 +261,8 @@ static const char *uid_intern(char *text)
   if (!out && num_uids < MAX_UIDS)
     out = uids[num_uids++] = text;
   pthread_mutex_unlock(&uid_lock);
+  if (!out)                               /* more texts than MAX_UIDS: this one is kept */
+    return text;
   if (out != text)
     free(text);
   return out;

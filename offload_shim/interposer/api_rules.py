@@ -14,7 +14,7 @@ from the upstream sources named on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 #: ``ApiRules.interop`` values: what ``__tgt_interop_init`` & co. do
 INTEROP_FORWARD = "forward"          # 16: the program's libomptarget does it
@@ -22,9 +22,10 @@ INTEROP_DEVICE_INFO = "device-info"  # 19.1: the plugin's init_device_info, else
 INTEROP_PREFERENCE = "preference"    # 22.1: the plugin's interop preference, else none
 
 
-@dataclass(frozen=True)
-class ApiRules:
-    """What the API routines of one libomptarget release answer where releases differ.
+class ApiRules(namedtuple("ApiRules", "llvm fatal_device devices_when_disabled interop")):
+    """What the API routines of one libomptarget release answer where releases differ
+    (immutable; a namedtuple: ``dataclasses`` would cost the embedded runtime's
+    start-up the import of ``inspect``).
 
     ``llvm``: the LLVM major it describes.
     ``fatal_device``: the text of the fatal error an API routine stops the program with
@@ -43,15 +44,12 @@ class ApiRules:
     clauses, the device's plugin is asked for its device info -- the LLVM 16 nextgen
     plugin prints ``Failure to initialize device info`` -- and the object is
     ``omp_interop_none``), :data:`INTEROP_PREFERENCE` (22.1 ``__tgt_interop_get``,
-    llvm-project PR #143491: nothing under ``disabled``, targetsync waits for its
-    depend clauses, ``omp_interop_none`` unless the plugin selects a foreign runtime,
-    which the LLVM 16 plugins cannot).
+    llvm-project PR #143491, its 5.1 wrappers PR #161429: nothing under ``disabled``,
+    targetsync waits for its depend clauses, ``omp_interop_none`` unless the plugin
+    selects a foreign runtime, which the LLVM 16 plugins cannot).
     """
 
-    llvm: int
-    fatal_device: str | None
-    devices_when_disabled: bool
-    interop: str
+    __slots__ = ()
 
     def fatal_device_text(self, dev: int, n: int) -> str | None:
         """The fatal line for device number ``dev`` with ``n`` devices (no newline), or
@@ -71,15 +69,15 @@ RULES: dict[int, ApiRules] = {
 
 
 def rules_for(llvm_major: int) -> ApiRules:
-    """The rules of the newest described release not newer than ``llvm_major`` (17-18
-    answer as 16, 20-21 as 19: untested, see docs/interpose.md "Compiler
-    generations"); raises ValueError for a release older than 16 or not an int."""
+    """The rules of libomptarget ``llvm_major``: 16-18 answer as 16, 19 as 19.1, 20 and
+    later as 22.1 (17, 18, 20 and 21 are not installed here: untested, as the
+    interposer answered them before these rules were data); raises ValueError for a
+    release older than 16 or a major that is not an int."""
     if not isinstance(llvm_major, int) or isinstance(llvm_major, bool):
         raise ValueError(f"LLVM major must be an int, not {llvm_major!r}")
-    known = [v for v in RULES if v <= llvm_major]
-    if not known:
+    if llvm_major < 16:
         raise ValueError(f"no API rules for libomptarget {llvm_major} (16 is the oldest)")
-    return RULES[max(known)]
+    return RULES[16 if llvm_major < 19 else 19 if llvm_major == 19 else 22]
 
 
 __all__ = ["ApiRules", "INTEROP_DEVICE_INFO", "INTEROP_FORWARD", "INTEROP_PREFERENCE",
