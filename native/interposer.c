@@ -24,7 +24,9 @@
  * GCC (libgomp) entry points (GOMP_offload_register_ver, GOMP_target_ext & co., and
  * GCC's omp_* API routines at their OMP_4.x version nodes) live in interposer_gomp.c;
  * the two files share the counters, the embedded CPython and the GIL helpers through
- * interposer_internal.h.
+ * interposer_internal.h.  The routines libomptarget 19.1 / 22.1 export beyond 16's
+ * (asynchronous copies as libomp tasks, device UIDs, interop, ...) live in
+ * interposer_api.c and reach Python through this file's generic API callback.
  *
  * offload-shim run: when OFFLOAD_SHIM_EMBED=1 (set by the run command together with
  * LD_PRELOAD) the first entry point called without a callback table starts an embedded
@@ -72,6 +74,7 @@ typedef int (*osh_cb_api)(int32_t which, const uint64_t *args, int32_t nargs,
                           uint64_t *result);
 enum { OSH_API_ASSOCIATE = 1, OSH_API_DISASSOCIATE, OSH_API_MAPPED_PTR, OSH_API_LOCK,
        OSH_API_UNLOCK, OSH_API_PRINT_DEVICE_INFO, OSH_API_SET_INFO_FLAG };
+/* OSH_API_* of the routines libomptarget 19.1 / 22.1 added: interposer_internal.h */
 
 struct osh_interposer_callbacks {
   uint64_t size;                 /* sizeof(struct osh_interposer_callbacks) */
@@ -703,7 +706,15 @@ OSH_EXPORT int __tgt_target_kernel(void *loc, int64_t dev, int32_t teams, int32_
     return OMP_TGT_FAIL;
   }
   int rc = INT32_MIN;
-  uint64_t *fr = cbs.construct && args ? frame_get() : NULL;
+  /* a CUDA-style launch (llvmLaunchKernel: KernelArgsTy version 3+ with Flags.IsCUDA,
+   * bit 1) goes to the per-kind callback, which refuses it by name */
+  uint32_t kv = 0;
+  uint64_t kflags = 0;
+  if (args) {
+    memcpy(&kv, args, 4);
+    memcpy(&kflags, (const unsigned char *)args + 64, 8);
+  }
+  uint64_t *fr = cbs.construct && args && !(kv >= 3 && (kflags & 2)) ? frame_get() : NULL;
   if (fr) {
     const unsigned char *ka = (const unsigned char *)args;
     uint32_t version, nargs;
@@ -1072,6 +1083,12 @@ static uint64_t api_call(int which, const uint64_t *args, int nargs, uint64_t df
   int rc = CB(f(which, args, nargs, &result));
   fatal_if(rc);
   return result;
+}
+
+/* interposer_internal.h: the same for interposer_api.c */
+uint64_t osh_ip_api_call(int which, const uint64_t *args, int nargs, uint64_t dflt)
+{
+  return api_call(which, args, nargs, dflt);
 }
 
 OSH_EXPORT int omp_target_associate_ptr(const void *host, const void *dptr, size_t size,

@@ -29,6 +29,16 @@ int osh_ip_python_gone(void);
  * started none */
 int osh_ip_run_python(const char *code);
 
+/* The generic API callback (interposer.c api_call): routine `which` with the 64-bit
+ * arguments args[0..nargs); the value it answers, `dflt` when no Python table is
+ * installed; aborts when Python printed a fatal message. */
+uint64_t osh_ip_api_call(int which, const uint64_t *args, int nargs, uint64_t dflt);
+/* which: 1..7 are interposer.c's OSH_API_* (libomptarget 16's api.cpp); these are the
+ * routines libomptarget 19.1 / 22.1 added (interposer_api.c; offload_shim/abi/
+ * interposer.py API_*) */
+enum { OSH_API_IS_ACCESSIBLE = 8, OSH_API_UID_FROM_DEVICE, OSH_API_DEVICE_FROM_UID,
+       OSH_API_DUMP_TABLES, OSH_API_RECORD_REPLAY, OSH_API_INTEROP };
+
 #define OSH_IP_CB(call)                                                                    \
   ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })
 

@@ -17,6 +17,12 @@ A program's first comment holds its metadata::
        run: ARGS                        (one run per line; leading VAR=value set env)
        modes: exe lib                   (default: both)
        cflags: -g                       (extra compiler flags)
+       clang: 19 22                     (the compilers that can build it; default:
+                                         16 19 22 -- an API an older omp.h or
+                                         libomptarget lacks)
+       diagnostics: 19 22               (clang 19/22 builds whose runtime diagnostic
+                                         lines are compared too, not only exit status
+                                         and stdout; clang-16 builds always are)
     */
 
 Variants of one run, each compared with its reference
@@ -125,6 +131,8 @@ class Program:
     runs: list[Run]
     modes: tuple[str, ...]
     cflags: tuple[str, ...] = ()
+    compilers: tuple[int, ...] = (16, 19, 22)
+    diagnostics: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -142,6 +150,7 @@ class Program:
         lines = [l.strip() for l in head.strip().splitlines()]
         summary = lines[0] if lines else path.stem
         features, runs, modes, cflags = [], [], ("exe", "lib"), ()
+        compilers, diagnostics = (16, 19, 22), ()
         for line in lines[1:]:
             key, _, val = line.partition(":")
             key = key.strip().lower()
@@ -158,7 +167,37 @@ class Program:
                 modes = tuple(val.split())
             elif key == "cflags":
                 cflags = tuple(val.split())
-        return cls(path, summary, features, runs or [Run([], {})], modes, cflags)
+            elif key == "clang":
+                compilers = _versions(val, path, key)
+            elif key == "diagnostics":
+                diagnostics = _versions(val, path, key)
+        return cls(path, summary, features, runs or [Run([], {})], modes, cflags,
+                   compilers, diagnostics)
+
+    def built_by(self, tc: "Toolchain") -> bool:
+        """Whether ``tc`` (clang-N) can build this program (its ``clang:`` list)."""
+        return _clang_version(tc.name) in self.compilers
+
+
+def _versions(val: str, path: Path, key: str) -> tuple[int, ...]:
+    """The compiler versions of a ``clang:`` / ``diagnostics:`` header line; raises
+    ValueError (naming the file) for anything but 16, 19 and 22."""
+    out = []
+    for tok in val.split():
+        if tok not in ("16", "19", "22"):
+            raise ValueError(f"{path.name}: {key}: {tok!r} is not one of 16 19 22")
+        out.append(int(tok))
+    if not out:
+        raise ValueError(f"{path.name}: {key}: no compiler named")
+    return tuple(out)
+
+
+def _clang_version(name: str) -> int:
+    """16 for ``clang-16`` (a toolchain's name); raises ValueError otherwise."""
+    m = re.fullmatch(r"clang-(\d+)", name)
+    if not m:
+        raise ValueError(f"not a clang toolchain name: {name!r}")
+    return int(m.group(1))
 
 
 def programs() -> list[Program]:

@@ -58,6 +58,15 @@ API_CB = CFUNCTYPE(c_int, c_int32, POINTER(c_uint64), c_int32, POINTER(c_uint64)
 #: ``which`` of the ``api`` callback (native/interposer.c OSH_API_*)
 API_ASSOCIATE, API_DISASSOCIATE, API_MAPPED_PTR, API_LOCK, API_UNLOCK, \
     API_PRINT_DEVICE_INFO, API_SET_INFO_FLAG = range(1, 8)
+#: the routines libomptarget 19.1 / 22.1 added (native/interposer_internal.h OSH_API_*,
+#: native/interposer_api.c)
+API_IS_ACCESSIBLE, API_UID_FROM_DEVICE, API_DEVICE_FROM_UID, API_DUMP_TABLES, \
+    API_RECORD_REPLAY, API_INTEROP = range(8, 14)
+#: ``API_INTEROP``'s first argument (interposer_api.c IOP_OP_*) and the bits of the plan
+#: it answers for the init / use / destroy / get routines (IOP_WAIT ...)
+IOP_OP_INIT, IOP_OP_USE, IOP_OP_DESTROY, IOP_OP_GET, IOP_OP_DEVICE_INFO, IOP_OP_USE60, \
+    IOP_OP_RELEASE, IOP_OP_CALLBACK = range(1, 9)
+IOP_WAIT, IOP_DEVICE_INFO, IOP_FORWARD = 1, 2, 4
 
 #: (field, prototype) of ``struct osh_interposer_callbacks`` after ``size``, in order
 CALLBACK_FIELDS = (
@@ -287,6 +296,19 @@ def read_cstring(addr: int) -> bytes:
     return ctypes.string_at(addr)
 
 
+def c_string_copy(text: bytes) -> int:
+    """A ``malloc``'ed NUL-terminated copy of ``text`` (the C side frees it, or keeps
+    it for the process); raises MemoryError when ``malloc`` fails, ValueError when
+    ``text`` holds a NUL byte."""
+    if b"\0" in text:
+        raise ValueError("a C string cannot hold a NUL byte")
+    addr = malloc(len(text) + 1)
+    if not addr:
+        raise MemoryError(f"malloc({len(text) + 1})")
+    ctypes.memmove(addr, text + b"\0", len(text) + 1)
+    return addr
+
+
 def read_pointer(addr: int) -> int:
     """The pointer stored at the host address ``addr`` (0 for NULL)."""
     return c_void_p.from_address(addr).value or 0
@@ -463,7 +485,12 @@ def frame_pointer_args(v: memoryview) -> tuple:
                  for k, t in enumerate(protos))
 
 
-__all__ = ["API_ASSOCIATE", "API_DISASSOCIATE", "API_LOCK", "API_MAPPED_PTR",
+__all__ = ["API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP_TABLES",
+           "API_INTEROP", "API_IS_ACCESSIBLE", "API_LOCK", "API_MAPPED_PTR",
+           "API_RECORD_REPLAY", "API_UID_FROM_DEVICE", "IOP_DEVICE_INFO", "IOP_FORWARD",
+           "IOP_OP_CALLBACK", "IOP_OP_DESTROY", "IOP_OP_DEVICE_INFO", "IOP_OP_GET",
+           "IOP_OP_INIT", "IOP_OP_RELEASE", "IOP_OP_USE", "IOP_OP_USE60", "IOP_WAIT",
+           "c_string_copy",
            "API_PRINT_DEVICE_INFO", "API_SET_INFO_FLAG", "API_UNLOCK", "api_args",
            "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "FRAME_BEGIN", "FRAME_END",
            "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",

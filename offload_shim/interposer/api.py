@@ -12,26 +12,46 @@ plugin's ``data_lock``), ``__tgt_print_device_info`` and ``__tgt_set_info_flag``
 ``omp_target_memcpy_rect`` and ``omp_get_device_num`` are done in C
 (native/interposer.c) on top of these.  Each routine takes ``ip``, the
 :class:`~offload_shim.interposer.interface.Interposer`, and returns the C value.
+
+The routines libomptarget 19.1 and 22.1 added (native/interposer_api.c): the
+asynchronous copies and fills are libomp tasks in C around the routines above;
+``omp_target_is_accessible``, the device UIDs, ``ompx_dump_mapping_tables``,
+``__tgt_activate_record_replay`` and the interop routines are answered here, as the
+release the program links answers where releases differ (:mod:`.api_rules`).
 """
 
 from __future__ import annotations
 
+import sys
+
 from ..abi import interposer as _abi
 from ..abi.interposer import CB_FAIL, CB_OK
 from ..errors import OffloadError
-from . import diag
+from . import api_rules, diag
 
-#: libomptarget.so.16 exports that offload_shim does not define, on purpose: a call
-#: reaches the real libomptarget.so.16 (mapped as the program's DT_NEEDED), which has no
-#: device.  name -> reason (docs/conformance.md)
+#: Exports of libomptarget 16, 19.1 and 22.1 (``nm -D --defined-only``) that offload_shim
+#: does not define, on purpose: name -> reason (docs/conformance.md).  Every other export
+#: of the three is defined by libosh_interposer.so under the same version node
+#: (tests/test_conformance_api.py checks both).
 FORWARDED = {
-    name: ("OpenMP 5.1 interop objects: with the LLVM 16 host plugins libomptarget 16 "
-           "itself crashes (the x86_64 plugin has no device info: SIGSEGV after "
-           "'initDeviceInfoImpl not supported'); forwarded, every interop object reports "
-           "'Device not ready!' instead of crashing")
-    for name in ("__tgt_interop_init", "__tgt_interop_use", "__tgt_interop_destroy",
-                 "omp_get_interop_int", "omp_get_interop_name", "omp_get_interop_ptr",
+    name: ("OpenMP 5.1 interop properties: libomp's omp_get_interop_* look the routine up "
+           "with dlsym(RTLD_NEXT), which never finds the preloaded interposer, so the "
+           "program's own libomptarget answers whatever is exported here; its getters "
+           "read only the object, never the plugin manager, so they answer as in the "
+           "reference run: libomptarget 16 made the object (the interposer forwards "
+           "__tgt_interop_init there), 19.1 / 22.1 get omp_interop_none as from their "
+           "own host plugin (22.1's getters dereference it, as there)")
+    for name in ("omp_get_interop_int", "omp_get_interop_name", "omp_get_interop_ptr",
                  "omp_get_interop_str", "omp_get_interop_type_desc")}
+
+OMP_INVALID_DEVICE = -2          # omp.h omp_invalid_device (OpenMP 6.0)
+OMP_INITIAL_DEVICE = -1          # omp.h omp_initial_device (OpenMP 6.0)
+HOST_UID = b"HOST"               # GenericPluginTy::getHostDeviceUid (22.1)
+OMP_IRC_OTHER = -6               # omp_interop_rc_t omp_irc_other
+#: the UID prefix of a device of each LLVM plugin family (22.1 GenericPluginTy::getName:
+#: ``<name>-<vendor UID>``, llvm-project PR #164391); the bundled host plugin is offload_shim's
+_UID_FAMILY = {"x86_64": "x86_64", "cuda": "CUDA", "amdgpu": "AMDGPU",
+               "osh_hostplugin": "osh_host"}
 
 TARGET_ALLOC_DEVICE, TARGET_ALLOC_HOST, TARGET_ALLOC_SHARED, TARGET_ALLOC_DEFAULT = range(4)
 OFFLOAD_FAIL = -1
@@ -216,9 +236,170 @@ def set_info_flag(ip, flag: int) -> int:
     return 0
 
 
+def is_accessible(ip, ptr: int, size: int, dev: int) -> int:
+    """``omp_target_is_accessible(ptr, size, dev)`` (OpenMP 5.1; libomptarget 22.1
+    ``OpenMP/API.cpp``, llvm-project PR #138294, as the 22.1.8 build does it): 0 for
+    NULL whatever ``dev`` is; 1 on the initial device, named by its number or by
+    ``omp_initial_device`` (-1); the fatal error of
+    :meth:`Interposer.check_device_number` for a number that is no device; else the
+    device's answer whether it can reach ``[ptr, ptr + size)`` -- 0: 22.1's own x86_64
+    host plugin answers 0 for any memory (its own included, also under ``requires
+    unified_shared_memory``), and the LLVM 16 plugins have no such query."""
+    if not ptr:
+        return 0
+    if dev in (ip.num_devices(), OMP_INITIAL_DEVICE):
+        return 1
+    ip.check_device_number(dev)
+    return 0
+
+
+def device_uid(ip, num: int) -> bytes:
+    """The UID of OpenMP device ``num`` (``0 <= num < len(ip.devices)``):
+    ``<family>-<plugin device index>`` as libomptarget 22.1 names its devices
+    (``x86_64-0``: ``GenericPluginTy::getName() + "-" + vendor UID``, the host plugin's
+    vendor UID being the device index).  The LLVM 16 plugins report no vendor UID (22.1's
+    CUDA / AMDGPU plugins use the device's UUID), so the index stands in; the k-th
+    further plugin of the same family is ``<family>.<k>`` (``x86_64.1-0``) so that every
+    device's UID is its own.  Raises IndexError for a number that is no device."""
+    if not 0 <= num < len(ip.devices):
+        raise IndexError(f"no device {num} (the list has {len(ip.devices)})")
+    seen: dict[str, list] = {}                  # family -> its plugins, in device order
+    for d in ip.devices[:num + 1]:
+        fam = _UID_FAMILY.get(d.plugin.name.split(".")[0], d.plugin.name)
+        plugins = seen.setdefault(fam, [])
+        if not any(p is d.plugin for p in plugins):
+            plugins.append(d.plugin)
+    d = ip.devices[num]
+    fam = _UID_FAMILY.get(d.plugin.name.split(".")[0], d.plugin.name)
+    k = next(i for i, p in enumerate(seen[fam]) if p is d.plugin)
+    return f"{fam if k == 0 else f'{fam}.{k}'}-{d.index}".encode()
+
+
+def uid_from_device(ip, dev: int) -> int:
+    """``omp_get_uid_from_device(dev)`` (OpenMP 6.0; libomptarget 22.1, llvm-project PR
+    #164392): NULL for ``omp_invalid_device``, ``"HOST"`` for the initial device, the
+    fatal error for a number that is no device, else :func:`device_uid`.  Returns the
+    address of a ``malloc``'ed copy (the C side keeps one per text for the process) or
+    0 for NULL."""
+    if dev == OMP_INVALID_DEVICE:
+        return 0
+    n = ip.num_devices()
+    if dev == n:
+        return _abi.c_string_copy(HOST_UID)
+    ip.check_device_number(dev)
+    if not 0 <= dev < n:
+        return 0
+    return _abi.c_string_copy(device_uid(ip, dev))
+
+
+def device_from_uid(ip, uid_addr: int) -> int:
+    """``omp_get_device_from_uid(uid)``: ``omp_invalid_device`` for NULL or a UID no
+    device has, the initial device for ``"HOST"``, else the first device whose
+    :func:`device_uid` it is (22.1 walks its device list: none under
+    ``OMP_TARGET_OFFLOAD=disabled``)."""
+    if not uid_addr:
+        return OMP_INVALID_DEVICE
+    text = _abi.read_cstring(uid_addr)
+    n = ip.num_devices()
+    if text == HOST_UID:
+        return n
+    for num in range(min(n, len(ip.devices))):
+        if device_uid(ip, num) == text:
+            return num
+    return OMP_INVALID_DEVICE
+
+
+def dump_tables(ip) -> int:
+    """``ompx_dump_mapping_tables()`` (libomptarget 19.1 / 22.1 ``OpenMP/API.cpp``:
+    ``dumpTargetPointerMappings(&Loc, Device, /*toStdOut=*/true)`` for every device,
+    whatever ``LIBOMPTARGET_INFO`` says): ``<runtime> device N info: ...`` lines, the
+    table's rows (:meth:`DeviceMapper.table_lines`) or ``OpenMP Host-Device pointer
+    mappings table empty``.  Returns a ``malloc``'ed text the C side prints into the
+    program's stdout buffer and frees (0 when there is no device)."""
+    si = diag.SourceInfo(";libomptarget;libomptarget;0;0;;")
+    name = diag.runtime_name()
+    out = []
+    for num in range(min(ip.num_devices(), len(ip.devices))):
+        rows = ip.mapper(num).table_lines(si) if ip.has_mapper(num) else []
+        for text in rows or ["OpenMP Host-Device pointer mappings table empty"]:
+            out.append(f"{name} device {num} info: {text}\n")
+    return _abi.c_string_copy("".join(out).encode()) if out else 0
+
+
+def record_replay(ip, dev: int, memory_size: int, is_record: int, save_output: int) -> int:
+    """``__tgt_activate_record_replay`` (libomptarget 19.1 / 22.1 ``interface.cpp``, the
+    llvm-omp-kernel-replay tool's hook): the device number as ``PM->getDevice`` takes
+    it (fatal for anything but a device, the initial device included), then the
+    plugin would set up recording -- the LLVM 16 plugins cannot, which offload_shim
+    says in one line; returns 0 (``OMP_TGT_SUCCESS``) as those releases do whatever
+    the plugin answered (their check is an assert)."""
+    ip.check_device_number(dev, initial_ok=False)
+    what = "record" if is_record else "replay"
+    sys.stderr.write(f"offload_shim: kernel record-replay is not supported: the LLVM 16 "
+                     f"plugins cannot {what} (__tgt_activate_record_replay, "
+                     f"{memory_size} bytes, device {dev})\n")
+    sys.stderr.flush()
+    return 0
+
+
+def _interop_get22(ip, targetsync: int, ndeps: int) -> int:
+    """libomptarget 22.1 ``__tgt_interop_get``: nothing under a disabled policy (the
+    default one without devices included: ``OffloadPolicy``), else wait for the depend
+    clauses of a targetsync request; the object is ``omp_interop_none`` (the LLVM 16
+    plugins select no foreign runtime, as 22.1's own x86_64 host plugin)."""
+    from .interface import TGT_DISABLED
+    if ip.policy() == TGT_DISABLED:
+        return 0
+    return _abi.IOP_WAIT if targetsync and ndeps else 0
+
+
+def interop(ip, op: int, targetsync: int, dev: int, ndeps: int) -> int:
+    """The interop routines (native/interposer_api.c): for ``__tgt_interop_init`` /
+    ``_use`` / ``_destroy`` and 22.1's ``__tgt_interop_get`` the plan of the C side
+    (bits ``IOP_FORWARD``: the program's libomptarget does it; ``IOP_WAIT``: wait for
+    the depend clauses; ``IOP_DEVICE_INFO``: ask the plugin for its device info), by
+    ``ApiRules.interop`` of the program's runtime; ``IOP_OP_DEVICE_INFO`` asks the
+    plugin; 22.1's ``__tgt_interop_use60`` / ``_release`` answer ``OFFLOAD_FAIL`` and
+    ``ompx_interop_add_completion_callback`` ``omp_irc_other`` (22.1's answers for
+    ``omp_interop_none``, the only object offload_shim makes).  Raises ValueError for
+    an unknown ``op``."""
+    kind = ip.api_rules.interop
+    if op == _abi.IOP_OP_INIT:
+        if kind == api_rules.INTEROP_FORWARD:
+            return _abi.IOP_FORWARD
+        if kind == api_rules.INTEROP_DEVICE_INFO:
+            plan = _abi.IOP_WAIT if targetsync else 0
+            if 0 <= dev < ip.num_devices():
+                plan |= _abi.IOP_DEVICE_INFO
+            return plan
+        return _interop_get22(ip, targetsync, ndeps)
+    if op == _abi.IOP_OP_GET:
+        return _interop_get22(ip, targetsync, ndeps)
+    if op in (_abi.IOP_OP_USE, _abi.IOP_OP_DESTROY):
+        return _abi.IOP_FORWARD if kind == api_rules.INTEROP_FORWARD else 0
+    if op == _abi.IOP_OP_DEVICE_INFO:
+        if ip.device_ready(dev):
+            d = ip.devices[dev]
+            try:
+                d.plugin.init_device_info(d.index)
+            except (OffloadError, ValueError) as exc:
+                ip.errors.append(f"init_device_info on device {dev}: {exc}")
+        return 0
+    if op in (_abi.IOP_OP_USE60, _abi.IOP_OP_RELEASE):
+        return OFFLOAD_FAIL
+    if op == _abi.IOP_OP_CALLBACK:
+        return OMP_IRC_OTHER
+    raise ValueError(f"unknown interop operation {op}")
+
+
 def _s32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v >> 31 else v
+
+
+def _s64(v: int) -> int:
+    v &= 0xFFFFFFFFFFFFFFFF
+    return v - (1 << 64) if v >> 63 else v
 
 
 def dispatch(ip, which: int, a: list[int]) -> int:
@@ -235,12 +416,26 @@ def dispatch(ip, which: int, a: list[int]) -> int:
     if which == _abi.API_UNLOCK:
         return unlock_mem(ip, a[0], _s32(a[1]))
     if which == _abi.API_PRINT_DEVICE_INFO:
-        return print_device_info(ip, a[0] - (1 << 64) if a[0] >> 63 else a[0])
+        return print_device_info(ip, _s64(a[0]))
     if which == _abi.API_SET_INFO_FLAG:
         return set_info_flag(ip, a[0])
+    if which == _abi.API_IS_ACCESSIBLE:
+        return is_accessible(ip, a[0], a[1], _s32(a[2]))
+    if which == _abi.API_UID_FROM_DEVICE:
+        return uid_from_device(ip, _s32(a[0]))
+    if which == _abi.API_DEVICE_FROM_UID:
+        return device_from_uid(ip, a[0])
+    if which == _abi.API_DUMP_TABLES:
+        return dump_tables(ip)
+    if which == _abi.API_RECORD_REPLAY:
+        return record_replay(ip, _s64(a[0]), a[1], a[2], a[3])
+    if which == _abi.API_INTEROP:
+        return interop(ip, a[0], a[1], _s64(a[2]), _s64(a[3]))
     raise ValueError(f"unknown API routine {which}")
 
 
-__all__ = ["FORWARDED", "associate", "disassociate", "dispatch", "lock_mem", "mapped_ptr",
-           "print_device_info", "set_info_flag", "target_alloc", "target_free",
-           "target_is_present", "target_memcpy", "unlock_mem"]
+__all__ = ["FORWARDED", "HOST_UID", "OMP_INITIAL_DEVICE", "OMP_INVALID_DEVICE", "associate", "device_from_uid",
+           "device_uid", "disassociate", "dispatch", "dump_tables", "interop",
+           "is_accessible", "lock_mem", "mapped_ptr", "print_device_info", "record_replay",
+           "set_info_flag", "target_alloc", "target_free", "target_is_present",
+           "target_memcpy", "uid_from_device", "unlock_mem"]

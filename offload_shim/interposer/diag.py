@@ -42,6 +42,11 @@ def set_runtime_name(llvm_major: int) -> None:
     _name = "omptarget" if llvm_major >= 19 else "Libomptarget"
 
 
+def runtime_name() -> str:
+    """``GETNAME(TARGET_NAME)`` of the runtime the program links (:func:`set_runtime_name`)."""
+    return _name
+
+
 class StoiError(ValueError):
     """What ``std::stoi`` throws: ``kind`` is ``invalid_argument`` (no digits) or
     ``out_of_range`` (outside a 32-bit ``int``)."""
@@ -221,12 +226,11 @@ class SourceInfo:
         return cls(src or ";unknown;unknown;0;0;;")
 
     @classmethod
-    def of_name(cls, name: "int | str | None") -> "SourceInfo":
-        """Of a map name: the address of its string, or the string itself."""
-        if not name:
+    def of_name(cls, name: "int | str | tuple | None") -> "SourceInfo":
+        """Of a map name (:func:`name_text`)."""
+        text = name_text(name)
+        if not text:
             return cls(";unknown;unknown;0;0;;", is_name=True)
-        text = name if isinstance(name, str) else \
-            _abi.read_cstring(name).decode(errors="replace")
         return cls(text, is_name=True)
 
 
@@ -234,12 +238,29 @@ def _remove_path(path: str) -> str:
     return path[max(path.rfind("/"), path.rfind("\\")) + 1:]
 
 
-def name_of(name: "int | str | None") -> str:
-    """``getNameFromMapping``: the variable name of a map name string (its address, or
-    the string), or ``unknown``."""
+def name_text(name: "int | str | tuple | None") -> str:
+    """The text of a map name as a mapping row keeps it: the string, the address of the
+    string (``map_names[i]`` as the construct passed it), or ``(map_names, i)``: the
+    construct's array of name addresses and the argument's index, read only when the
+    name is wanted (the cheap path of plan.py, which copies no names); "" for none."""
     if not name:
+        return ""
+    if isinstance(name, str):
+        return name
+    if isinstance(name, tuple):
+        arr, i = name
+        name = _abi.read_pointer(arr + 8 * i)
+        if not name:
+            return ""
+    return _abi.read_cstring(name).decode(errors="replace")
+
+
+def name_of(name: "int | str | tuple | None") -> str:
+    """``getNameFromMapping``: the variable name of a map name (:func:`name_text`), or
+    ``unknown``."""
+    s = name_text(name)
+    if not s:
         return "unknown"
-    s = name if isinstance(name, str) else _abi.read_cstring(name).decode(errors="replace")
     begin = s.find(";")
     end = s.find(";", begin + 1)
     return s[begin + 1:end if end != -1 else len(s)]
@@ -248,4 +269,4 @@ def name_of(name: "int | str | None") -> str:
 __all__ = ["StoiError", "debug_level", "set_runtime_name", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
            "INFO_KERNEL_ARGS", "INFO_MAPPING_CHANGED", "INFO_MAPPING_EXISTS",
            "INFO_PLUGIN_KERNEL", "SourceInfo", "fatal", "info", "info_level", "message",
-           "name_of", "ptr", "report", "set_info_level"]
+           "name_of", "name_text", "ptr", "report", "runtime_name", "set_info_level"]

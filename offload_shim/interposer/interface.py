@@ -35,6 +35,7 @@ from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
 from ..core.images import OffloadImage
 from ..errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
+from .api_rules import ApiRules, rules_for
 from .bridge import Bridge, guard
 from .gomp import GompSide
 from .library import LoadedLibrary, open_library
@@ -46,6 +47,9 @@ OFFLOAD_DEVICE_DEFAULT = -1
 #: libomp ``kmp_target_offload_kind``
 TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
 _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
+#: ``KernelArgsTy::Flags`` bit 1, ``IsCUDA`` (LLVM 20+ omptarget.h): a kernel-language
+#: launch whose arguments are one packed buffer
+KERNEL_FLAG_IS_CUDA = 0x2
 #: printKernelArguments' region names (LLVM 16 interface.cpp)
 _REGION = {0: "Entering OpenMP data region", 1: "Exiting OpenMP data region",
            2: "Updating OpenMP data"}
@@ -534,28 +538,37 @@ class Interposer:
             self._host_runtime = found[0]
         return self._host_runtime
 
+    @property
+    def api_rules(self) -> ApiRules:
+        """How the API routines answer where libomptarget releases differ: the
+        :class:`~offload_shim.interposer.api_rules.ApiRules` of :attr:`host_runtime`."""
+        return rules_for(self.host_runtime)
+
     def num_devices(self) -> int:
         """``omp_get_num_devices()``: 0 under OMP_TARGET_OFFLOAD=disabled (libomptarget
         16 ``RTLsTy::loadRTLs`` loads no plugin then; 22.1 also reports 0), else the
         devices of the plugins that accepted a registered image.  libomptarget 19.1
         reports its devices under ``disabled`` too (checked on Debian 19.1.7), so code
-        linked against it gets them."""
-        if self._raw_policy() == TGT_DISABLED and self.host_runtime != 19:
+        linked against it gets them (``ApiRules.devices_when_disabled``)."""
+        if self._raw_policy() == TGT_DISABLED and not self.api_rules.devices_when_disabled:
             return 0
         return len(self.devices)
 
-    def check_device_number(self, dev_id: int) -> None:
+    def check_device_number(self, dev_id: int, *, initial_ok: bool = True) -> None:
         """API routines of libomptarget 19+ stop the program on a device number that
-        is neither a device nor the initial device (``PluginManager::getDevice`` ->
-        ``FATAL_MESSAGE(DeviceNum, ...)``, then abort; the text as Debian 19.1.7 and
-        22.1.8 print it, -1 included); libomptarget 16 returns an error instead
-        (nothing done here)."""
+        is neither a device nor (``initial_ok``) the initial device
+        (``PluginManager::getDevice`` -> ``FATAL_MESSAGE(DeviceNum, ...)``, then abort;
+        the text as Debian 19.1.7 and 22.1.8 print it, -1 included:
+        ``ApiRules.fatal_device``); libomptarget 16 returns an error instead (nothing
+        done here).  ``initial_ok=False``: routines that ask the plugin manager for the
+        initial device's number too (``__tgt_activate_record_replay``)."""
         n = self.num_devices()
-        if self.host_runtime >= 19 and not 0 <= dev_id <= n:
-            what = ("Device number" if self.host_runtime == 19
-                    else '"invalid value" device number')
-            sys.stderr.write(f"omptarget fatal error {dev_id}: {what} '{dev_id}' out of "
-                             f"range, only {n} devices available\n")
+        top = n if initial_ok else n - 1
+        if 0 <= dev_id <= top:
+            return
+        text = self.api_rules.fatal_device_text(dev_id, n)
+        if text is not None:
+            sys.stderr.write(text + "\n")
             sys.stderr.flush()
             os.abort()
 
@@ -684,6 +697,14 @@ class Interposer:
             diag.report(f"Host ptr {diag.ptr(host_ptr)} does not have a matching target "
                         "pointer.")
             return self._outcome_fail(f"no kernel for {host_ptr or 0:#x}", loc)
+        if kv.version >= 3 and _ka.Flags & KERNEL_FLAG_IS_CUDA:
+            # llvmLaunchKernel (CUDA/HIP on OpenMP, LLVM 20+ KernelLanguage/API.cpp):
+            # the arguments are one packed buffer, which no LLVM 16 plugin takes
+            sys.stderr.write("offload_shim: CUDA-style kernel launches (llvmLaunchKernel, "
+                             "KernelArgsTy Flags.IsCUDA) are not supported: the LLVM 16 "
+                             "plugins take no packed argument buffer\n")
+            sys.stderr.flush()
+            return self._outcome_fail(f"IsCUDA launch of {host_ptr or 0:#x}", loc)
         try:
             launch.target(chk, entry, m, implicit)
         except (MapError, OffloadError) as exc:

@@ -651,26 +651,34 @@ class DeviceMapper:
         with self.lock:
             return list(self.table.rows())
 
-    def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
-        """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty);
-        ``retired``: with the rows libomptarget would still hold (the ``~DeviceTy``
-        dump at exit)."""
+    def table_lines(self, loc_info: "diag.SourceInfo", retired: bool = False) -> list[str]:
+        """``dumpTargetPointerMappings``'s lines for this table, without the ``... device
+        N info: `` prefix: the heading with ``loc_info``'s place, the column titles, one
+        line per row (host and device address, size, dynamic and hold counts, the
+        declaration); ``[]`` when the table is empty.  ``retired``: with the rows
+        libomptarget would still hold (the ``~DeviceTy`` dump at exit)."""
         with self.lock:
             rows = list(self.table.rows())
             if retired and self.retired:
                 rows = sorted(rows + self.retired, key=lambda e: e.begin)
         if not rows:
-            return
-        info = lambda t: diag.info(diag.INFO_ALL, self.number, t)  # noqa: E731
-        info(f"OpenMP Host-Device pointer mappings after block at {loc_info.filename}:"
-             f"{loc_info.line}:{loc_info.column}:")
-        info(f"{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount HoldRefCount "
-             "Declaration")
+            return []
+        out = [f"OpenMP Host-Device pointer mappings after block at {loc_info.filename}:"
+               f"{loc_info.line}:{loc_info.column}:",
+               f"{'Host Ptr':<18} {'Target Ptr':<18} Size (B) DynRefCount HoldRefCount "
+               "Declaration"]
         for e in rows:
             si = diag.SourceInfo.of_name(e.name)
-            info(f"{diag.ptr(e.begin)} {diag.ptr(e.tgt)} {e.end - e.begin:<8} "
-                 f"{MapEntry.count_str(e.dyn):<11} {MapEntry.count_str(e.hold):<12} "
-                 f"{si.name} at {si.filename}:{si.line}:{si.column}")
+            out.append(f"{diag.ptr(e.begin)} {diag.ptr(e.tgt)} {e.end - e.begin:<8} "
+                       f"{MapEntry.count_str(e.dyn):<11} {MapEntry.count_str(e.hold):<12} "
+                       f"{si.name} at {si.filename}:{si.line}:{si.column}")
+        return out
+
+    def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
+        """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty,
+        libomptarget 16) -- :meth:`table_lines`."""
+        for text in self.table_lines(loc_info, retired):
+            diag.info(diag.INFO_ALL, self.number, text)
 
     def release_all(self) -> None:
         """Free the device memory of every row and empty the table (interposer close;

@@ -174,13 +174,16 @@ class _Reservation:
         ready = phase != RESERVED
         ending = phase == ENDING
         v, maps = self.v, self.maps
+        names = v[_abi.FRAME_NAMES_P]
         ents = []
         for j, (k, hp, size) in enumerate(self.fresh):
+            i = maps[k][0]
+            name = (names, i) if names else 0
             if ready:
-                e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, self.tgts[k],
-                             self.lease.ptrs[j], 0 if ending else 1, 0)
+                e = MapEntry(v[HEAD + i], hp, hp + size, self.tgts[k],
+                             self.lease.ptrs[j], 0 if ending else 1, 0, name=name)
             else:
-                e = MapEntry(v[HEAD + maps[k][0]], hp, hp + size, 0, 0, 1, 0)
+                e = MapEntry(v[HEAD + i], hp, hp + size, 0, 0, 1, 0, name=name)
                 e.pending = True
             e.leased = True
             if ending:
@@ -634,9 +637,12 @@ class FastPath:
         with dm.lock:
             if rec.entries is None:
                 table.private.remove(rec)
+                names = v[_abi.FRAME_NAMES_P]
                 for j, (k, hp, size) in enumerate(rec.fresh):
-                    table.insert(MapEntry(v[HEAD + rec.maps[k][0]], hp, hp + size,
-                                          rec.tgts[k], lease.ptrs[j], 1, 0))
+                    i = rec.maps[k][0]
+                    table.insert(MapEntry(v[HEAD + i], hp, hp + size, rec.tgts[k],
+                                          lease.ptrs[j], 1, 0,
+                                          name=(names, i) if names else 0))
                     keep.append(j)
             else:
                 for j, e in enumerate(rec.entries):
@@ -760,6 +766,7 @@ class FastPath:
         incs = []
         new = []                                # (row, bytes to allocate, pad, to)
         ptrs = ()
+        names = v[_abi.FRAME_NAMES_P]           # a row's name: (array, index), read lazily
         lock = dm.lock
         lock.acquire()
         try:
@@ -780,7 +787,8 @@ class FastPath:
                         raise Fallback              # explicit extension: reported there
                     else:
                         pad = hp % ALIGN
-                        ent = MapEntry(v[HEAD + i], hp, hp + size, 0, 0, 1, 0)
+                        ent = MapEntry(v[HEAD + i], hp, hp + size, 0, 0, 1, 0,
+                                       name=(names, i) if names else 0)
                         table.insert(ent)
                         new.append((ent, size + pad, pad, to))
                     rows.append((ent, hp))

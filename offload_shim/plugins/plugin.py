@@ -983,6 +983,22 @@ class LLVMPlugin(Plugin):
         if fn is not None:
             fn(dev)
 
+    def init_device_info(self, dev: int) -> bool:
+        """``__tgt_rtl_init_device_info(dev, &info, &err)`` on an initialised device (what
+        libomptarget 19.1's ``__tgt_interop_init`` asks the plugin): True when the plugin
+        filled the device info, False when it failed (the LLVM 16 nextgen x86_64 plugin
+        prints ``"PluginInterface" error: Failure to initialize device info ...`` and
+        fails) or has no such entry point.  Raises LifecycleError when the device is not
+        initialised (the nextgen plugin would dereference it), ValueError for an index
+        out of range."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
+        fn = self._fn.get("init_device_info")
+        if fn is None:
+            return False
+        info, err = _tgt.DeviceInfo(), c_char_p()
+        return int(fn(dev, byref(info), byref(err))) == _tgt.OFFLOAD_SUCCESS
+
 
 def _match_by_name(host_entries, raw: list[TargetEntry]) -> list[TargetEntry]:
     """Target entries in host-entry order.  Tables are matched by index
