@@ -109,6 +109,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
       to finalise its objects, ``_dl_fini``)
     * ``void osh_interposer_keep_plugins(void)`` (``offload-shim run``: the plugins' own
       exit handlers must not run: a kernel is still running at exit)
+    * ``void osh_interposer_set_runtime_name(const char *)`` (the runtime's name in the
+      lines the C side prints itself: ``Libomptarget`` or ``omptarget``)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -124,6 +126,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_exiting.argtypes = []
     lib.osh_interposer_keep_plugins.restype = None
     lib.osh_interposer_keep_plugins.argtypes = []
+    lib.osh_interposer_set_runtime_name.restype = None
+    lib.osh_interposer_set_runtime_name.argtypes = [c_char_p]
     lib.osh_interposer_note_plugin.argtypes = [c_void_p]
     lib.osh_mapper_components_new.restype = c_void_p
     lib.osh_mapper_components_new.argtypes = []
@@ -237,6 +241,19 @@ def loaded_libomptarget() -> tuple[int, str] | None:
     except OSError:
         return None
     return best
+
+
+def libomptarget_needed_by(addr: int) -> int | None:
+    """LLVM major of the ``libomptarget.so.<N>`` that the loaded object holding
+    ``addr`` names in ``DT_NEEDED`` (what a clang-built program or library links:
+    ``libomptarget.so.16``, ``.19.1``, ``.22.1``); None when it names none or no
+    loaded object holds ``addr``."""
+    import re
+    for name in _libc.needed_of(addr) or ():
+        m = re.fullmatch(r"libomptarget\.so\.(\d+)(?:\.\d+)*", name)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 _libomp = None
@@ -472,7 +489,7 @@ __all__ = ["API_ASSOCIATE", "API_DISASSOCIATE", "API_LOCK", "API_MAPPED_PTR",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
            "kernel_args_version", "kernel_map_args", "kmpc_target_offload",
-           "libgomp", "libomp", "loaded_libomptarget",
+           "libgomp", "libomp", "libomptarget_needed_by", "loaded_libomptarget",
            "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",
            "read_pointer", "read_pointers", "registered_descriptors", "set_callbacks",
            "symbol_address", "unpack", "write_pointer"]
