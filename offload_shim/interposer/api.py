@@ -151,17 +151,23 @@ def disassociate(ip, host: int, dev: int) -> int:
 
 def mapped_ptr(ip, ptr: int, dev: int) -> int:
     """``omp_get_mapped_ptr``: the device address of mapped data, the pointer itself
-    on the initial device, else NULL.  As LLVM 16 api.cpp: a device number at or
-    above the number of devices gives NULL silently, one below 0 is reported as not
-    ready."""
+    on the initial device, else NULL.  A device number at or above the number of
+    devices gives NULL silently.  LLVM 16 api.cpp reports the initial device and a
+    number below 0 (as not ready); 19.1 and 22.1 say nothing for the initial device
+    and stop the program on a number below 0 (``RuntimeProfile.mapped_ptr_reports``,
+    :meth:`Interposer.check_device_number`)."""
     if not ptr:
         diag.report("Call to omp_get_mapped_ptr with nullptr.")
         return 0
+    reports = ip.profile.mapped_ptr_reports
     if dev == ip.num_devices():
-        diag.report(f"Device {dev} is initial device, returning Ptr {diag.ptr(ptr)}.")
+        if reports:
+            diag.report(f"Device {dev} is initial device, returning Ptr {diag.ptr(ptr)}.")
         return ptr
     if dev >= len(ip.devices):              # DevicesSize <= DeviceNum: silent
         return 0
+    if not reports:
+        ip.check_device_number(dev)
     if not ip.device_ready(dev):            # a negative number is "not ready"
         diag.report(f"Device {dev} is not ready, returning nullptr.")
         return 0
