@@ -839,8 +839,8 @@ class Interposer:
 
 
 @contextlib.contextmanager
-def interpose(runtime, *, policy: str | None = None,
-              gomp_host_device: bool = False) -> Iterator[Interposer]:
+def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = False,
+              profile: RuntimeProfile | None = None) -> Iterator[Interposer]:
     """Route compiled OpenMP code to ``runtime`` for the duration of the block::
 
         with osh.Runtime([plugin]) as rt, osh.interpose(rt) as ip:
@@ -852,7 +852,10 @@ def interpose(runtime, *, policy: str | None = None,
     ``"mandatory"``).  ``gomp_host_device``: GCC-built code gets a device with separate
     host memory and libgomp's mapping, and its API routines answer from this device list
     (:mod:`offload_shim.interposer.gomp`); otherwise GCC code runs on its own libgomp.
-    Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
+    ``profile``: the libomptarget release to follow
+    (:class:`~offload_shim.interposer.profile.RuntimeProfile`; default: the one the
+    first registered library links, :attr:`Interposer.profile`; TypeError for anything
+    else).  Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
     not built, LifecycleError when another libomptarget wins symbol resolution or
     another interposer is active).  On exit: libraries loaded through it are closed,
     images unregistered, mapping memory freed, callbacks removed."""
@@ -860,7 +863,8 @@ def interpose(runtime, *, policy: str | None = None,
     with _active_lock:
         if _active is not None:
             raise LifecycleError("another offload_shim interposer is active in this process")
-        ip = Interposer(runtime, policy=policy, gomp_host_device=gomp_host_device)
+        ip = Interposer(runtime, policy=policy, gomp_host_device=gomp_host_device,
+                        profile=profile)
         _active = ip
     try:
         ip._install()
