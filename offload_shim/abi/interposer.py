@@ -464,6 +464,10 @@ FRAME_MAX = 256
 FRAME_WORDS = FRAME_HEAD + 4 * FRAME_MAX
 #: frame kinds: data begin / end / update (``__tgt_target_data_*_mapper``), kernel
 FRAME_BEGIN, FRAME_END, FRAME_UPDATE, FRAME_KERNEL = 0, 1, 2, 3
+#: added to a data construct's kind by its ``_nowait`` entry points in the per-kind
+#: callback; in a frame, word ``FRAME_HOST_PTR`` of a data construct is 1 for them
+#: (native/interposer.c ``OSH_DATA_NOWAIT``)
+DATA_NOWAIT = 0x10
 
 
 def frame_view(addr: int) -> memoryview:
@@ -482,7 +486,7 @@ def frame_pointer_args(v: memoryview) -> tuple:
 
 __all__ = ["API_ASSOCIATE", "API_DISASSOCIATE", "API_LOCK", "API_MAPPED_PTR",
            "API_PRINT_DEVICE_INFO", "API_SET_INFO_FLAG", "API_UNLOCK", "api_args",
-           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "FRAME_BEGIN", "FRAME_END",
+           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "DATA_NOWAIT", "FRAME_BEGIN", "FRAME_END",
            "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",
            "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",

@@ -48,9 +48,7 @@ OFFLOAD_DEVICE_DEFAULT = -1
 #: libomp ``kmp_target_offload_kind``
 TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
 _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
-#: the bit the C side adds to a data construct's kind for the ``_nowait`` entry points
-#: (native/interposer.c ``OSH_DATA_NOWAIT``)
-DATA_NOWAIT = 0x10
+DATA_NOWAIT = _abi.DATA_NOWAIT
 
 class _ErrorLog(list):
     """The interposer's error messages; echoed to stderr as ``offload_shim: ...`` when
@@ -600,6 +598,13 @@ class Interposer:
                 p = self._guess = _prof.detect()
         return p
 
+    @property
+    def host_runtime(self) -> int:
+        """LLVM major of the release followed (``profile.major``).  A view for reports;
+        behaviour that differs between releases is a field of :attr:`profile`, never a
+        test of this number."""
+        return self.profile.major
+
     def _choose_profile(self, desc: int) -> None:
         """At the first registration: keep the profile of the release the registering
         library links (``desc`` lies in it) and make its words diag's and the C
@@ -748,11 +753,11 @@ class Interposer:
         kind &= ~DATA_NOWAIT
         prof = self.profile
         m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
-        trace = bool(diag.info_level() & diag.INFO_KERNEL_ARGS)
         region = prof.region_name(kind, nowait) if kind in (0, 1, 2) else ""
 
         def announce(dev):
-            if trace:
+            # LIBOMPTARGET_INFO is read here, after the policy checks, as upstream
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
                 _print_arguments(loc, dev, m, region, prof)
         chk = self._check_device(dev_id, loc, announce)
         if isinstance(chk, int):
@@ -772,12 +777,12 @@ class Interposer:
         """``__tgt_target_kernel``: map, launch, unmap (omptarget.cpp ``target``),
         with no lock held across the launch."""
         prof = self.profile
-        trace = bool(diag.info_level() & diag.INFO_KERNEL_ARGS)
         parsed = []
 
         def announce(dev):
-            # only a record of a known version is read (below)
-            if trace:
+            # only a record of a known version is read (below); LIBOMPTARGET_INFO is
+            # read here, after the policy checks, as upstream
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
                 try:
                     _clang.kernel_args_version(_abi.kernel_args_version(kargs))
                 except UnknownLayoutError:
@@ -800,7 +805,7 @@ class Interposer:
         self._saw_kernel_args(host_ptr or 0, kv.version)
         m, _ka = _abi.kernel_map_args(kargs)
         implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
-        if trace and not parsed:
+        if not parsed and diag.info_level() & diag.INFO_KERNEL_ARGS:
             _print_arguments(loc, chk.number, m, "Entering OpenMP kernel", prof)
         try:
             entry = chk.device.translate(host_ptr or 0)
