@@ -503,6 +503,19 @@ int osh_ip_run_python(const char *code)
 }
 
 /* ---- control API (called from Python) -------------------------------------------- */
+/* The runtime's name in the lines the C side prints itself (Debug.h GETNAME(TARGET_NAME)):
+ * "Libomptarget" (LLVM 16) until Python sets the program's release's
+ * (RuntimeProfile.name: "omptarget" for 19.1 and 22.1). */
+static char runtime_name[32] = "Libomptarget";
+
+OSH_EXPORT void osh_interposer_set_runtime_name(const char *name)
+{
+  if (name) {
+    strncpy(runtime_name, name, sizeof runtime_name - 1);
+    runtime_name[sizeof runtime_name - 1] = 0;
+  }
+}
+
 OSH_EXPORT int osh_interposer_set_callbacks(const struct osh_interposer_callbacks *cb)
 {
   pthread_mutex_lock(&lock);
@@ -851,8 +864,8 @@ OSH_EXPORT int __tgt_target_teams_nowait_mapper(void *loc, int64_t dev, void *ho
 OSH_EXPORT void __tgt_target_nowait_query(void **handle)
 {
   if (!handle || !*handle) {
-    fprintf(stderr, "Libomptarget fatal error 1: Receive an invalid async handle from the "
-            "current OpenMP task. Is this a target nowait region?\n\n");
+    fprintf(stderr, "%s fatal error 1: Receive an invalid async handle from the "
+            "current OpenMP task. Is this a target nowait region?\n\n", runtime_name);
     abort();
   }
   *handle = NULL;
@@ -933,6 +946,11 @@ OSH_EXPORT void osh_mapper_components_free(void *handle)
   }
 }
 
+/* Added to a data construct's kind by its _nowait entry points: libomptarget 19.1 and
+ * 22.1 name them apart in their LIBOMPTARGET_INFO lines ("... with being_nowait_mapper").
+ * In a frame the kind stays 0..2 and word 4 (the kernel's host pointer) says nowait. */
+#define OSH_DATA_NOWAIT 0x10
+
 static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **bases,
                       void **args, int64_t *sizes, int64_t *types, void **names,
                       void **mappers)
@@ -945,8 +963,10 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
   int rc = INT32_MIN;
   uint64_t *fr = cbs.construct ? frame_get() : NULL;
   if (fr) {
-    frame_fill(fr, kind, loc, dev, n, bases, args, sizes, types, names, mappers);
-    fr[4] = fr[5] = fr[6] = fr[7] = fr[14] = 0;
+    frame_fill(fr, kind & ~OSH_DATA_NOWAIT, loc, dev, n, bases, args, sizes, types, names,
+               mappers);
+    fr[5] = fr[6] = fr[7] = fr[14] = 0;
+    fr[4] = (kind & OSH_DATA_NOWAIT) ? 1 : 0;
     rc = frame_call(fr);
   }
   if (rc == INT32_MIN)
@@ -968,7 +988,8 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
       int32_t nnoalias, void *noalias)                                                     \
   {                                                                                        \
     (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;                                \
-    data_call(KIND, loc, dev, n, bases, args, sizes, types, names, mappers);               \
+    data_call(KIND | OSH_DATA_NOWAIT, loc, dev, n, bases, args, sizes, types, names,       \
+              mappers);                                                                    \
   }                                                                                        \
   OSH_EXPORT void __tgt_target_data_##NAME(int64_t dev, int32_t n, void **bases,          \
                                            void **args, int64_t *sizes, int64_t *types)    \
@@ -980,7 +1001,8 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
       int32_t ndeps, void *deps, int32_t nnoalias, void *noalias)                          \
   {                                                                                        \
     (void)ndeps; (void)deps; (void)nnoalias; (void)noalias;                                \
-    data_call(KIND, NULL, dev, n, bases, args, sizes, types, NULL, NULL);                  \
+    data_call(KIND | OSH_DATA_NOWAIT, NULL, dev, n, bases, args, sizes, types, NULL,       \
+              NULL);                                                                       \
   }
 
 DATA_FORMS(begin, 0)
@@ -1187,8 +1209,8 @@ OSH_EXPORT int omp_target_memcpy_rect(void *dst, const void *src, size_t esize, 
     return 0x7fffffff;
   if (!dst || !src || esize < 1 || ndims < 1 || !volume || !dst_offsets || !src_offsets ||
       !dst_dims || !src_dims) {
-    fprintf(stderr, "Libomptarget error: Call to omp_target_memcpy_rect with invalid "
-            "arguments\n");
+    fprintf(stderr, "%s error: Call to omp_target_memcpy_rect with invalid "
+            "arguments\n", runtime_name);
     return OMP_TGT_FAIL;
   }
   if (ndims == 1)

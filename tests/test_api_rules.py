@@ -1,5 +1,5 @@
 """The API routines libomptarget 19.1 and 22.1 added, piece by piece: the per-release
-rules (offload_shim/interposer/api_rules.py), the device UIDs, the interop plans and a
+answers (the runtime profile, offload_shim/interposer/profile.py), the device UIDs, the interop plans and a
 CUDA-style launch (llvmLaunchKernel).  The differential tests of the same routines --
 compiled programs run as they are and under ``offload-shim run`` -- are the api_*
 programs of tests/programs/ (tests/test_conformance_clang.py)."""
@@ -15,31 +15,23 @@ import pytest
 
 from offload_shim.abi import interposer as abi
 from offload_shim.interposer import api
-from offload_shim.interposer.api_rules import (INTEROP_DEVICE_INFO, INTEROP_FORWARD,
-                                               INTEROP_PREFERENCE, RULES, rules_for)
+from offload_shim.interposer.profile import (INTEROP_DEVICE_INFO, INTEROP_FORWARD,
+                                            INTEROP_PREFERENCE, LIBOMPTARGET_16,
+                                            LIBOMPTARGET_19, LIBOMPTARGET_22, profile_for)
 from offload_shim.interposer.interface import TGT_DISABLED, TGT_MANDATORY
 
 
-# -- the rules per release ----------------------------------------------------------------
-def test_rules_are_chosen_by_release():
-    assert [rules_for(v).llvm for v in (16, 17, 18, 19, 20, 21, 22, 23)] == \
-        [16, 16, 16, 19, 22, 22, 22, 22]
-    for bad in (15, 0, -1):
-        with pytest.raises(ValueError, match="16 is the oldest"):
-            rules_for(bad)
-    for bad in ("19", 19.0, None, True):
-        with pytest.raises(ValueError, match="must be an int"):
-            rules_for(bad)
-
-
+# -- the answers per release -------------------------------------------------------------
 def test_what_differs_between_the_releases():
-    r16, r19, r22 = RULES[16], RULES[19], RULES[22]
-    assert r16.fatal_device_text(-1, 4) is None          # 16 returns an error
-    assert r19.fatal_device_text(-1, 4) == \
+    r16, r19, r22 = LIBOMPTARGET_16, LIBOMPTARGET_19, LIBOMPTARGET_22
+    assert r16.invalid_device is None                    # 16 returns an error
+    with pytest.raises(ValueError):
+        r16.invalid_device_text(-1, 4)
+    assert f"{r19.name} fatal error -1: {r19.invalid_device_text(-1, 4)}" == \
         "omptarget fatal error -1: Device number '-1' out of range, only 4 devices available"
-    assert r22.fatal_device_text(7, 0) == ("omptarget fatal error 7: \"invalid value\" "
-                                           "device number '7' out of range, only 0 "
-                                           "devices available")
+    assert f"{r22.name} fatal error 7: {r22.invalid_device_text(7, 0)}" == (
+        "omptarget fatal error 7: \"invalid value\" device number '7' out of range, only 0 "
+        "devices available")
     assert (r16.devices_when_disabled, r19.devices_when_disabled,
             r22.devices_when_disabled) == (False, True, False)
     assert (r16.interop, r19.interop, r22.interop) == (INTEROP_FORWARD,
@@ -63,7 +55,7 @@ class _Ip:
     devices the program sees, the policy, the rules of its runtime."""
 
     def __init__(self, llvm, devices, *, policy=TGT_MANDATORY, visible=None):
-        self.api_rules = rules_for(llvm)
+        self.profile = profile_for(llvm)
         self.devices = devices
         self._visible = len(devices) if visible is None else visible
         self._policy = policy
@@ -82,7 +74,9 @@ class _Ip:
     def check_device_number(self, dev, *, initial_ok=True):
         top = self._visible if initial_ok else self._visible - 1
         if not 0 <= dev <= top:
-            self.fatal.append(self.api_rules.fatal_device_text(dev, self._visible))
+            p = self.profile
+            self.fatal.append(f"{p.name} fatal error {dev}: "
+                              f"{p.invalid_device_text(dev, self._visible)}")
             raise SystemExit("aborted")
 
 

@@ -220,16 +220,19 @@ def _patched(prog: Path, tmp_path: Path, section: str, offset: int, value: bytes
 
 
 def test_unknown_entry_layout_refused_in_one_line_then_fallback(tmp_path):
-    """A clang-22 program whose entry records claim version 7: registration is refused
-    with one typed line; the program runs on the host (0 devices), or stops with
-    libomptarget's fatal message under OMP_TARGET_OFFLOAD=mandatory; never a crash."""
+    """A clang-22 program whose first entry record has a non-zero ``Reserved`` field (a
+    record of no known layout: 22.1 would take the table for 32-byte records):
+    registration is refused with one typed line; the program runs on the host (0
+    devices), or stops with libomptarget's fatal message under
+    OMP_TARGET_OFFLOAD=mandatory; never a crash."""
     _need(CLANG22)
-    bad = _patched(CLANG22.build(CURRENT), tmp_path, "llvm_offload_entries", 8,
-                   struct.pack("<H", 7))
+    bad = _patched(CLANG22.build(CURRENT), tmp_path, "llvm_offload_entries", 0,
+                   struct.pack("<Q", 7))
     proc, rep = _shim_run(bad, NEXTGEN, tmp_path)
     assert (proc.returncode, proc.stdout) == (0, "ndev=0 a[7]=21\n")
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "UnknownLayoutError" in lines[0] and "Version 7" in lines[0]
+    assert len(lines) == 1 and "UnknownLayoutError" in lines[0] \
+        and "Reserved is not 0" in lines[0]
     assert rep["devices"] == [] and rep["calls"]["target_kernel"] == 1
     proc, _ = _shim_run(bad, NEXTGEN, tmp_path, {"OMP_TARGET_OFFLOAD": "mandatory"})
     assert proc.returncode == -6                                 # abort(), not SIGSEGV
@@ -237,6 +240,23 @@ def test_unknown_entry_layout_refused_in_one_line_then_fallback(tmp_path):
            "mandatory" in proc.stderr.splitlines()               # libomptarget 22's words
     out = _run(OSH + ["info", "--image", bad])
     assert out.returncode == 0 and "no known offload-entry layout" in out.stdout
+
+
+@pytest.mark.parametrize("version", [0, 7])
+def test_entry_version_read_as_libomptarget_22_reads_it(version, tmp_path):
+    """A clang-22 program whose entry records claim another ``Version``: libomptarget
+    22.1 reads them as version 1 (``PluginManager::upgradeLegacyEntries`` looks at
+    ``Reserved`` only), so the program offloads; under ``offload-shim run`` too (the
+    22.1 profile's ``any_entry_version``), with the same output and no line of
+    offload_shim's own."""
+    _need(CLANG22)
+    prog = _patched(CLANG22.build(CURRENT), tmp_path, "llvm_offload_entries", 8,
+                    struct.pack("<H", version))
+    ref = _run([prog])
+    assert (ref.returncode, ref.stdout) == (0, "ndev=4 a[7]=21\n"), ref.stderr
+    proc, rep = _shim_run(prog, NEXTGEN, tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, ref.stdout, "")
+    assert rep["errors"] == [] and rep["calls"]["fallback"] == 0
 
 
 _KERNEL_ARGS_DRIVER = r"""

@@ -1,7 +1,9 @@
-"""Every line the interposer prints as libomptarget 16 (``Libomptarget error:``,
-``message:``, ``device N info:``, ``fatal error N:``) is one libomptarget.so.16 can
-print: the literal parts of each format the interposer uses must occur in the
-library's own strings (``strings`` of /usr/lib/llvm-16/lib/libomptarget.so.16), and
+"""Every line the interposer prints as libomptarget (``Libomptarget error:`` /
+``omptarget error:``, ``message:``, ``device N info:``, ``fatal error N:``) is one the
+releases it follows can print: the literal parts of each format the interposer uses
+must occur in the libraries' own strings (``strings`` of libomptarget.so.16, and of
+19.1's and 22.1's when scripts/setup.sh unpacked them), each text a release's profile
+holds (offload_shim/interposer/profile.py) in that release's library, and
 libomptarget 16's reading of its environment variables (``std::stoi`` of
 ``LIBOMPTARGET_INFO`` and ``LIBOMPTARGET_DEBUG``, ``BoolEnvar``) is followed to the
 letter (differential runs: tests/programs/env_info_parse.c)."""
@@ -16,9 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from clang_toolchains import CLANG19, CLANG22
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "offload_shim" / "interposer"
 LIBOMPTARGET16 = Path("/usr/lib/llvm-16/lib/libomptarget.so.16")
+#: the library of each release the interposer follows (profile.py)
+LIBRARIES = {"16": LIBOMPTARGET16, "19.1": CLANG19.runtime_lib / "libomptarget.so.19.1",
+             "22.1": CLANG22.runtime_lib / "libomptarget.so.22.1"}
 #: the modules that re-create libomptarget 16 (gomp*.py re-create libgomp)
 LLVM_MODULES = ("api", "bridge", "diag", "embed", "interface", "launch", "library",
                 "mapping", "omptarget", "plan", "rtl")
@@ -92,33 +99,50 @@ def _python_formats() -> list[tuple[str, list[str]]]:
     return found
 
 
+_C_HEAD = re.compile(r"^(Libomptarget|%s) (error|message|fatal error \d+|device %d info): ")
+
+
 def _c_formats() -> list[tuple[str, list[str]]]:
     """(where, literal parts) of the ``Libomptarget ...`` lines native/interposer*.c
-    print (printf conversions split the parts)."""
+    print (printf conversions split the parts; ``%s error: ...`` is such a line with
+    the runtime's name given by Python, ``osh_interposer_set_runtime_name``)."""
     found = []
     for path in sorted((ROOT / "native").glob("interposer*.c")):
         text = path.read_text()
         for m in re.finditer(r'fprintf\(stderr,\s*((?:"(?:[^"\\]|\\.)*"\s*)+)', text):
             lit = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1)))
             lit = lit.encode().decode("unicode_escape")
-            if not lit.startswith("Libomptarget"):
+            if not _C_HEAD.match(lit):
                 continue
-            lit = re.sub(r"^Libomptarget (error|message|fatal error \d+|device %d info): ",
-                         "", lit)
+            lit = _C_HEAD.sub("", lit)
             line = text.count("\n", 0, m.start()) + 1
             found.append((f"{path.name}:{line}", re.split(r"%[-0-9.*]*l*[a-zA-Z]", lit)))
     return found
 
 
+def _strings(path: Path) -> str:
+    return subprocess.run(["strings", "-n", "3", str(path)], capture_output=True,
+                          text=True, check=True).stdout
+
+
 @pytest.fixture(scope="module")
-def real_strings() -> str:
+def release_strings() -> dict[str, str]:
+    """``strings`` of each release's libomptarget (16 required; 19.1 and 22.1 when
+    unpacked)."""
     if not LIBOMPTARGET16.exists():
         pytest.skip("libomptarget.so.16 not installed (libomp5-16)")
     if shutil.which("strings") is None:
         pytest.skip("strings (binutils) not installed")
-    out = subprocess.run(["strings", "-n", "3", str(LIBOMPTARGET16)], capture_output=True,
-                         text=True, check=True).stdout
-    return out
+    return {rel: _strings(p) for rel, p in LIBRARIES.items() if p.exists()}
+
+
+@pytest.fixture(scope="module")
+def real_strings(release_strings) -> str:
+    """The strings of every release's library: a line the interposer prints is one of
+    the release the program links (which one: the profile, checked below)."""
+    if len(release_strings) < len(LIBRARIES):
+        pytest.skip("libomptarget 19.1 / 22.1 not unpacked (scripts/setup.sh)")
+    return "\n".join(release_strings.values())
 
 
 def _missing(formats, real: str) -> list[str]:
@@ -142,18 +166,53 @@ def test_extraction_finds_the_interposer_formats():
     assert any("Device " in p for p in flat)
 
 
-def test_every_python_format_is_libomptarget16s(real_strings):
+def test_every_python_format_is_a_releases(real_strings):
     assert _missing(_python_formats(), real_strings) == []
 
 
-def test_every_c_format_is_libomptarget16s(real_strings):
+def test_every_c_format_is_a_releases(real_strings):
     assert _missing(_c_formats(), real_strings) == []
 
 
-def test_a_newer_llvm_string_is_caught(real_strings):
-    """The check is not vacuous: the LLVM 17+ EMPTY_MAPPING line fails it."""
+def test_a_foreign_string_is_caught(real_strings, release_strings):
+    """The check is not vacuous: a line of no release fails it, and the LLVM 17+
+    EMPTY_MAPPING line is not libomptarget 16's."""
+    assert _missing([("x", ["variable ", " does not have a valid device counterpart "
+                                         "at all"])], real_strings)
     fake = [("x", ["variable ", " does not have a valid device counterpart"])]
-    assert _missing(fake, real_strings)
+    assert _missing(fake, release_strings["16"])
+
+
+def _profile_texts(p) -> list[tuple[str, list[str]]]:
+    """(field, literal parts) of the texts a profile holds for its lines."""
+    out = [(f"region_names{k}", [v]) for k, v in p.region_names.items()]
+    if p.invalid_device is not None:
+        # 22.1 prints the error's code ("invalid value", which its error category
+        # spells at run time: no string of the library) before the message
+        out.append(("invalid_device", re.split(r'\{\w+\}|^"[a-z ]+" ', p.invalid_device)))
+    if p.register_requires_message is not None:
+        out.append(("register_requires_message",
+                    p.register_requires_message.split("void __tgt_register_requires"
+                                                      "(int64_t)")))
+    num, clauses = p.requires_fatal
+    text = p.requires_conflict(clauses[0], 0)[1]
+    out.append(("requires_fatal", [text] if p.major == 16
+                else ["'#pragma omp requires ", "' not used consistently!"]))
+    return out
+
+
+@pytest.mark.parametrize("release", list(LIBRARIES))
+def test_each_profiles_texts_are_its_releases(release, release_strings):
+    """The region names, fatal texts and messages of each profile occur in the strings
+    of that release's own library (and a profile's name is the prefix its library
+    prints)."""
+    from offload_shim.interposer.profile import PROFILES
+    if release not in release_strings:
+        pytest.skip(f"{LIBRARIES[release]} missing (scripts/setup.sh)")
+    p = next(q for q in PROFILES if q.release == release)
+    real = release_strings[release]
+    assert _missing(_profile_texts(p), real) == []
+    assert f"{p.name} fatal error %d: %s" in real
 
 
 def test_stoi_as_libstdcxx():

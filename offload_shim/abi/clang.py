@@ -106,8 +106,9 @@ class EntryFields(namedtuple(
 class EntryLayout(namedtuple("EntryLayout", "name size releases sections decode problem")):
     """An offload-entry record layout: ``size`` bytes per record, ``releases`` (the
     LLVM releases that emit it), ``sections`` (where the compiler puts the records),
-    ``decode(raw) -> EntryFields`` and ``problem(raw) -> str | None`` (why a record is
-    not of this layout, None when it fits)."""
+    ``decode(raw) -> EntryFields`` and ``problem(raw, any_version=False) -> str |
+    None`` (why a record is not of this layout, None when it fits; ``any_version``: a
+    record of another ``Version`` fits too)."""
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -123,7 +124,7 @@ def _decode_legacy(raw: bytes) -> EntryFields:
     return EntryFields(addr, name, size, flags, data)
 
 
-def _problem_legacy(raw: bytes) -> str | None:
+def _problem_legacy(raw: bytes, any_version: bool = False) -> str | None:
     addr, name, size, flags, data = _LEGACY.unpack(raw)
     if not name:
         return "null name pointer"
@@ -139,11 +140,11 @@ def _decode_v1(raw: bytes) -> EntryFields:
     return EntryFields(addr, name, size, flags, data, kind, version)
 
 
-def _problem_v1(raw: bytes) -> str | None:
+def _problem_v1(raw: bytes, any_version: bool = False) -> str | None:
     res, version, kind, flags, addr, name, size, data, aux = _ENTRY_V1.unpack(raw)
     if res:
         return "Reserved is not 0"
-    if version != 1:
+    if version != 1 and not any_version:
         return f"Version {version}"
     if kind not in OFFLOAD_KINDS:
         return f"Kind {kind}"
@@ -164,10 +165,14 @@ ENTRY_TY_V1 = EntryLayout("llvm::offloading::EntryTy v1", 56, "LLVM 20-22",
 ENTRY_LAYOUTS: tuple[EntryLayout, ...] = (ENTRY_TY_V1, TGT_OFFLOAD_ENTRY)
 
 
-def detect_entry_layout(table: bytes, where: str = "offload entry table") -> EntryLayout:
+def detect_entry_layout(table: bytes, where: str = "offload entry table", *,
+                        any_version: bool = False) -> EntryLayout:
     """The layout of an entry table given as its raw bytes: the first of
     :data:`ENTRY_LAYOUTS` whose record size divides the table and that every record
-    fits.  An empty table is a 16-19 table (nothing to decode).  Raises
+    fits.  An empty table is a 16-19 table (nothing to decode).  ``any_version``:
+    ``EntryTy`` records of any ``Version`` fit (libomptarget 22.1 reads them whatever
+    it says: ``PluginManager::upgradeLegacyEntries`` looks at ``Reserved`` only);
+    otherwise only version 1, what clang 20-22 emit.  Raises
     :class:`~offload_shim.errors.UnknownLayoutError` (one line: the size, why each known
     layout does not fit) otherwise."""
     if not table:
@@ -179,7 +184,7 @@ def detect_entry_layout(table: bytes, where: str = "offload entry table") -> Ent
                        f"{layout.size}")
             continue
         for k in range(len(table) // layout.size):
-            p = layout.problem(table[k * layout.size:(k + 1) * layout.size])
+            p = layout.problem(table[k * layout.size:(k + 1) * layout.size], any_version)
             if p:
                 why.append(f"{layout.name}: record {k}: {p}")
                 break

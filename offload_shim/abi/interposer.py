@@ -118,6 +118,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
       to finalise its objects, ``_dl_fini``)
     * ``void osh_interposer_keep_plugins(void)`` (``offload-shim run``: the plugins' own
       exit handlers must not run: a kernel is still running at exit)
+    * ``void osh_interposer_set_runtime_name(const char *)`` (the runtime's name in the
+      lines the C side prints itself: ``Libomptarget`` or ``omptarget``)
 
     Raises OSError (dlopen)."""
     lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -133,6 +135,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_exiting.argtypes = []
     lib.osh_interposer_keep_plugins.restype = None
     lib.osh_interposer_keep_plugins.argtypes = []
+    lib.osh_interposer_set_runtime_name.restype = None
+    lib.osh_interposer_set_runtime_name.argtypes = [c_char_p]
     lib.osh_interposer_note_plugin.argtypes = [c_void_p]
     lib.osh_mapper_components_new.restype = c_void_p
     lib.osh_mapper_components_new.argtypes = []
@@ -246,6 +250,19 @@ def loaded_libomptarget() -> tuple[int, str] | None:
     except OSError:
         return None
     return best
+
+
+def libomptarget_needed_by(addr: int) -> int | None:
+    """LLVM major of the ``libomptarget.so.<N>`` that the loaded object holding
+    ``addr`` names in ``DT_NEEDED`` (what a clang-built program or library links:
+    ``libomptarget.so.16``, ``.19.1``, ``.22.1``); None when it names none or no
+    loaded object holds ``addr``."""
+    import re
+    for name in _libc.needed_of(addr) or ():
+        m = re.fullmatch(r"libomptarget\.so\.(\d+)(?:\.\d+)*", name)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 _libomp = None
@@ -469,6 +486,10 @@ FRAME_MAX = 256
 FRAME_WORDS = FRAME_HEAD + 4 * FRAME_MAX
 #: frame kinds: data begin / end / update (``__tgt_target_data_*_mapper``), kernel
 FRAME_BEGIN, FRAME_END, FRAME_UPDATE, FRAME_KERNEL = 0, 1, 2, 3
+#: added to a data construct's kind by its ``_nowait`` entry points in the per-kind
+#: callback; in a frame, word ``FRAME_HOST_PTR`` of a data construct is 1 for them
+#: (native/interposer.c ``OSH_DATA_NOWAIT``)
+DATA_NOWAIT = 0x10
 
 
 def frame_view(addr: int) -> memoryview:
@@ -492,14 +513,14 @@ __all__ = ["API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP
            "IOP_OP_INIT", "IOP_OP_RELEASE", "IOP_OP_USE", "IOP_OP_USE60", "IOP_WAIT",
            "c_string_copy",
            "API_PRINT_DEVICE_INFO", "API_SET_INFO_FLAG", "API_UNLOCK", "api_args",
-           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "FRAME_BEGIN", "FRAME_END",
+           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "DATA_NOWAIT", "FRAME_BEGIN", "FRAME_END",
            "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",
            "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",
            "bind_interposer", "dlsym_default", "free", "host_memmove", "ident_source",
            "kernel_args_version", "kernel_map_args", "kmpc_target_offload",
-           "libgomp", "libomp", "loaded_libomptarget",
+           "libgomp", "libomp", "libomptarget_needed_by", "loaded_libomptarget",
            "make_callbacks", "malloc", "omp_default_device", "read_bytes", "read_cstring",
            "read_pointer", "read_pointers", "registered_descriptors", "set_callbacks",
            "symbol_address", "unpack", "write_pointer"]

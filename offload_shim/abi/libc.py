@@ -27,7 +27,7 @@ from ctypes import c_char_p, c_int, c_size_t, c_void_p
 
 __all__ = ["MCL_CURRENT", "MCL_FUTURE", "malloc", "free", "fflush_all", "mlock", "munlock",
            "mlockall", "munlockall", "set_parent_death_signal", "dlsym_default", "dlopen", "dlclose",
-           "library_loaded", "symbol_address", "memmove", "inotify_init", "inotify_add_watch",
+           "library_loaded", "needed_of", "symbol_address", "memmove", "inotify_init", "inotify_add_watch",
            "inotify_rm_watch", "IN_CREATE", "IN_DELETE_SELF", "IN_IGNORED", "IN_ONLYDIR",
            "IN_Q_OVERFLOW"]
 
@@ -48,6 +48,8 @@ _PROTOTYPES = {
     "dlopen": (c_void_p, [c_char_p, c_int]),          # void *dlopen(const char *, int)
     "dlclose": (c_int, [c_void_p]),                   # int dlclose(void *)
     "dlerror": (c_char_p, []),                        # char *dlerror(void)
+    # int dladdr1(const void *addr, Dl_info *info, void **extra, int flags)
+    "dladdr1": (c_int, [c_void_p, c_void_p, ctypes.POINTER(c_void_p), c_int]),
     # int prctl(int option, unsigned long, unsigned long, unsigned long, unsigned long)
     "prctl": (c_int, [c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]),
     "inotify_init1": (c_int, [c_int]),                # int inotify_init1(int flags)
@@ -210,6 +212,42 @@ def library_loaded(soname: str, *, global_scope: bool = False) -> bool:
     if not global_scope:
         dlclose(handle)
     return True
+
+
+RTLD_DL_LINKMAP = 2          # <dlfcn.h> dladdr1: the object's struct link_map *
+DT_NULL, DT_NEEDED, DT_STRTAB = 0, 1, 5
+
+
+def needed_of(addr: int) -> list[str] | None:
+    """The ``DT_NEEDED`` names of the loaded object that holds address ``addr``
+    (``dladdr1(RTLD_DL_LINKMAP)``, then the object's dynamic section as the loader
+    relocated it: ``l_ld``, ``DT_STRTAB``); None when no loaded object holds ``addr``
+    or it has no dynamic section.  Reads the process's own memory only."""
+    if not addr:
+        return None
+    info = (ctypes.c_char * 32)()                     # Dl_info: four pointers
+    lm = c_void_p()
+    if not _bound()["dladdr1"](addr, info, ctypes.byref(lm), RTLD_DL_LINKMAP) or not lm.value:
+        return None
+    # struct link_map { ElfW(Addr) l_addr; char *l_name; ElfW(Dyn) *l_ld; ... }
+    l_ld = ctypes.c_void_p.from_address(lm.value + 16).value
+    if not l_ld:
+        return None
+    needed, strtab = [], 0
+    dyn = l_ld
+    while True:
+        tag = ctypes.c_int64.from_address(dyn).value
+        val = ctypes.c_uint64.from_address(dyn + 8).value
+        if tag == DT_NULL:
+            break
+        if tag == DT_NEEDED:
+            needed.append(val)
+        elif tag == DT_STRTAB:
+            strtab = val
+        dyn += 16
+    if not strtab:
+        return None
+    return [ctypes.string_at(strtab + off).decode(errors="replace") for off in needed]
 
 
 def memmove(dst: int, src: int, size: int) -> None:

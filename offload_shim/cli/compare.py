@@ -80,7 +80,7 @@ class Outcome:
                 # a source location before a fatal error stays ("file:l:c: Libomptarget fatal
                 # error 1: ..."), output glued to the front of the line does not
                 start = m.start()
-                loc = re.match(r"^(.*?:\d+:\d+: )Libomptarget", line)
+                loc = re.match(r"^(.*?:\d+:\d+: )(Libomptarget|omptarget) ", line)
                 diags.append(normalise(line if loc or start == 0 else line[start:]))
             elif OWN_LINE.match(line):
                 own.append(line.rstrip())

@@ -20,6 +20,9 @@ a :class:`~offload_shim.Runtime`.  The package follows libomptarget's own split:
 :mod:`.omptarget`   ``omptarget.cpp``: map types, ``targetDataBegin/End/Update``
 :mod:`.launch`      ``omptarget.cpp`` ``target()``: the kernel launch
 :mod:`.api`         ``api.cpp``: ``omp_target_alloc`` & co.
+:mod:`.profile`     what differs between libomptarget 16, 19.1 and 22.1: one
+                    ``RuntimeProfile`` per release, chosen from what the program
+                    links
 :mod:`.gomp`        GCC libgomp ``target.c``: registration, constructs, API
                     routines (with ``gomp_mapping``: ``gomp_map_vars`` & co.,
                     and ``gomp_device``: a device with separate host memory)

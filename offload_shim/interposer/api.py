@@ -17,7 +17,7 @@ The routines libomptarget 19.1 and 22.1 added (native/interposer_api.c): the
 asynchronous copies and fills are libomp tasks in C around the routines above;
 ``omp_target_is_accessible``, the device UIDs, ``ompx_dump_mapping_tables``,
 ``__tgt_activate_record_replay`` and the interop routines are answered here, as the
-release the program links answers where releases differ (:mod:`.api_rules`).
+release the program links answers where releases differ (:mod:`.profile`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import sys
 from ..abi import interposer as _abi
 from ..abi.interposer import CB_FAIL, CB_OK
 from ..errors import OffloadError
-from . import api_rules, diag
+from . import diag
+from . import profile as _prof
 
 #: Exports of libomptarget 16, 19.1 and 22.1 (``nm -D --defined-only``) that offload_shim
 #: does not define, on purpose: name -> reason (docs/conformance.md).  Every other export
@@ -171,17 +172,23 @@ def disassociate(ip, host: int, dev: int) -> int:
 
 def mapped_ptr(ip, ptr: int, dev: int) -> int:
     """``omp_get_mapped_ptr``: the device address of mapped data, the pointer itself
-    on the initial device, else NULL.  As LLVM 16 api.cpp: a device number at or
-    above the number of devices gives NULL silently, one below 0 is reported as not
-    ready."""
+    on the initial device, else NULL.  A device number at or above the number of
+    devices gives NULL silently.  LLVM 16 api.cpp reports the initial device and a
+    number below 0 (as not ready); 19.1 and 22.1 say nothing for the initial device
+    and stop the program on a number below 0 (``RuntimeProfile.mapped_ptr_reports``,
+    :meth:`Interposer.check_device_number`)."""
     if not ptr:
         diag.report("Call to omp_get_mapped_ptr with nullptr.")
         return 0
+    reports = ip.profile.mapped_ptr_reports
     if dev == ip.num_devices():
-        diag.report(f"Device {dev} is initial device, returning Ptr {diag.ptr(ptr)}.")
+        if reports:
+            diag.report(f"Device {dev} is initial device, returning Ptr {diag.ptr(ptr)}.")
         return ptr
     if dev >= len(ip.devices):              # DevicesSize <= DeviceNum: silent
         return 0
+    if not reports:
+        ip.check_device_number(dev)
     if not ip.device_ready(dev):            # a negative number is "not ready"
         diag.report(f"Device {dev} is not ready, returning nullptr.")
         return 0
@@ -358,16 +365,16 @@ def interop(ip, op: int, targetsync: int, dev: int, ndeps: int) -> int:
     ``_use`` / ``_destroy`` and 22.1's ``__tgt_interop_get`` the plan of the C side
     (bits ``IOP_FORWARD``: the program's libomptarget does it; ``IOP_WAIT``: wait for
     the depend clauses; ``IOP_DEVICE_INFO``: ask the plugin for its device info), by
-    ``ApiRules.interop`` of the program's runtime; ``IOP_OP_DEVICE_INFO`` asks the
+    ``RuntimeProfile.interop`` of the program's runtime; ``IOP_OP_DEVICE_INFO`` asks the
     plugin; 22.1's ``__tgt_interop_use60`` / ``_release`` answer ``OFFLOAD_FAIL`` and
     ``ompx_interop_add_completion_callback`` ``omp_irc_other`` (22.1's answers for
     ``omp_interop_none``, the only object offload_shim makes).  Raises ValueError for
     an unknown ``op``."""
-    kind = ip.api_rules.interop
+    kind = ip.profile.interop
     if op == _abi.IOP_OP_INIT:
-        if kind == api_rules.INTEROP_FORWARD:
+        if kind == _prof.INTEROP_FORWARD:
             return _abi.IOP_FORWARD
-        if kind == api_rules.INTEROP_DEVICE_INFO:
+        if kind == _prof.INTEROP_DEVICE_INFO:
             plan = _abi.IOP_WAIT if targetsync else 0
             if 0 <= dev < ip.num_devices():
                 plan |= _abi.IOP_DEVICE_INFO
@@ -376,7 +383,7 @@ def interop(ip, op: int, targetsync: int, dev: int, ndeps: int) -> int:
     if op == _abi.IOP_OP_GET:
         return _interop_get22(ip, targetsync, ndeps)
     if op in (_abi.IOP_OP_USE, _abi.IOP_OP_DESTROY):
-        return _abi.IOP_FORWARD if kind == api_rules.INTEROP_FORWARD else 0
+        return _abi.IOP_FORWARD if kind == _prof.INTEROP_FORWARD else 0
     if op == _abi.IOP_OP_DEVICE_INFO:
         if ip.device_ready(dev):
             d = ip.devices[dev]

@@ -120,6 +120,12 @@ class Bridge:
         if self.lib is not None:
             self.lib.osh_interposer_keep_plugins()
 
+    def set_runtime_name(self, name: str) -> None:
+        """The runtime's name in the lines the C side prints itself
+        (``RuntimeProfile.name``).  No-op when not loaded."""
+        if self.lib is not None:
+            self.lib.osh_interposer_set_runtime_name(name.encode())
+
     def uninstall(self) -> None:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the
         rest of the process: another thread may have read a function pointer from

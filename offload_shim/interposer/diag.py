@@ -1,13 +1,17 @@
-"""libomptarget 16's diagnostics, line for line.
+"""libomptarget's diagnostics, line for line, in the words of the program's release.
 
-Mirrors ``openmp/libomptarget/include/Debug.h`` and ``SourceInfo.h``: ``MESSAGE``
+Mirrors ``openmp/libomptarget/include/Debug.h`` and ``SourceInfo.h`` (LLVM 16;
+``offload/include/Shared/Debug.h`` in 19.1 and 22.1): ``MESSAGE``
 (``Libomptarget message: ...``), ``FAILURE_MESSAGE`` / ``REPORT`` of a release build
 (``Libomptarget error: ...``), ``INFO`` (``Libomptarget device N info: ...`` when the bit
 is set in ``LIBOMPTARGET_INFO`` or ``__tgt_set_info_flag``), ``FATAL_MESSAGE``
 (``Libomptarget fatal error N: ...``; the caller aborts), ``SourceInfo`` (the
 ``;file;function;line;col;;`` strings of ``ident_t.psource`` and of map names) and
 ``getNameFromMapping``.  Users and test suites grep these lines, so their text is
-libomptarget's own; everything goes to stderr, unbuffered.
+libomptarget's own; everything goes to stderr, unbuffered.  The runtime's name
+(``Libomptarget`` / ``omptarget``) and how ``LIBOMPTARGET_DEBUG`` is read come from the
+:class:`~offload_shim.interposer.profile.RuntimeProfile` the interposer chose
+(:func:`set_profile`); until one is chosen, 16's.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import threading
 
 from ..abi import interposer as _abi
+from .profile import LIBOMPTARGET_16, RuntimeProfile
 
 # OMP_INFOTYPE_* (LLVM 16 include/Debug.h)
 INFO_KERNEL_ARGS = 0x0001
@@ -32,14 +37,24 @@ INFO_ALL = 0xFFFFFFFF
 _level: int | None = None
 _debug: int | None = None               # LIBOMPTARGET_DEBUG, read at the first INFO
 _lock = threading.Lock()
-_name = "Libomptarget"          # GETNAME(TARGET_NAME): "omptarget" from LLVM 19 on
+_profile: RuntimeProfile = LIBOMPTARGET_16
+_name = _profile.name                   # GETNAME(TARGET_NAME)
 
 
-def set_runtime_name(llvm_major: int) -> None:
-    """The runtime's name in its lines: ``Libomptarget`` (LLVM 16), ``omptarget``
-    (19.1, 22.1: the program links that libomptarget)."""
-    global _name
-    _name = "omptarget" if llvm_major >= 19 else "Libomptarget"
+def set_profile(profile: RuntimeProfile) -> None:
+    """The release whose words the lines are in (the runtime's name,
+    ``RuntimeProfile.name``) and whose ``LIBOMPTARGET_DEBUG`` rule applies
+    (``RuntimeProfile.debug_env``).  Raises TypeError for anything but a
+    :class:`RuntimeProfile`."""
+    global _profile, _name
+    if not isinstance(profile, RuntimeProfile):
+        raise TypeError(f"set_profile needs a RuntimeProfile, not {type(profile).__name__}")
+    _profile, _name = profile, profile.name
+
+
+def profile() -> RuntimeProfile:
+    """The profile set by :func:`set_profile` (16's until one is set)."""
+    return _profile
 
 
 def runtime_name() -> str:
@@ -111,11 +126,15 @@ def info_level() -> int:
 def debug_level() -> int:
     """``getDebugLevel()``: ``LIBOMPTARGET_DEBUG`` read once, at the first INFO
     statement, with ``std::stoi`` (a value it rejects ends the program as in
-    :func:`info_level`), as an unsigned 32-bit value.  libomptarget 16's ``INFO``
-    macro prints nothing when it is not 0: its debug output (``DP``) replaces the INFO
-    lines, and the Debian build has none (a release build), so ``LIBOMPTARGET_DEBUG=1``
-    silences every ``Libomptarget device N info:`` line."""
+    :func:`info_level`), as an unsigned 32-bit value.  libomptarget 16's and 19.1's
+    ``INFO`` macro prints nothing when it is not 0: its debug output (``DP``)
+    replaces the INFO lines, and the Debian build has none (a release build), so
+    ``LIBOMPTARGET_DEBUG=1`` silences every ``Libomptarget device N info:`` line.
+    Always 0 under a release that does neither (``RuntimeProfile.debug_env``:
+    22.1)."""
     global _debug
+    if not _profile.debug_env:
+        return 0
     if _debug is None:
         with _lock:
             if _debug is None:
@@ -132,7 +151,7 @@ def tracing_possible() -> bool:
     ``LIBOMPTARGET_DEBUG``) the way :func:`info_level` does (a value ``std::stoi``
     rejects counts as tracing: the construct that reads it first must take the
     general code, which ends the program there)."""
-    if _debug is None:
+    if _debug is None and _profile.debug_env:
         try:
             stoi(os.environ.get("LIBOMPTARGET_DEBUG", "0"))
         except StoiError:
@@ -266,7 +285,7 @@ def name_of(name: "int | str | tuple | None") -> str:
     return s[begin + 1:end if end != -1 else len(s)]
 
 
-__all__ = ["StoiError", "debug_level", "set_runtime_name", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
+__all__ = ["StoiError", "debug_level", "profile", "set_profile", "stoi", "tracing_possible", "INFO_ALL", "INFO_DATA_TRANSFER", "INFO_DUMP_TABLE", "INFO_EMPTY_MAPPING",
            "INFO_KERNEL_ARGS", "INFO_MAPPING_CHANGED", "INFO_MAPPING_EXISTS",
            "INFO_PLUGIN_KERNEL", "SourceInfo", "fatal", "info", "info_level", "message",
            "name_of", "name_text", "ptr", "report", "runtime_name", "set_info_level"]

@@ -17,7 +17,8 @@ enters Python after that.
 
 Options come as JSON in ``OFFLOAD_SHIM_RUN_OPTIONS``: ``plugins`` (paths; default the
 host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
-``.nextgen`` plugin, or the classic one under ``LIBOMPTARGET_NEXTGEN_PLUGINS=0``),
+``.nextgen`` plugin, or the classic one under ``LIBOMPTARGET_NEXTGEN_PLUGINS=0`` for a
+program that links libomptarget 16 -- 19.1 and 22.1 have no such variable),
 ``bundled`` (add the bundled host plugin),
 ``policy`` (``OMP_TARGET_OFFLOAD`` override), ``gomp_host_device`` (GCC-built code gets
 :mod:`offload_shim.interposer.gomp`'s host device), ``report`` (path of a JSON report
@@ -62,9 +63,10 @@ def start(python_host: bool = False) -> None:
 
     When that fails (a plugin that cannot be loaded, no usable runtime...), one line
     ``offload_shim: the embedded runtime failed to start: ...`` goes to stderr, then:
-    under an ``OMP_TARGET_OFFLOAD=mandatory`` policy the program ends like libomptarget
-    16 does when offloading is mandatory and cannot happen (``Libomptarget fatal error
-    1: failure of target construct while offloading is mandatory``, ``abort()``);
+    under an ``OMP_TARGET_OFFLOAD=mandatory`` policy the program ends like its
+    libomptarget does when offloading is mandatory and cannot happen (``Libomptarget
+    fatal error 1: failure of target construct while offloading is mandatory``,
+    ``omptarget ...`` for 19.1 and 22.1; ``abort()``);
     otherwise it continues without a device (the interposer's "no device" answers:
     host fallback)."""
     try:
@@ -82,7 +84,13 @@ def start(python_host: bool = False) -> None:
         sys.stderr.write(f"offload_shim: the embedded runtime failed to start: "
                          f"{type(exc).__name__}: {exc}\n")
         if _policy(opts) == "mandatory":
-            sys.stderr.write("Libomptarget fatal error 1: failure of target construct "
+            name = "Libomptarget"
+            try:
+                from .profile import detect
+                name = detect().name
+            except Exception:  # noqa: BLE001 - the message matters more than the name
+                pass
+            sys.stderr.write(f"{name} fatal error 1: failure of target construct "
                              "while offloading is mandatory\n")
             sys.stderr.flush()
             os.abort()
@@ -112,11 +120,13 @@ def _start() -> None:
 
 def default_plugins() -> list[str]:
     """The host plugins libomptarget 16 loads here, in its order
-    (:func:`offload_shim.interposer.rtl.select_plugins`); every host plugin found
+    (:func:`offload_shim.interposer.rtl.select_plugins`, with the release the program
+    links: :func:`offload_shim.interposer.profile.detect`); every host plugin found
     when there is no LLVM 16 installation."""
+    from .profile import detect
     from .rtl import select_plugins
     from ..plugins import discovery
-    found = select_plugins()
+    found = select_plugins(profile=detect())
     if found:
         return found
     return [c.path for c in discovery.candidates(bundled=False)

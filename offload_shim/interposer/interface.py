@@ -35,13 +35,14 @@ from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
 from ..core.images import OffloadImage
 from ..errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
-from .api_rules import ApiRules, rules_for
+from . import profile as _prof
 from .bridge import Bridge, guard
 from .gomp import GompSide
 from .library import LoadedLibrary, open_library
 from .mapping import DeviceMapper, MapEntry, MapError
 from .plan import FastPath
-from .rtl import Registrations
+from .profile import RuntimeProfile
+from .rtl import Registrations, RequiresConflict
 
 OFFLOAD_DEVICE_DEFAULT = -1
 #: libomp ``kmp_target_offload_kind``
@@ -50,9 +51,7 @@ _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_
 #: ``KernelArgsTy::Flags`` bit 1, ``IsCUDA`` (LLVM 20+ omptarget.h): a kernel-language
 #: launch whose arguments are one packed buffer
 KERNEL_FLAG_IS_CUDA = 0x2
-#: printKernelArguments' region names (LLVM 16 interface.cpp)
-_REGION = {0: "Entering OpenMP data region", 1: "Exiting OpenMP data region",
-           2: "Updating OpenMP data"}
+DATA_NOWAIT = _abi.DATA_NOWAIT
 
 class _ErrorLog(list):
     """The interposer's error messages; echoed to stderr as ``offload_shim: ...`` when
@@ -82,14 +81,19 @@ def _closed_construct(addr: int) -> int:
     return CB_FAIL if _abi.frame_view(addr)[0] == _abi.FRAME_KERNEL else CB_OK
 
 
-def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str) -> None:
-    """``printKernelArguments`` (INFO bit 1)."""
+def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str,
+                     profile: RuntimeProfile) -> None:
+    """``printKernelArguments`` (INFO bit 1): ``region`` and one line per argument
+    with its map kind (``attach`` for an ``ATTACH`` map where the release names it,
+    ``RuntimeProfile.attach_kind``)."""
     si = diag.SourceInfo.of_loc(loc)
     diag.info(diag.INFO_ALL, dev, f"{region} at {si.filename}:{si.line}:{si.column} with "
                                   f"{m.n} arguments:")
     for i in range(m.n):
         t, size = m.types[i], m.sizes[i]
-        if t & omptarget.MAP_TO and t & omptarget.MAP_FROM:
+        if profile.attach_kind and t & omptarget.MAP_ATTACH:
+            kind = "attach"
+        elif t & omptarget.MAP_TO and t & omptarget.MAP_FROM:
             kind = "tofrom"
         elif t & omptarget.MAP_TO:
             kind = "to"
@@ -117,9 +121,16 @@ class Interposer:
     ``unsupported``: images no plugin accepted; ``gomp_registrations``: libgomp
     ``(version, host table, target type, target data, funcs, vars)`` records with the
     host function addresses and ``(address, size)`` variable pairs read from the table;
-    ``errors``: messages of constructs that failed."""
+    ``errors``: messages of constructs that failed.
 
-    def __init__(self, runtime, *, policy: str | None = None, gomp_host_device: bool = False):
+    ``profile``: the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the
+    libomptarget release whose behaviour to follow; by default the one the first
+    registered library links (:attr:`profile`)."""
+
+    def __init__(self, runtime, *, policy: str | None = None, gomp_host_device: bool = False,
+                 profile: RuntimeProfile | None = None):
+        if profile is not None and not isinstance(profile, RuntimeProfile):
+            raise TypeError(f"profile must be a RuntimeProfile, not {type(profile).__name__}")
         self.runtime = runtime
         # registration, unregistration, requires, initLibrary and close (libomptarget
         # 16 RTLsMtx / TrlTblMtx / PendingGlobalsMtx); never taken by a construct that
@@ -135,6 +146,12 @@ class Interposer:
         self._closer: int | None = None
         self._policy_override = policy
         self._decided_policy: int | None = None
+        self._read_policy: int | None = None       # OMP_TARGET_OFFLOAD as read once
+        self._profile: RuntimeProfile | None = profile
+        self._guess: RuntimeProfile | None = None  # before the first registration
+        self._registered = False
+        if profile is not None:
+            diag.set_profile(profile)
         self.errors: list[str] = _ErrorLog()
         self.rtls = Registrations(runtime)
         # libgomp's own locks (register_lock, devicep->lock): GCC code does not wait
@@ -146,7 +163,6 @@ class Interposer:
         self._loaded: list[LoadedLibrary] = []
         self._closed = False
         self._bridge = Bridge()
-        self._host_runtime: int | None = None
         # per-region plans and the cheap path of common constructs (plan.py); it calls
         # back into the general code below for everything else
         self.fast = FastPath(check_device=self._check_device,
@@ -232,6 +248,9 @@ class Interposer:
         })
         self.gomp.install(self._bridge.lib)
         self._bridge.note_plugins(self.runtime.plugins)
+        # the words of the release mapped now, until a registration names its own
+        diag.set_profile(self.profile)
+        self._bridge.set_runtime_name(self.profile.name)
         # libraries registered before the callbacks existed (e.g. preloaded)
         for desc in self._bridge.registered():
             if desc not in self.libraries:
@@ -314,9 +333,8 @@ class Interposer:
                     self._on_unregister(desc)
                 if diag.info_level() & diag.INFO_DUMP_TABLE:
                     # ~DeviceTy when libomptarget is unloaded
-                    si = diag.SourceInfo(";libomptarget;libomptarget;0;0;;")
-                    for num in sorted(self._mappers):
-                        self._mappers[num].dump(si, retired=True)
+                    self._dump_tables(diag.SourceInfo(";libomptarget;libomptarget;0;0;;"),
+                                      at_exit=True)
                 for dm in self._mappers.values():
                     dm.release_all()
                 self.fast.invalidate()
@@ -394,12 +412,23 @@ class Interposer:
         return p
 
     def _raw_policy(self) -> int:
+        """``OMP_TARGET_OFFLOAD`` as libomp's ``__kmpc_get_target_offload`` gives it
+        (the ``policy`` override first), read once and kept: libomptarget reads it
+        once (16: ``loadRTLs``; 19.1: the ``OffloadPolicy`` static; 22.1:
+        ``PluginManager::init``).  When it is read is the release's
+        (``RuntimeProfile.policy_at_registration``: :meth:`_on_register` reads it at
+        the first registration for 16 and 22.1, so a ``setenv`` in ``main`` is too
+        late there; 19.1 reads it at the first construct)."""
         if self._policy_override is not None:
             return _POLICIES[self._policy_override.lower()]
+        p = self._read_policy
+        if p is not None:
+            return p
         p = _abi.kmpc_target_offload(_abi.libomp())
         if p is None:
             env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
             p = {"disabled": TGT_DISABLED, "mandatory": TGT_MANDATORY}.get(env, TGT_DEFAULT)
+        self._read_policy = p
         return p
 
     def _outcome(self, success: bool, loc: int | None) -> int:
@@ -407,13 +436,10 @@ class Interposer:
         say where to look, name the source location, print the fatal error and
         return CB_FATAL (the C side aborts); otherwise CB_OK / CB_FAIL."""
         policy = self.policy()
-        diag.set_runtime_name(self.host_runtime)
         dump = diag.info_level() & diag.INFO_DUMP_TABLE
         if policy == TGT_MANDATORY:
             if dump:
-                si = diag.SourceInfo.of_loc(loc)
-                for num in sorted(self._mappers):
-                    self._mappers[num].dump(si)
+                self._dump_tables(diag.SourceInfo.of_loc(loc))
             if success:
                 return CB_OK
             if not dump:
@@ -430,6 +456,28 @@ class Interposer:
                        prefix)
             return CB_FATAL
         return CB_OK if success else CB_FAIL
+
+    def _dump_tables(self, si: "diag.SourceInfo", at_exit: bool = False) -> None:
+        """``dumpTargetPointerMappings`` of every device (``handleTargetOutcome``
+        with INFO bit 4; ``at_exit``: ``~DeviceTy``, with the rows libomptarget would
+        still hold).  16 dumps the tables of the devices used so far, nothing for an
+        empty one; 19.1 and 22.1 dump every device of the list, ``... table empty``
+        for an empty one, and at exit from the last device to the first
+        (``RuntimeProfile.dump_empty_tables``, ``exit_dump_descending``)."""
+        prof = self.profile
+        if not prof.dump_empty_tables:
+            for num in sorted(self._mappers):
+                self._mappers[num].dump(si, retired=at_exit)
+            return
+        nums = range(self.num_devices())
+        if at_exit and prof.exit_dump_descending:
+            nums = reversed(nums)
+        for num in nums:
+            dm = self._mappers.get(num)
+            if dm is None:
+                diag.info(diag.INFO_ALL, num, "OpenMP Host-Device pointer mappings table empty")
+            else:
+                dm.dump(si, retired=at_exit)
 
     def _outcome_fail(self, message: str, loc: int | None = None) -> int:
         self.errors.append(message)
@@ -469,9 +517,15 @@ class Interposer:
             return False
         return True
 
-    def _check_device(self, dev_id: int, loc: int | None) -> DeviceMapper | int:
+    def _check_device(self, dev_id: int, loc: int | None, announce=None
+                      ) -> DeviceMapper | int:
         """The DeviceMapper to offload to, or a callback return code (fallback /
-        fatal) -- libomptarget 16 ``checkDeviceAndCtors``."""
+        fatal) -- libomptarget 16 ``checkDeviceAndCtors``; 19.1 / 22.1 ``checkDevice``
+        then ``PM->getDevice``, whose error for a number that is no device is one
+        fatal line (``RuntimeProfile.invalid_device``).  ``announce(dev)`` prints the
+        construct's arguments (INFO bit 1) where the release prints them: between
+        the two checks (``RuntimeProfile.args_before_device``); otherwise the caller
+        prints them after a success."""
         if self.policy() == TGT_DISABLED:
             return CB_FAIL
         if dev_id == OFFLOAD_DEVICE_DEFAULT:
@@ -482,6 +536,13 @@ class Interposer:
                                       loc)
         if dev_id == n:                       # the initial (host) device
             return CB_FAIL
+        prof = self.profile
+        if announce is not None and prof.args_before_device:
+            announce(dev_id)
+        if prof.invalid_device is not None and not 0 <= dev_id < n:
+            self.errors.append(f"device {dev_id} out of range ({n} devices)")
+            diag.fatal(dev_id, prof.invalid_device_text(dev_id, n))
+            return CB_FATAL
         if not self.device_ready(dev_id):
             diag.report(f"Device {dev_id} is not ready.")
             return self._outcome_fail(f"device {dev_id} is not ready", loc)
@@ -525,51 +586,59 @@ class Interposer:
                             raise MapError(str(exc)) from None
             dm.lib_key = key
 
-    # -- devices ------------------------------------------------------------------------
+    # -- the release (profile.py) --------------------------------------------------------
+    @property
+    def profile(self) -> RuntimeProfile:
+        """The :class:`~offload_shim.interposer.profile.RuntimeProfile` whose behaviour
+        the interposer follows: the one given to :func:`interpose`, else the release
+        of the libomptarget the first registered library links, chosen at that
+        registration and kept (:func:`offload_shim.interposer.profile.detect`); before
+        any registration, the one mapped into the process when first asked."""
+        p = self._profile
+        if p is None:
+            p = self._guess
+            if p is None:
+                p = self._guess = _prof.detect()
+        return p
+
     @property
     def host_runtime(self) -> int:
-        """LLVM major of the libomptarget the compiled code links (16 when none is
-        loaded): the API routines answer as that release does where releases differ
-        (``abi.interposer.loaded_libomptarget``, read once a library registered)."""
-        if self._host_runtime is None:
-            found = _abi.loaded_libomptarget()
-            if found is None or not self.libraries:
-                return found[0] if found else 16
-            self._host_runtime = found[0]
-        return self._host_runtime
+        """LLVM major of the release followed (``profile.major``).  A view for reports;
+        behaviour that differs between releases is a field of :attr:`profile`, never a
+        test of this number."""
+        return self.profile.major
 
-    @property
-    def api_rules(self) -> ApiRules:
-        """How the API routines answer where libomptarget releases differ: the
-        :class:`~offload_shim.interposer.api_rules.ApiRules` of :attr:`host_runtime`."""
-        return rules_for(self.host_runtime)
+    def _choose_profile(self, desc: int) -> None:
+        """At the first registration: keep the profile of the release the registering
+        library links (``desc`` lies in it) and make its words diag's and the C
+        side's (``osh_interposer_set_runtime_name``)."""
+        if self._profile is None:
+            self._profile = _prof.detect(desc)
+        diag.set_profile(self._profile)
+        self._bridge.set_runtime_name(self._profile.name)
 
+    # -- devices ------------------------------------------------------------------------
     def num_devices(self) -> int:
-        """``omp_get_num_devices()``: 0 under OMP_TARGET_OFFLOAD=disabled (libomptarget
-        16 ``RTLsTy::loadRTLs`` loads no plugin then; 22.1 also reports 0), else the
-        devices of the plugins that accepted a registered image.  libomptarget 19.1
-        reports its devices under ``disabled`` too (checked on Debian 19.1.7), so code
-        linked against it gets them (``ApiRules.devices_when_disabled``)."""
-        if self._raw_policy() == TGT_DISABLED and not self.api_rules.devices_when_disabled:
+        """``omp_get_num_devices()``: the devices of the plugins that accepted a
+        registered image; 0 under ``OMP_TARGET_OFFLOAD=disabled`` where the release
+        loads no plugin then (``RuntimeProfile.devices_when_disabled``: 16, 22.1)."""
+        if not self.profile.devices_when_disabled and self._raw_policy() == TGT_DISABLED:
             return 0
         return len(self.devices)
 
     def check_device_number(self, dev_id: int, *, initial_ok: bool = True) -> None:
-        """API routines of libomptarget 19+ stop the program on a device number that
-        is neither a device nor (``initial_ok``) the initial device
-        (``PluginManager::getDevice`` -> ``FATAL_MESSAGE(DeviceNum, ...)``, then abort;
-        the text as Debian 19.1.7 and 22.1.8 print it, -1 included:
-        ``ApiRules.fatal_device``); libomptarget 16 returns an error instead (nothing
-        done here).  ``initial_ok=False``: routines that ask the plugin manager for the
+        """API routines of libomptarget 19.1 / 22.1 stop the program on a device number
+        that is neither a device nor the initial device (``PluginManager::getDevice``
+        -> ``FATAL_MESSAGE(DeviceNum, ...)``, then abort, -1 included;
+        ``RuntimeProfile.invalid_device``); 16 returns an error instead (nothing done
+        here).  ``initial_ok=False``: routines that ask the plugin manager for the
         initial device's number too (``__tgt_activate_record_replay``)."""
-        n = self.num_devices()
-        top = n if initial_ok else n - 1
-        if 0 <= dev_id <= top:
+        prof = self.profile
+        if prof.invalid_device is None:
             return
-        text = self.api_rules.fatal_device_text(dev_id, n)
-        if text is not None:
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
+        n = self.num_devices()
+        if not 0 <= dev_id <= (n if initial_ok else n - 1):
+            diag.fatal(dev_id, prof.invalid_device_text(dev_id, n))
             os.abort()
 
     def mapper(self, num: int) -> DeviceMapper:
@@ -581,7 +650,8 @@ class Interposer:
                 dm = self._mappers.get(num)
                 if dm is None:
                     dm = self._mappers[num] = DeviceMapper(
-                        self.devices[num], num, lambda: self.rtls.requires_flags)
+                        self.devices[num], num, lambda: self.rtls.requires_flags,
+                        profile=lambda: self.profile)
         return dm
 
     def has_mapper(self, num: int) -> bool:
@@ -600,9 +670,25 @@ class Interposer:
 
     # -- registration (rtl.cpp) --------------------------------------------------------
     def _on_requires(self, flags: int) -> int:
+        """``__tgt_register_requires(flags)``: 16 keeps the first value and stops the
+        program when a later one disagrees on a clause it compares (rtl.cpp
+        ``RTLsTy::registerRequires``: ``Libomptarget fatal error 1: '#pragma omp
+        requires unified_shared_memory' not used consistently!``, abort); 19.1 and
+        22.1 only print that the entry point was removed (``RuntimeProfile
+        .register_requires_message``)."""
+        prof = self.profile
+        if prof.register_requires_message is not None:
+            diag.message(prof.register_requires_message)
+            return CB_OK
         with self._rtl_lock:
-            self.rtls.requires_flags = int(flags)
-            self.fast.invalidate()
+            try:
+                self.rtls.add_requirements(int(flags), prof)
+            except RequiresConflict as exc:
+                self.errors.append(str(exc))
+                diag.fatal(exc.number, exc.text)
+                return CB_FATAL
+            finally:
+                self.fast.invalidate()
         return CB_OK
 
     def _saw_kernel_args(self, host_ptr: int, version: int) -> None:
@@ -614,14 +700,25 @@ class Interposer:
         """``__tgt_register_lib`` (under the registration lock: libomptarget 16
         ``RTLsMtx``)."""
         with self._rtl_lock:
+            first = not self._registered
+            if first:
+                self._registered = True
+                self._choose_profile(desc)
+            prof = self._profile
             self._lib_gen += 1
             self.fast.invalidate()
             try:
-                self.rtls.register_lib(desc)
+                self.rtls.register_lib(desc, prof)
+            except RequiresConflict as exc:
+                # 19.1 / 22.1 addRequirements: FATAL_MESSAGE(2, ...), abort
+                self.errors.append(str(exc))
+                diag.fatal(exc.number, exc.text)
+                return CB_FATAL
             finally:
                 # the image's own requires entries (clang 19+) are known only now
                 self.fast.invalidate()
-            diag.set_runtime_name(self.host_runtime)
+            if first and prof.policy_at_registration:
+                self._raw_policy()          # loadRTLs / PluginManager::init read it now
             return CB_OK
 
     def _on_unregister(self, desc: int) -> int:
@@ -656,12 +753,21 @@ class Interposer:
         """``__tgt_target_data_{begin,end,update}[_nowait]_mapper`` (kind 0, 1, 2).
         No lock is held across it: the mapping table's lock is taken per look-up
         (:mod:`.mapping`)."""
-        chk = self._check_device(dev_id, loc)
+        nowait = bool(kind & DATA_NOWAIT)
+        kind &= ~DATA_NOWAIT
+        prof = self.profile
+        m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
+        region = prof.region_name(kind, nowait) if kind in (0, 1, 2) else ""
+
+        def announce(dev):
+            # LIBOMPTARGET_INFO is read here, after the policy checks, as upstream
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
+                _print_arguments(loc, dev, m, region, prof)
+        chk = self._check_device(dev_id, loc, announce)
         if isinstance(chk, int):
             return chk
-        m = _abi.MapArgs(n, bases, args, sizes, types, names, mappers)
-        if diag.info_level() & diag.INFO_KERNEL_ARGS:
-            _print_arguments(loc, chk.number, m, _REGION.get(kind, ""))
+        if not prof.args_before_device:
+            announce(chk.number)
         fn = (omptarget.target_data_begin, omptarget.target_data_end,
               omptarget.target_data_update)[kind]
         try:
@@ -674,7 +780,21 @@ class Interposer:
     def _on_kernel(self, loc, dev_id, teams, threads, host_ptr, kargs) -> int:
         """``__tgt_target_kernel``: map, launch, unmap (omptarget.cpp ``target``),
         with no lock held across the launch."""
-        chk = self._check_device(dev_id, loc)
+        prof = self.profile
+        parsed = []
+
+        def announce(dev):
+            # only a record of a known version is read (below); LIBOMPTARGET_INFO is
+            # read here, after the policy checks, as upstream
+            if diag.info_level() & diag.INFO_KERNEL_ARGS:
+                try:
+                    _clang.kernel_args_version(_abi.kernel_args_version(kargs))
+                except UnknownLayoutError:
+                    return
+                parsed.append(dev)
+                _print_arguments(loc, dev, _abi.kernel_map_args(kargs)[0],
+                                 "Entering OpenMP kernel", prof)
+        chk = self._check_device(dev_id, loc, announce)
         if isinstance(chk, int):
             return chk
         # the record's version first: an unknown one (clang > 22) is refused before
@@ -689,8 +809,8 @@ class Interposer:
         self._saw_kernel_args(host_ptr or 0, kv.version)
         m, _ka = _abi.kernel_map_args(kargs)
         implicit = (_clang.DYN_PTR_HOST,) if kv.implicit_dyn_ptr else ()
-        if diag.info_level() & diag.INFO_KERNEL_ARGS:
-            _print_arguments(loc, chk.number, m, "Entering OpenMP kernel")
+        if not parsed and diag.info_level() & diag.INFO_KERNEL_ARGS:
+            _print_arguments(loc, chk.number, m, "Entering OpenMP kernel", prof)
         try:
             entry = chk.device.translate(host_ptr or 0)
         except KeyError:
@@ -736,8 +856,8 @@ class Interposer:
 
 
 @contextlib.contextmanager
-def interpose(runtime, *, policy: str | None = None,
-              gomp_host_device: bool = False) -> Iterator[Interposer]:
+def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = False,
+              profile: RuntimeProfile | None = None) -> Iterator[Interposer]:
     """Route compiled OpenMP code to ``runtime`` for the duration of the block::
 
         with osh.Runtime([plugin]) as rt, osh.interpose(rt) as ip:
@@ -749,7 +869,10 @@ def interpose(runtime, *, policy: str | None = None,
     ``"mandatory"``).  ``gomp_host_device``: GCC-built code gets a device with separate
     host memory and libgomp's mapping, and its API routines answer from this device list
     (:mod:`offload_shim.interposer.gomp`); otherwise GCC code runs on its own libgomp.
-    Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
+    ``profile``: the libomptarget release to follow
+    (:class:`~offload_shim.interposer.profile.RuntimeProfile`; default: the one the
+    first registered library links, :attr:`Interposer.profile`; TypeError for anything
+    else).  Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
     not built, LifecycleError when another libomptarget wins symbol resolution or
     another interposer is active).  On exit: libraries loaded through it are closed,
     images unregistered, mapping memory freed, callbacks removed."""
@@ -757,7 +880,8 @@ def interpose(runtime, *, policy: str | None = None,
     with _active_lock:
         if _active is not None:
             raise LifecycleError("another offload_shim interposer is active in this process")
-        ip = Interposer(runtime, policy=policy, gomp_host_device=gomp_host_device)
+        ip = Interposer(runtime, policy=policy, gomp_host_device=gomp_host_device,
+                        profile=profile)
         _active = ip
     try:
         ip._install()

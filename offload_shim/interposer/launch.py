@@ -5,7 +5,8 @@ Mirrors libomptarget 16 ``omptarget.cpp`` ``target()`` with ``processDataBefore`
 ``member_of``: ``TgtPtrBegin`` with offset ``HstPtrBase - HstPtrBegin``, the host value
 for a pointer that is not mapped; literals by value; privates get device memory, the
 first-private ones of at most 1024 bytes packed into one buffer and copied at once
-(``PrivateArgumentManagerTy``); the device pointers inside a mapped lambda object are
+(``PrivateArgumentManagerTy``, laid out as the program's release does:
+``RuntimeProfile.pack_firstprivate``); the device pointers inside a mapped lambda object are
 rewritten to the device copies of what they point to) and ``processDataAfter``
 (``targetDataEnd``, then the private memory is freed).  Kernels built by clang 18-22
 (``KernelArgsTy`` version 3) take the implicit ``dyn_ptr`` first: the caller passes it
@@ -50,24 +51,21 @@ class _Privates:
         self.packed.append((index, hp, size))
         return 0
 
-    @staticmethod
-    def layout(sizes) -> tuple[list[int], int]:
-        """Where ``PrivateArgumentManagerTy`` (LLVM 16 omptarget.cpp) puts packed
-        first-private arguments of ``sizes`` bytes: each takes ``AlignedSize = Size +
-        Size % 8`` bytes (not a multiple of 8 in general: 13 bytes take 18), at the
-        running sum of those.  Returns (offsets, total bytes)."""
-        offsets, total = [], 0
-        for size in sizes:
-            offsets.append(total)
-            total += size + size % 8
-        return offsets, total
+    def layout(self, args) -> tuple[list[int], int]:
+        """Where ``PrivateArgumentManagerTy`` puts packed first-private arguments
+        ``args`` (``(host address, size)``): the program's release's rule
+        (:meth:`RuntimeProfile.pack_firstprivate
+        <offload_shim.interposer.profile.RuntimeProfile.pack_firstprivate>`; 16: each
+        takes ``Size + Size % 8`` bytes, 13 bytes take 18).  Returns (offsets, total
+        bytes)."""
+        return self.dm.profile.pack_firstprivate(args)
 
     def pack(self, tgt_args: list[int]) -> None:
         """Copy the packed first-private arguments to the device at once and set their
         kernel arguments (``packAndTransfer``)."""
         if not self.packed:
             return
-        offsets, total = self.layout([s for _i, _h, s in self.packed])
+        offsets, total = self.layout([(h, s) for _i, h, s in self.packed])
         buf = _abi.HostBuffer(total)            # zero-filled, as the resized buffer
         for (_i, hp, size), off in zip(self.packed, offsets):
             _abi.host_memmove(buf.address + off, hp, size)

@@ -10,7 +10,9 @@ not mapped keeps its host value, OpenMP 5.1/5.2), ``associatePtr`` /
 ``disassociatePtr``, the shadow pointers of ``ptr_and_obj`` maps, the permanent rows of
 declare-target globals (``initLibrary``: infinite reference count) and the INFO traces
 (``Mapping exists``, ``Creating new map entry``, ``Removing map entry``, ``Copying
-data``, the table dump).  Device memory comes from :meth:`Device.alloc` /
+data``, the table dump) in the words of the program's release (19.1 and 22.1 add
+``TgtAllocBegin=``, a line for unified shared memory and ``table empty``:
+:class:`~offload_shim.interposer.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
 :meth:`Device.free` (the pool); copies go through :meth:`Device.submit_raw` /
 :meth:`Device.retrieve_raw`.
 
@@ -41,6 +43,7 @@ from ..abi import interposer as _abi
 from ..errors import OffloadError
 from ..records import FieldsRepr
 from . import diag
+from .profile import LIBOMPTARGET_16
 
 _INF = float("inf")
 OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
@@ -269,7 +272,9 @@ class DeviceMapper:
     """The mapping side of one OpenMP device (libomptarget ``DeviceTy``): its
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
-    ``requires`` returns the ``__tgt_register_requires`` flags in force.
+    ``requires`` returns the ``__tgt_register_requires`` flags in force; ``profile``
+    the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the program's
+    release (its INFO lines).
 
     ``lock`` (an RLock, libomptarget 16 ``DeviceTy::DataMapMtx``) guards ``table``,
     the rows' counts and states, ``retired`` and ``ctors_done``' readers; it is held
@@ -278,12 +283,14 @@ class DeviceMapper:
     that wait for a ``pending`` row; ``waiting`` counts them.  ``lib_key``: what
     ``initLibrary`` last ran for (the interposer's, under its registration lock)."""
 
-    def __init__(self, device, number: int = 0, requires=lambda: 0):
+    def __init__(self, device, number: int = 0, requires=lambda: 0,
+                 profile=lambda: LIBOMPTARGET_16):
         self.device = device
         self.number = number
         self.table = MappingTable()
         self.retired: list[MapEntry] = []       # global rows of unregistered images
         self._requires = requires
+        self._profile = profile
         self.ctors_done: set[int] = set()       # descriptors whose ctors ran here
         self.lock = threading.RLock()
         self.cv = threading.Condition(self.lock)
@@ -293,6 +300,11 @@ class DeviceMapper:
     @property
     def usm(self) -> bool:
         return bool(self._requires() & OMP_REQ_UNIFIED_SHARED_MEMORY)
+
+    @property
+    def profile(self):
+        """The :class:`~offload_shim.interposer.profile.RuntimeProfile` in force."""
+        return self._profile()
 
     def _info(self, flags: int, text: str) -> None:
         diag.info(flags, self.number, text)
@@ -384,6 +396,10 @@ class DeviceMapper:
             elif self.usm and not close:
                 if size:
                     r.present, r.is_host, r.tgt = False, True, hp
+                    if self.profile.usm_info:
+                        self._info(diag.INFO_MAPPING_CHANGED,
+                                   f"Return HstPtrBegin {diag.ptr(hp)} Size={size} for "
+                                   "unified shared memory")
             elif present:
                 diag.message("device mapping required by 'present' map type modifier does "
                              f"not exist for host address {diag.ptr(hp)} ({size} bytes)")
@@ -409,9 +425,12 @@ class DeviceMapper:
                     return TargetPointer(present=True)
                 ent.alloc, ent.tgt = ptr, ptr + padding
                 r.tgt = ent.tgt
+                alloc = (f"TgtAllocBegin={diag.ptr(ptr)}, "
+                         if self.profile.alloc_begin_info else "")
                 self._info(diag.INFO_MAPPING_CHANGED,
                            f"Creating new map entry with HstPtrBase={diag.ptr(base)}, "
-                           f"HstPtrBegin={diag.ptr(hp)}, TgtPtrBegin={diag.ptr(ent.tgt)}, "
+                           f"HstPtrBegin={diag.ptr(hp)}, {alloc}"
+                           f"TgtPtrBegin={diag.ptr(ent.tgt)}, "
                            f"Size={size}, DynRefCount={MapEntry.count_str(ent.dyn)}, "
                            f"HoldRefCount={MapEntry.count_str(ent.hold)}, "
                            f"Name={diag.name_of(name)}")
@@ -675,9 +694,13 @@ class DeviceMapper:
         return out
 
     def dump(self, loc_info: "diag.SourceInfo", retired: bool = False) -> None:
-        """``dumpTargetPointerMappings``: the table as INFO lines (nothing when empty,
-        libomptarget 16) -- :meth:`table_lines`."""
-        for text in self.table_lines(loc_info, retired):
+        """``dumpTargetPointerMappings``: the table as INFO lines (:meth:`table_lines`);
+        an empty table prints nothing (16) or ``OpenMP Host-Device pointer mappings
+        table empty`` (19.1, 22.1: ``RuntimeProfile.dump_empty_tables``)."""
+        lines = self.table_lines(loc_info, retired)
+        if not lines and self.profile.dump_empty_tables:
+            lines = ["OpenMP Host-Device pointer mappings table empty"]
+        for text in lines:
             diag.info(diag.INFO_ALL, self.number, text)
 
     def release_all(self) -> None:

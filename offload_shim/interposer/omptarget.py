@@ -127,7 +127,7 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
                            else "device failure or illegal mapping") + ").")
             raise MapError(f"cannot map {size} bytes at {hp:#x}")
         if t & MAP_RETURN_PARAM:
-            m.set_base(i, (tpr.tgt - (hp - base)) & 0xFFFFFFFFFFFFFFFF if tpr.tgt else 0)
+            m.set_base(i, _return_param(dm, hp, base, tpr.tgt))
         if t & MAP_PTR_AND_OBJ and not tpr.is_host:
             try:
                 dm.attach(ptr_host, ptr_tpr.tgt, base, tpr.tgt - (hp - base),
@@ -137,6 +137,20 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
                 raise MapError("cannot attach a pointer") from None
     for i in attach:
         _attach_entry(dm, m, i, fresh)
+
+
+def _return_param(dm: DeviceMapper, hp: int, base: int, tgt: int) -> int:
+    """The base ``use_device_ptr`` / ``use_device_addr`` (a ``RETURN_PARAM`` map)
+    gives: the device address minus the begin's offset from the base; when the
+    look-up failed, NULL (16, 19.1) or the host base itself (22.1, OpenMP 5.1: the
+    list item keeps its address; llvm-project PR #174659:
+    ``RuntimeProfile.use_device_fallback``)."""
+    delta = hp - base
+    if tgt:
+        return (tgt - delta) & 0xFFFFFFFFFFFFFFFF
+    if dm.profile.use_device_fallback == "host":
+        return (hp - delta) & 0xFFFFFFFFFFFFFFFF
+    return 0
 
 
 def _attach_entry(dm: DeviceMapper, m: _abi.MapArgs, i: int, fresh: set[int]) -> None:

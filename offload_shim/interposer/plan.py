@@ -324,7 +324,9 @@ class FastPath:
         dev = v[2] - _U64 if v[2] > _I64_MAX else v[2]
         if kind == KERNEL:
             return self._slow_kernel(v[3], dev, _s32(v[6]), _s32(v[7]), v[4], v[5])
-        return self._slow_data(kind, v[3], dev, v[1], *_abi.frame_pointer_args(v))
+        # word FRAME_HOST_PTR of a data construct's frame: its _nowait entry point
+        return self._slow_data(kind | (_abi.DATA_NOWAIT if v[4] else 0), v[3], dev, v[1],
+                               *_abi.frame_pointer_args(v))
 
     # -- the cheap path ----------------------------------------------------------------
     def _mapper(self, dev: int, loc: int):

@@ -28,8 +28,12 @@ bytes) are described in :mod:`offload_shim.abi.clang`; :func:`entry_layout` pick
 per entry table from the records themselves and refuses a table that fits none
 (UnknownLayoutError, one line: the program then runs as with no device, or stops as
 ``OMP_TARGET_OFFLOAD=mandatory`` says).  Entries that are not for OpenMP (``Kind``) are
-skipped and ``requires`` entries (LLVM 19+, flag ``OMP_REGISTER_REQUIRES``) become
-requirement flags, as libomptarget 19/22 ``PluginManager::registerLib`` does.
+skipped and ``requires`` entries (LLVM 19+, flag ``OMP_REGISTER_REQUIRES``) of the
+descriptor's host entry table become requirement flags, as libomptarget 19/22
+``PluginManager::registerLib`` does.  What differs between the releases (where the
+``requires`` flags come from and how they are checked, which entry versions are read)
+comes from the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the
+program's release.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ..core.images import HostEntry, OffloadImage
 from ..elf.imageinfo import unwrap_image
 from ..errors import InvalidImageError, OffloadError, UnknownLayoutError
 from ..records import FieldsRepr
+from .profile import LIBOMPTARGET_16, RuntimeProfile
 
 _BIN_DESC = _clang.BIN_DESC
 _DEVICE_IMAGE = _clang.DEVICE_IMAGE
@@ -56,36 +61,53 @@ class EntryRecord(namedtuple("EntryRecord", "addr name size flags data", default
     __slots__ = ()
 
 
-def entry_layout(begin: int, end: int, raw: bytes | None = None) -> EntryLayout:
+class RequiresConflict(OffloadError):
+    """``requires`` flags that disagree with those already registered on a clause
+    the release compares (``RuntimeProfile.requires_fatal``): ``number`` and ``text``
+    of libomptarget's fatal line (the caller prints it and the program aborts)."""
+
+    def __init__(self, number: int, text: str):
+        super().__init__(text)
+        self.number = number
+        self.text = text
+
+
+def entry_layout(begin: int, end: int, raw: bytes | None = None, *,
+                 any_version: bool = False) -> EntryLayout:
     """The layout of the entry table ``[begin, end)`` in this process's memory
     (:func:`offload_shim.abi.clang.detect_entry_layout`; ``raw``: its bytes, when
-    already read).  Raises UnknownLayoutError."""
+    already read; ``any_version``: ``EntryTy`` records of any version).  Raises
+    UnknownLayoutError."""
     if raw is None:
         raw = _abi.read_bytes(begin, end - begin)
-    return _clang.detect_entry_layout(raw, f"offload entry table [{begin:#x}, {end:#x})")
+    return _clang.detect_entry_layout(raw, f"offload entry table [{begin:#x}, {end:#x})",
+                                      any_version=any_version)
 
 
 class EntryTable(FieldsRepr):
     """A decoded entry table: its ``layout``, the OpenMP ``entries``, the
-    ``requires`` flags of its requires entries (0 when none) and ``requires_entry``
-    (whether it had one: LLVM 19+)."""
-    _fields = ("layout", "entries", "requires", "requires_entry")
+    ``requires`` flags of its requires entries (0 when none; ``requires_list``: each
+    entry's, in table order) and ``requires_entry`` (whether it had one: LLVM 19+)."""
+    _fields = ("layout", "entries", "requires", "requires_entry", "requires_list")
 
     def __init__(self, layout: EntryLayout, entries: list[EntryRecord] | None = None,
-                 requires: int = 0, requires_entry: bool = False) -> None:
+                 requires: int = 0, requires_entry: bool = False,
+                 requires_list: list[int] | None = None) -> None:
         self.layout = layout
         self.entries = [] if entries is None else entries
         self.requires = requires
         self.requires_entry = requires_entry
+        self.requires_list = [] if requires_list is None else requires_list
 
 
-def read_entry_table(begin: int, end: int) -> EntryTable:
+def read_entry_table(begin: int, end: int, *, any_version: bool = False) -> EntryTable:
     """The offload entries of ``[begin, end)`` in the process's memory, decoded with
-    the table's layout.  Raises UnknownLayoutError."""
+    the table's layout (``any_version``: see :func:`entry_layout`).  Raises
+    UnknownLayoutError."""
     if not begin or end <= begin:
         return EntryTable(TGT_OFFLOAD_ENTRY)
     raw = _abi.read_bytes(begin, end - begin)
-    layout = entry_layout(begin, end, raw)
+    layout = entry_layout(begin, end, raw, any_version=any_version)
     table = EntryTable(layout)
     for k in range(len(raw) // layout.size):
         f = layout.decode(raw[k * layout.size:(k + 1) * layout.size])
@@ -94,6 +116,7 @@ def read_entry_table(begin: int, end: int) -> EntryTable:
         if f.is_requires:
             table.requires |= f.data
             table.requires_entry = True
+            table.requires_list.append(f.data)
             continue
         table.entries.append(EntryRecord(f.addr, _abi.read_cstring(f.name_ptr).decode(
             errors="replace") if f.name_ptr else "", f.size, f.flags, f.data))
@@ -114,18 +137,29 @@ class DecodedImage(namedtuple("DecodedImage", "data strings entries table",
     __slots__ = ()
 
 
-def decode_bin_desc(desc: int) -> list[DecodedImage]:
-    """The device images of the ``__tgt_bin_desc`` at ``desc``.  Raises
-    UnknownLayoutError when an entry table fits no known layout."""
-    n, images, _hb, _he = _BIN_DESC.unpack(_abi.read_bytes(desc, _BIN_DESC.size))
+def decode_bin_desc(desc: int, *, any_version: bool = False,
+                    host: list | None = None) -> list[DecodedImage]:
+    """The device images of the ``__tgt_bin_desc`` at ``desc`` (``any_version``: see
+    :func:`entry_layout`).  ``host``: a list that receives the descriptor's host entry
+    table (an :class:`EntryTable`; clang points every image's table at it, so it is
+    read once).  Raises UnknownLayoutError when an entry table fits no known
+    layout."""
+    n, images, hb, he = _BIN_DESC.unpack(_abi.read_bytes(desc, _BIN_DESC.size))
     out = []
+    tables: dict[tuple[int, int], EntryTable] = {}
     for i in range(max(n, 0)):
         start, end, eb, ee = _DEVICE_IMAGE.unpack(
             _abi.read_bytes(images + i * _DEVICE_IMAGE.size, _DEVICE_IMAGE.size))
         data = _abi.read_bytes(start, end - start) if end > start else b""
         data, strings = unwrap_image(data)
-        table = read_entry_table(eb, ee)
+        table = tables.get((eb, ee))
+        if table is None:
+            table = tables[(eb, ee)] = read_entry_table(eb, ee, any_version=any_version)
         out.append(DecodedImage(data, strings, table.entries, table))
+    if host is not None:
+        table = tables.get((hb, he))
+        host.append(table if table is not None
+                    else read_entry_table(hb, he, any_version=any_version))
     return out
 
 
@@ -180,14 +214,18 @@ def bool_env(value: str | None, default: bool) -> bool:
 
 
 def select_plugins(directory: str | os.PathLike = LIBOMPTARGET16_DIR, *, env=None,
-                   names=HOST_RTL_NAMES, usable=None) -> list[str]:
+                   names=HOST_RTL_NAMES, usable=None,
+                   profile: RuntimeProfile = LIBOMPTARGET_16) -> list[str]:
     """The plugin files libomptarget 16 loads from ``directory`` (``loadRTLs``): per
     base name in ``RTL_NAMES`` order, ``NAME.nextgen.so`` when
     ``LIBOMPTARGET_NEXTGEN_PLUGINS`` (default true) and ``usable(path)`` accepts it,
     else ``NAME.so``.  ``names``: the base names to consider (default the host
-    plugins); ``usable``: a predicate (default: the file exists)."""
+    plugins); ``usable``: a predicate (default: the file exists); ``profile``: the
+    program's release -- 19.1 and 22.1 have only the nextgen host plugin and never
+    read the variable (``RuntimeProfile.nextgen_plugins_env``)."""
     env = os.environ if env is None else env
-    nextgen = bool_env(env.get("LIBOMPTARGET_NEXTGEN_PLUGINS"), True)
+    nextgen = (bool_env(env.get("LIBOMPTARGET_NEXTGEN_PLUGINS"), True)
+               if profile.nextgen_plugins_env else True)
     usable = usable or os.path.exists     # os.path, not pathlib: start-up of every run
     out = []
     d = os.fspath(directory)
@@ -231,8 +269,9 @@ class Registrations:
     ``libraries``: ``__tgt_bin_desc`` address -> its registered OffloadImages;
     ``unsupported``: ``(desc, message)`` of images no plugin accepted (skipped, as
     libomptarget does); ``devices``: OpenMP device numbers 0..n-1; ``requires_flags``:
-    the last ``__tgt_register_requires`` value or the flags of a library's requires
-    entries (LLVM 19+); ``generations``: registered descriptor -> which clang
+    the first ``requires`` flags registered (:meth:`add_requirements`: 16's
+    ``__tgt_register_requires``, 19.1's and 22.1's requires entries), 0 before any;
+    ``generations``: registered descriptor -> which clang
     generation built it (:func:`generation_text`, refined by :meth:`saw_kernel_args`);
     :meth:`compilers` also names those of libraries unregistered since.
 
@@ -249,6 +288,7 @@ class Registrations:
         self.unsupported: list[tuple[int, str]] = []
         self.devices: list = []
         self.requires_flags = 0
+        self.requires_set = False
         self.generations: dict[int, str] = {}
         self._retired_generations: set[str] = set()
         self._decoded: dict[int, list[DecodedImage]] = {}     # without their bytes
@@ -256,25 +296,47 @@ class Registrations:
         self.records: dict[int, list[ImageRecord]] = {}
         self._used_plugins: list = []
 
-    def register_lib(self, desc: int) -> list[OffloadImage]:
+    def add_requirements(self, flags: int, profile: RuntimeProfile = LIBOMPTARGET_16
+                         ) -> None:
+        """Register ``requires`` flags (16 rtl.cpp ``RTLsTy::registerRequires``; 19.1,
+        22.1 ``RequirementCollection::addRequirements``): the first value is kept;
+        a later one must agree on the clauses the release compares
+        (``RuntimeProfile.requires_fatal``).  Raises :class:`RequiresConflict`
+        (nothing changed) when it does not."""
+        if not self.requires_set:
+            self.requires_flags = int(flags)
+            self.requires_set = True
+            return
+        conflict = profile.requires_conflict(self.requires_flags, int(flags))
+        if conflict is not None:
+            raise RequiresConflict(*conflict)
+
+    def register_lib(self, desc: int, profile: RuntimeProfile = LIBOMPTARGET_16
+                     ) -> list[OffloadImage]:
         """``__tgt_register_lib``: one OffloadImage per device image, registered
         with the runtime (pending or loaded at once, seed 000) for the first plugin
         that accepts it; that plugin's devices are appended to :attr:`devices` the
-        first time.  Returns the images registered (empty for a descriptor seen
-        before)."""
+        first time.  Under a release that reads ``requires`` entries
+        (``profile.requires_from_entries``: 19.1, 22.1) those of the descriptor's host
+        entry table are registered first, in order (:meth:`add_requirements`).
+        Returns the images registered (empty for a descriptor seen before).  Raises
+        UnknownLayoutError (an entry table the release cannot read) or
+        :class:`RequiresConflict`, in both cases with nothing registered."""
         if desc in self.libraries:
             return []
         images = []
-        decoded = decode_bin_desc(desc)          # UnknownLayoutError: nothing registered
+        host: list[EntryTable] = []
+        decoded = decode_bin_desc(
+            desc, any_version=profile.any_entry_version,
+            host=host if profile.requires_from_entries else None)
+        # (UnknownLayoutError above: nothing registered)
+        if host:
+            for flags in host[0].requires_list:
+                self.add_requirements(flags, profile)
         self.records[desc] = []
         # entries and tables only (saw_kernel_args): the bytes live in the OffloadImage
         self._decoded[desc] = [d._replace(data=b"") for d in decoded]
         self.generations[desc] = generation_text(decoded)
-        if any(d.table is not None and d.table.requires_entry for d in decoded):
-            self.requires_flags = 0
-            for d in decoded:
-                if d.table is not None:
-                    self.requires_flags |= d.table.requires
         for i, dec in enumerate(decoded):
             label = f"desc@{desc:#x}#{i}"
             try:
@@ -375,7 +437,8 @@ class Registrations:
 
 
 __all__ = ["DecodedImage", "ENTRY_LAYOUTS", "ENTRY_TY_V1", "EntryLayout", "EntryRecord",
-           "EntryTable", "ImageRecord", "RTL_NAMES", "Registrations", "bool_env",
+           "EntryTable", "ImageRecord", "RTL_NAMES", "Registrations", "RequiresConflict",
+           "bool_env",
            "select_plugins", "supports_empty_images", "TGT_OFFLOAD_ENTRY", "UnknownLayoutError",
            "decode_bin_desc", "entry_layout", "generation_text", "read_entries",
            "read_entry_table"]

@@ -1,8 +1,12 @@
 /* a construct on a device number that does not exist: libomptarget 16's report and
-   fatal error; data directives too.
+   fatal error (four lines); 19.1's and 22.1's one fatal line (22.1 prints the
+   construct's arguments first under LIBOMPTARGET_INFO=1, 19.1 does not); data
+   directives too.
    feature: diagnostics, fatal, device-numbering
    run: target
    run: data
+   run: LIBOMPTARGET_INFO=1 target
+   run: LIBOMPTARGET_INFO=1 data
 */
 #include <stdio.h>
 #include <string.h>

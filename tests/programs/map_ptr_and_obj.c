@@ -1,6 +1,8 @@
 /* a struct member pointer and its pointee (PTR_AND_OBJ): the device struct points to
    device memory, the host pointer is restored afterwards.
    feature: map-ptr-and-obj, map-member-of
+   run: -
+   run: LIBOMPTARGET_INFO=1
 */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,8 @@
-/* enter/exit/update data with nowait and depend.
+/* enter/exit/update data with nowait and depend; LIBOMPTARGET_INFO=1 names the
+   nowait entry points (19.1, 22.1: "... with being_nowait_mapper").
    feature: nowait, depend, target-enter-data, target-exit-data, target-update
+   run: -
+   run: LIBOMPTARGET_INFO=1
 */
 #include <stdio.h>
 int main(void) {

@@ -1,5 +1,8 @@
-/* requires unified_shared_memory: maps do not copy; regions see host addresses.
+/* requires unified_shared_memory: maps do not copy; regions see host addresses
+   (LIBOMPTARGET_INFO=8: 19.1 and 22.1 say so for each map).
    feature: requires-usm
+   run: -
+   run: LIBOMPTARGET_INFO=8
 */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
-/* use_device_ptr of a pointer whose data is not mapped: it keeps its host value
-   (OpenMP 5.1 / libomptarget 16 return_param of a null mapping).
+/* use_device_ptr of a pointer whose data is not mapped: NULL under libomptarget 16 and
+   19.1 (the return_param of a failed look-up), the host value under 22.1 (OpenMP 5.1,
+   llvm-project PR #174659).
    feature: use-device-ptr, unmapped-pointer
 */
 #include <stdio.h>
