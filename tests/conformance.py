@@ -17,6 +17,7 @@ A program's first comment holds its metadata::
        run: ARGS                        (one run per line; leading VAR=value set env)
        modes: exe lib                   (default: both)
        cflags: -g                       (extra compiler flags)
+       compilers: 19 22                 (clang releases that build it; default: all)
     */
 
 Variants of one run, each compared with its reference
@@ -125,6 +126,12 @@ class Program:
     runs: list[Run]
     modes: tuple[str, ...]
     cflags: tuple[str, ...] = ()
+    compilers: tuple[int, ...] | None = None
+
+    def built_by(self, version: int) -> bool:
+        """clang-``version`` builds this program (its ``compilers:`` line, if any,
+        names that release)."""
+        return self.compilers is None or version in self.compilers
 
     @property
     def name(self) -> str:
@@ -141,7 +148,7 @@ class Program:
         head = m.group(1) if m else ""
         lines = [l.strip() for l in head.strip().splitlines()]
         summary = lines[0] if lines else path.stem
-        features, runs, modes, cflags = [], [], ("exe", "lib"), ()
+        features, runs, modes, cflags, compilers = [], [], ("exe", "lib"), (), None
         for line in lines[1:]:
             key, _, val = line.partition(":")
             key = key.strip().lower()
@@ -158,7 +165,9 @@ class Program:
                 modes = tuple(val.split())
             elif key == "cflags":
                 cflags = tuple(val.split())
-        return cls(path, summary, features, runs or [Run([], {})], modes, cflags)
+            elif key == "compilers":
+                compilers = tuple(int(v) for v in val.split())
+        return cls(path, summary, features, runs or [Run([], {})], modes, cflags, compilers)
 
 
 def programs() -> list[Program]:

@@ -16,7 +16,7 @@ import pytest
 import conformance as cf
 
 TOOLCHAIN = cf.CLANG16
-PROGRAMS = cf.programs()
+PROGRAMS = [p for p in cf.programs() if p.built_by(16)]
 
 _REF_CRASH = ("the reference crashes: in a Python host, libomptarget 16 runs the library's "
               "device destructors from the library's own destructor at exit, after the "
@@ -83,7 +83,7 @@ def test_feature_table_lists_every_program_and_difference():
     from pathlib import Path
     doc = (Path(__file__).resolve().parent.parent / "docs" / "conformance.md").read_text()
     section = doc[doc.index("# libomptarget 16's host side"):]
-    names = {p.name for p in PROGRAMS}
+    names = {p.name for p in cf.programs()}         # clang-19/22-only ones too
     missing = sorted(n for n in names if n not in section)
     assert missing == [], f"programs not in the feature table: {missing}"
     unknown = sorted({n for n in re.findall(r"\b([a-z0-9_]+\.(?:cpp|c))\b", section)}

@@ -22,6 +22,7 @@ import clang_toolchains as ct
 import conformance as cf
 
 TOOLCHAINS = {cc.name: cf.Toolchain.of(ct.toolchain_fields(cc)) for cc in (ct.CLANG19, ct.CLANG22)}
+RELEASE = {cc.name: cc.version for cc in (ct.CLANG19, ct.CLANG22)}
 PROGRAMS = [p for p in cf.programs() if "exe" in p.modes]
 
 #: the reference crashes, or not, by the order of the destructors at exit (not strict)
@@ -45,6 +46,11 @@ KNOWN = {
         "libomptarget 16 and 19 read LIBOMPTARGET_DEBUG with std::stoi (no digits: "
         "std::terminate at the first INFO statement); 22 does not, and offload_shim "
         "keeps 16's reading",
+    ("declare_target_indirect_usm.c", "clang-19"):
+        "the reference dies (SIGSEGV) at its first construct: under unified shared memory "
+        "libomptarget 19.1 also copies the host function into the device global of an "
+        "indirect entry, which is read-only (PluginManager::loadImagesOntoDevice); 22.1 "
+        "skips indirect entries, and so does offload_shim (the program's results)",
     ("use_device_ptr_unmapped.c", "clang-22"):
         "use_device_ptr of a pointer whose data is not mapped: libomptarget 22 falls back to "
         "the host pointer (OpenMP 6.0's default fallback); libomptarget 16 and 19 (and "
@@ -55,6 +61,8 @@ KNOWN = {
 def _cases():
     for tc in TOOLCHAINS:
         for prog in PROGRAMS:
+            if not prog.built_by(RELEASE[tc]):
+                continue
             for run in prog.runs:
                 why = (KNOWN.get((prog.name, tc, run.label)) or KNOWN.get((prog.name, tc))
                        or KNOWN.get((prog.name, None)))
