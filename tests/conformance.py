@@ -18,6 +18,8 @@ A program's first comment holds its metadata::
        modes: exe lib                   (default: both)
        cflags: -g                       (extra compiler flags)
        compilers: 19 22                 (clang releases that build it; default: all)
+       stderr: exact                    (all of stderr is compared, not only the
+                                         runtime's diagnostic lines)
     */
 
 Variants of one run, each compared with its reference
@@ -127,6 +129,7 @@ class Program:
     modes: tuple[str, ...]
     cflags: tuple[str, ...] = ()
     compilers: tuple[int, ...] | None = None
+    stderr_exact: bool = False
 
     def built_by(self, version: int) -> bool:
         """clang-``version`` builds this program (its ``compilers:`` line, if any,
@@ -149,6 +152,7 @@ class Program:
         lines = [l.strip() for l in head.strip().splitlines()]
         summary = lines[0] if lines else path.stem
         features, runs, modes, cflags, compilers = [], [], ("exe", "lib"), (), None
+        stderr_exact = False
         for line in lines[1:]:
             key, _, val = line.partition(":")
             key = key.strip().lower()
@@ -167,7 +171,17 @@ class Program:
                 cflags = tuple(val.split())
             elif key == "compilers":
                 compilers = tuple(int(v) for v in val.split())
-        return cls(path, summary, features, runs or [Run([], {})], modes, cflags, compilers)
+            elif key == "stderr":
+                stderr_exact = val.strip() == "exact"
+        return cls(path, summary, features, runs or [Run([], {})], modes, cflags, compilers,
+                   stderr_exact)
+
+
+def stderr_lines(outcome: Outcome) -> list[str]:
+    """All of ``outcome``'s stderr, line by line, normalised (``stderr: exact``
+    programs)."""
+    from offload_shim.cli.compare import normalise
+    return [normalise(line) for line in outcome.stderr.splitlines()]
 
 
 def programs() -> list[Program]:
@@ -322,4 +336,4 @@ def run_all_exe(builts: dict[str, Built], tc: Toolchain, jobs: int = 2,
 
 
 __all__ = ["CLANG16", "Built", "Program", "Run", "Toolchain", "VARIANTS", "build",
-           "build_all", "outcomes", "programs", "run_all", "run_all_exe"]
+           "build_all", "outcomes", "programs", "run_all", "run_all_exe", "stderr_lines"]

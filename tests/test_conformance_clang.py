@@ -106,6 +106,10 @@ def test_program_clang(clang_results, tc, name, label):
         f"\nreference: exit {ref.status}\n" + "\n".join(ref.stdout)
         + f"\noffload-shim run: exit {got.status}\n" + "\n".join(got.stdout)
         + f"\n--- offload-shim stderr:\n{got.stderr[-3000:]}")
+    if b.program.stderr_exact:
+        assert cf.stderr_lines(got) == cf.stderr_lines(ref), (
+            f"\nreference stderr:\n{ref.stderr[-3000:]}\noffload-shim stderr:\n"
+            f"{got.stderr[-3000:]}")
 
 
 def test_every_known_difference_names_a_program():
