@@ -768,24 +768,34 @@ class Device:
         """:meth:`alloc` of each of ``sizes`` (bytes) in order: the device pointers.
         On an error the ones already allocated are freed again and the error is
         raised (same errors as :meth:`alloc`)."""
-        out: list[int] = []
-        alloc = self.alloc
-        try:
+        if self._state is not _READY:
             for size in sizes:
-                out.append(alloc(size))
-        except BaseException:
-            for ptr in out:
-                with contextlib.suppress(OffloadError):
-                    self.free(ptr)
-            raise
-        return out
+                _check_size(size)
+            self._ready()
+        # the pool's batch: the blocks that many alloc() calls would get, its cache
+        # hits in one lock round trip
+        return self._pool.allocate_many(sizes)
 
     def free_many(self, ptrs: Sequence[int]) -> None:
         """:meth:`free` of each of ``ptrs`` in order; stops at the first error, which
-        is raised (same errors as :meth:`free`)."""
-        free = self.free
-        for ptr in ptrs:
-            free(ptr)
+        is raised (same errors as :meth:`free`).  The pool gets them in that order
+        (the last one freed is the first its size reuses), its cached frees in one
+        lock round trip."""
+        if self._state is not _READY or self._pin_mapped_policy:
+            free = self.free
+            for ptr in ptrs:
+                free(ptr)
+            return
+        try:
+            self._pool.free_many(ptrs)
+        except LifecycleError:
+            # as free(): a concurrent teardown drained the pool (the block is freed)
+            if self._state is DeviceState.CLOSED or self._closing:
+                raise self._free_after_close() from None
+            raise UnknownPointerError(
+                f"{self.label}: a pointer of {[f'{p:#x}' for p in ptrs]} was freed by a "
+                f"deinit that ran concurrently (the device drains its pool before "
+                f"deinit_device)", device=self.label) from None
 
     def submit_many(self, ops: Sequence[tuple[int, int, int, int]]) -> None:
         """:meth:`submit_in` of each ``(block, tgt, host_addr, nbytes)`` in order, with
@@ -815,10 +825,9 @@ class Device:
 
     def lease(self, sizes: Sequence[int]) -> "DeviceLease":
         """A :class:`DeviceLease`: one allocation per size (bytes,
-        :meth:`alloc_many`), kept by the caller for repeated use until
-        :meth:`DeviceLease.release` (the interposer's per-region plans keep the
-        scratch memory of a region's temporary rows).  Same errors as
-        :meth:`alloc`."""
+        :meth:`alloc_many`, in order), used by the caller until
+        :meth:`DeviceLease.release` (the interposer's cheap path: the device memory
+        of a kernel construct's temporary rows).  Same errors as :meth:`alloc`."""
         return DeviceLease(self, self.alloc_many(sizes), list(sizes), self.init_count)
 
     def kernel_launcher(self, entry: int, nargs: int) -> "KernelLauncher":
@@ -947,19 +956,23 @@ class DeviceLease:
         self._released = True
 
     def release(self, keep=()) -> None:
-        """Free the blocks (nothing when the device was deinitialised meanwhile: its
-        pool freed them), except those whose indices are in ``keep``: the caller took
-        them over, as :meth:`detach` does for all.  Idempotent.  Raises what
-        :meth:`Device.free` raises."""
+        """Free the blocks, the last one first (as libomptarget 16 ``targetDataEnd``
+        frees a construct's rows, in reverse argument order; so the pool's reuse is
+        the one the general code would get), except those whose indices are in
+        ``keep``: the caller took them over, as :meth:`detach` does for all.  Nothing
+        when the device was deinitialised meanwhile (its pool freed them).
+        Idempotent.  Raises what :meth:`Device.free` raises."""
         if self._released:
             return
         self._released = True
         dev = self._dev
         if dev._state is _READY and dev.init_count == self._init_count:
+            ptrs = self.ptrs
             if keep:
-                dev.free_many([p for j, p in enumerate(self.ptrs) if j not in keep])
+                dev.free_many([ptrs[j] for j in range(len(ptrs) - 1, -1, -1)
+                               if j not in keep])
             else:
-                dev.free_many(self.ptrs)
+                dev.free_many(ptrs[::-1])
 
 
 class KernelLauncher:

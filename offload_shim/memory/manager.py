@@ -26,10 +26,16 @@ Tables (all guarded by one lock):
   number of hits: a hit adds ``block << 64 | 1`` (``| 0`` with
   ``stats=False``), so booking the bytes, the hit and the peak is one
   addition and one comparison; statistics cost nothing extra on the hit path.
-* ``_free``: ``{block bytes: {ptr: record}}``, one free list per block size,
-  each ordered from the least to the most recently freed block; a hit takes
-  the most recent (``dict.popitem``).  Lists are kept while the manager is
-  open, so a cached free is one dict store into the list the record names.
+* ``_free``: ``{block bytes: OrderedDict(ptr: record)}``, one free list per
+  block size, each ordered from the least to the most recently freed block; a
+  hit of the exact policy takes the least recently freed block
+  (``popitem(last=False)``), as LLVM's ``MemoryManagerTy`` does (its free lists
+  are ``std::multiset`` objects ordered by size: ``insert`` puts a block after the
+  ones of its size, ``find`` returns the first of them), so a program that
+  reads device memory before writing it sees what it sees under libomptarget;
+  a hit of the binned policy takes the most recently freed one
+  (``popitem()``).  Lists are kept while the manager is open, so a cached free
+  is one store into the list the record names.
 * with ``cache_limit``: ``_stamps`` ``{ptr: age}`` of the cached blocks, the
   age order the cap needs across sizes (kept only then: the hit path never
   touches it).
@@ -55,6 +61,7 @@ import contextlib
 import operator
 import sys
 import weakref
+from collections import OrderedDict
 from itertools import chain
 
 from ..errors import LifecycleError, OffloadError, OutOfDeviceMemoryError, UnknownPointerError
@@ -304,7 +311,9 @@ class MemoryManager:
 
         * ``size == 0`` returns 0 without touching the backend (LLVM).
         * ``size <= threshold`` with pooling on: a cached block is reused
-          (the policy says which; the most recently freed first); otherwise
+          (the policy says which: exact, the least recently freed of the size,
+          as LLVM's ``MemoryManagerTy``; binned, the most recently freed of
+          its size, else the smallest cached size of its class); otherwise
           a block of ``size`` bytes is obtained from the backend.  Larger
           requests go straight to the backend.
         * When the backend returns 0 the OOM ladder runs (``oom``).
@@ -321,6 +330,7 @@ class MemoryManager:
             return self._allocate_other(size)
         # The hit path (exact policy; the binned one is _BinnedManager's):
         # one lock round trip, three dict operations, one counter.  The
+        # least recently freed block of the size (LLVM's multiset find).  The
         # lock's queue is used directly (memory/locking.py), given back in
         # finally.
         # No closed check: drain() empties the free lists, so afterwards
@@ -330,7 +340,7 @@ class MemoryManager:
         try:
             fl = self._free.get(size)
             if fl:
-                ptr, rec = fl.popitem()
+                ptr, rec = fl.popitem(False)
                 self._live[ptr] = rec
                 self._acc = acc = self._acc + rec[4]    # bytes in use and the hit
                 if acc > self._peak_acc:
@@ -346,6 +356,86 @@ class MemoryManager:
             self._log.flush()
             return ptr
         return self._allocate_miss(size, True)
+
+    def allocate_many(self, sizes) -> list:
+        """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
+        same blocks, in the same order, as that many :meth:`allocate` calls (a block
+        freed meanwhile by another thread may go to either); the hits at the head of
+        the list are served in one lock round trip (exact policy, no event log), the
+        rest one by one.  On an error the pointers already obtained are freed again
+        and the error is raised (the errors of :meth:`allocate`)."""
+        out = []
+        n = len(sizes)
+        if n and self._log is None and type(self) is MemoryManager:
+            pool_max = self._pool_max
+            free = self._free
+            live = self._live
+            lockq = self._lockq
+            lockq.get()
+            try:
+                acc = self._acc
+                for size in sizes:
+                    if type(size) is not int or size <= 0 or size > pool_max:
+                        break
+                    fl = free.get(size)
+                    if not fl:
+                        break
+                    ptr, rec = fl.popitem(False)
+                    live[ptr] = rec
+                    acc += rec[4]
+                    out.append(ptr)
+                if out:
+                    self._acc = acc         # only hits: the last figure is the highest
+                    if acc > self._peak_acc:
+                        self._peak_acc = acc | _HITS
+            finally:
+                lockq.put(TOKEN)
+            if len(out) == n:
+                return out
+        try:
+            allocate = self.allocate
+            for size in sizes[len(out):]:
+                out.append(allocate(size))
+        except BaseException:
+            for ptr in out:
+                with contextlib.suppress(OffloadError):
+                    self.free(ptr)
+            raise
+        return out
+
+    def free_many(self, ptrs, strict=None) -> None:
+        """:meth:`free` of each of ``ptrs``, in order (the last one freed is the
+        first a later request of its size gets).  The cached frees at the head of the
+        list are done in one lock round trip (no cap, event log or poison), the rest
+        one by one; stops at the first error, which is raised (the errors of
+        :meth:`free`)."""
+        done = 0
+        if self._plain:
+            live = self._live
+            lockq = self._lockq
+            lockq.get()
+            try:
+                acc = self._acc
+                for ptr in ptrs:
+                    if type(ptr) is not int:
+                        break
+                    rec = live.pop(ptr, None)
+                    if rec is None:
+                        break
+                    fl = rec[2]
+                    if fl is None:
+                        live[ptr] = rec     # not pooled: the backend frees it, below
+                        break
+                    acc -= rec[5]
+                    fl[ptr] = rec
+                    done += 1
+                self._acc = acc
+            finally:
+                lockq.put(TOKEN)
+        if done < len(ptrs):
+            free = self.free
+            for ptr in ptrs[done:]:
+                free(ptr, strict)
 
     def _allocate_other(self, size):
         """Requests that are not a pooled int size: checked, then size 0,
@@ -411,7 +501,7 @@ class MemoryManager:
         if pooled:
             fl = self._free.get(size)
             if fl is None:
-                fl = self._free[size] = {}
+                fl = self._free[size] = OrderedDict()
                 if self._index is not None:
                     self._index.add(size)       # binned: a size its class can reuse
         self._held = held = self._held + size
