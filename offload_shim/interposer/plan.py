@@ -45,7 +45,10 @@ general code and libomptarget 16 ``targetDataBegin`` / ``targetDataEnd`` do -- s
 pool hands the same blocks to the same requests whichever path served the constructs
 before (a region that reads its ``map(from:)`` block before writing it sees what the
 general code shows: the block the previous construct freed), and two threads running
-the same region at once get blocks of their own.  The per-device "ready" check and the
+the same region at once get blocks of their own.  A kernel construct's frees are put
+off (:meth:`~offload_shim.core.device.DeviceLease.park`): the region's next construct
+takes the same blocks back in the order the pool would have given them when nothing
+else used the pool meanwhile, and anything else that uses the pool first frees them.  The per-device "ready" check and the
 plans are dropped on registration, unregistration and requires (``generation``); a
 check made before such an event is never kept after it.
 
@@ -99,12 +102,17 @@ class Plan:
     order, ``k`` its position in ``maps`` (-1 for a literal); ``launch``: ``(key,
     launcher, implicit)``, the kernel's
     :class:`~offload_shim.core.device.KernelLauncher`, what it is valid for and the
-    leading arguments of its ``KernelArgsTy`` version."""
-    __slots__ = ("types", "simple", "maps", "params", "launch")
+    leading arguments of its ``KernelArgsTy`` version; ``parked``: at most one
+    :class:`~offload_shim.core.device.DeviceLease` whose blocks the kernel's last
+    construct gave back to the pool with the frees put off
+    (:meth:`~offload_shim.core.device.DeviceLease.park`; a list: ``pop`` and
+    ``append`` are atomic)."""
+    __slots__ = ("types", "simple", "maps", "params", "launch", "parked")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
         self.launch = None
+        self.parked = []
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -448,7 +456,17 @@ class FastPath:
         lease = None
         if rec is not None:
             try:
-                lease = dev.lease([size + hp % ALIGN for _k, hp, size in fresh])
+                sizes = [size + hp % ALIGN for _k, hp, size in fresh]
+                parked = plan.parked
+                if parked:
+                    try:
+                        lease = parked.pop()
+                    except IndexError:          # another thread took it
+                        lease = None
+                    if lease is not None and not lease.reclaim(sizes):
+                        lease = None
+                if lease is None:
+                    lease = dev.lease(sizes)
                 ptrs = lease.ptrs
                 ops = []
                 for j, (k, hp, size) in enumerate(fresh):
@@ -591,7 +609,12 @@ class FastPath:
             except OffloadError as exc:
                 err = err or exc
         elif rec is not None:
-            _release(lease, adopted)            # reverse argument order
+            # reverse argument order; the frees put off while nobody else uses the pool
+            # (the next run of this region takes the same blocks back: DeviceLease.park)
+            if adopted or not lease.park():
+                _release(lease, adopted)
+            elif not plan.parked:
+                plan.parked.append(lease)
         if err is not None:
             if isinstance(err, OffloadError):
                 return self._failed(KERNEL, err, v[3])
