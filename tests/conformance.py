@@ -20,9 +20,8 @@ A program's first comment holds its metadata::
        clang: 19 22                     (the compilers that can build it; default:
                                          16 19 22 -- an API an older omp.h or
                                          libomptarget lacks)
-       diagnostics: 19 22               (clang 19/22 builds whose runtime diagnostic
-                                         lines are compared too, not only exit status
-                                         and stdout; clang-16 builds always are)
+       stderr: exact                    (all of stderr is compared, not only the
+                                         runtime's diagnostic lines)
     */
 
 Variants of one run, each compared with its reference
@@ -132,7 +131,7 @@ class Program:
     modes: tuple[str, ...]
     cflags: tuple[str, ...] = ()
     compilers: tuple[int, ...] = (16, 19, 22)
-    diagnostics: tuple[int, ...] = ()
+    stderr_exact: bool = False
 
     @property
     def name(self) -> str:
@@ -150,7 +149,7 @@ class Program:
         lines = [l.strip() for l in head.strip().splitlines()]
         summary = lines[0] if lines else path.stem
         features, runs, modes, cflags = [], [], ("exe", "lib"), ()
-        compilers, diagnostics = (16, 19, 22), ()
+        compilers, stderr_exact = (16, 19, 22), False
         for line in lines[1:]:
             key, _, val = line.partition(":")
             key = key.strip().lower()
@@ -169,10 +168,10 @@ class Program:
                 cflags = tuple(val.split())
             elif key == "clang":
                 compilers = _versions(val, path, key)
-            elif key == "diagnostics":
-                diagnostics = _versions(val, path, key)
+            elif key == "stderr":
+                stderr_exact = val.strip() == "exact"
         return cls(path, summary, features, runs or [Run([], {})], modes, cflags,
-                   compilers, diagnostics)
+                   compilers, stderr_exact)
 
     def built_by(self, tc: "Toolchain") -> bool:
         """Whether ``tc`` (clang-N) can build this program (its ``clang:`` list)."""
@@ -180,7 +179,7 @@ class Program:
 
 
 def _versions(val: str, path: Path, key: str) -> tuple[int, ...]:
-    """The compiler versions of a ``clang:`` / ``diagnostics:`` header line; raises
+    """The compiler versions of a ``clang:`` header line; raises
     ValueError (naming the file) for anything but 16, 19 and 22."""
     out = []
     for tok in val.split():
@@ -198,6 +197,13 @@ def _clang_version(name: str) -> int:
     if not m:
         raise ValueError(f"not a clang toolchain name: {name!r}")
     return int(m.group(1))
+
+
+def stderr_lines(outcome: Outcome) -> list[str]:
+    """All of ``outcome``'s stderr, line by line, normalised (``stderr: exact``
+    programs)."""
+    from offload_shim.cli.compare import normalise
+    return [normalise(line) for line in outcome.stderr.splitlines()]
 
 
 def programs() -> list[Program]:
@@ -352,4 +358,4 @@ def run_all_exe(builts: dict[str, Built], tc: Toolchain, jobs: int = 2,
 
 
 __all__ = ["CLANG16", "Built", "Program", "Run", "Toolchain", "VARIANTS", "build",
-           "build_all", "outcomes", "programs", "run_all", "run_all_exe"]
+           "build_all", "outcomes", "programs", "run_all", "run_all_exe", "stderr_lines"]

@@ -108,3 +108,9 @@ def test_program(results, name, label, variant):
     from offload_shim.cli.compare import Comparison
     c = Comparison([name, label, variant], ref, got)
     assert c.same, "\n" + "\n".join(c.diff()) + f"\n--- offload-shim stderr:\n{got.stderr[-3000:]}"
+    if b.program.stderr_exact and variant != "run-library":
+        # the whole of stderr, not only the runtime's lines (run-library's stderr is
+        # its own command's)
+        assert cf.stderr_lines(got) == cf.stderr_lines(ref), (
+            f"\nreference stderr:\n{ref.stderr[-3000:]}\noffload-shim stderr:\n"
+            f"{got.stderr[-3000:]}")

@@ -106,3 +106,27 @@ def test_run_reports_a_missing_program(tmp_path):
                            str(tmp_path / "nope")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 127 and "cannot execute" in proc.stderr
+
+
+@pytest.mark.parametrize("opts", [pytest.param([], id="discovered-host-plugins"),
+                                  pytest.param(["--bundled", "--plugin", "BUNDLED"],
+                                               id="bundled")])
+def test_run_counts_memory_never_freed_in_the_report_only(tmp_path, opts):
+    """A program that never frees its omp_target_alloc memory: freed at exit with no line
+    on its stderr (no runtime prints one), counted in the report's ``leaks`` (per
+    device: allocations, bytes)."""
+    import clang_toolchains as ct
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    why = ct.CLANG16.missing()
+    if why:
+        pytest.skip(why)
+    opts = [str(bundled_plugin_path()) if o == "BUNDLED" else o for o in opts]
+    exe = ct.CLANG16.build(ROOT / "tests" / "programs" / "api_target_alloc_leak.c")
+    real = _real(str(exe))
+    ours = _ours(str(exe), tmp_path / "r.json", opts)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (real.returncode, real.stdout, "")
+    assert real.stderr == ""
+    rep = json.loads((tmp_path / "r.json").read_text())
+    # two omp_target_alloc blocks (400 + 3000 bytes) on the device that ran the regions;
+    # the array left mapped by `enter data` is unmapped when the image is unregistered
+    assert rep["leaks"] == {rep["initialised"][0]: [2, 3400]}, rep

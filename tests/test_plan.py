@@ -9,8 +9,10 @@ with random argument arrays: host buffers mapped whole or in part, every map typ
 cheap path handles and some it hands over (``always``, ``present``, ``delete``,
 literals in data constructs, overlapping ranges), kernels with new and existing rows.
 After every construct it records the interposer's table (host range, reference
-counts, the device address modulo 16), the host buffers and the bytes of every row on
-the device.  The same seed runs once with the cheap path and once with
+counts, the device address modulo 16, which device block each row has -- named by
+the order in which the run first saw it, so both paths must take the same blocks from
+the pool in the same order), the host buffers and the bytes of every row on the
+device.  The same seed runs once with the cheap path and once with
 ``OFFLOAD_SHIM_NO_PLAN=1``; both records (and how the process ended: a failed
 construct under mandatory offloading aborts it) must be equal.
 """
@@ -154,11 +156,16 @@ def where(addr):
             return [b, addr - a]
     return ["other", 0]
 
+blocks = {}                                     # device block -> first-seen ordinal
+
 def snapshot(rc):
     rows = []
     dev = ip.devices[0] if ip.devices else None
     for e in ip.mappings(0):
-        row = [where(e.begin), e.end - e.begin, str(e.dyn), e.hold, e.tgt % 16 == e.begin % 16]
+        row = [where(e.begin), e.end - e.begin, str(e.dyn), e.hold, e.tgt % 16 == e.begin % 16,
+               # which device block (named by when it was first seen): both paths must
+               # take the same blocks from the pool, in the same order
+               blocks.setdefault(e.alloc, len(blocks)) if e.alloc else None]
         if dev is not None and e.alloc:
             out = ctypes.create_string_buffer(e.end - e.begin)
             dev.retrieve_raw(ctypes.addressof(out), e.tgt, e.end - e.begin)

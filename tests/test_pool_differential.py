@@ -17,9 +17,11 @@ when there is one.  The same seeded alloc/free sequences are driven
 (b) through ``MemoryManager(policy="exact")`` under a ``Runtime`` device of
     the bundled plugin, reading ``hit`` from the manager's event log.
 
-The hit/miss sequences must agree exactly.  Which cached block LLVM hands
-out among equal sizes differs (its multiset gives the oldest, the Python
-pool the newest); hit/miss does not depend on that.
+The hit/miss sequences must agree exactly, and so must the block each hit
+reuses (named by the allocation that first obtained it): among cached blocks of
+the requested size LLVM's ``std::multiset::find`` gives the least recently
+freed one, and so does the exact policy (a program that reads device memory
+before writing it sees the same data under ``offload-shim run``).
 """
 
 from __future__ import annotations
@@ -93,12 +95,39 @@ def classify(ops, alloc, free, threshold: int) -> list[bool]:
     return hits
 
 
+def reuse(ops, alloc, free, threshold: int) -> list:
+    """Replay ``ops`` like :func:`classify`; returns one item per allocation: the
+    handle of the allocation that first obtained the block a hit reuses, or -1 for a
+    miss (pointers differ between the two sides, these names do not)."""
+    ptrs, sizes, origin, cached, out = {}, {}, {}, set(), []
+    for op in ops:
+        if op[0] == "a":
+            _, h, size = op
+            p = alloc(size)
+            assert p, f"allocation of {size} bytes failed"
+            if p in cached:
+                out.append(origin[p])
+                cached.discard(p)
+            else:
+                out.append(-1)
+                origin[p] = h
+            ptrs[h], sizes[h] = p, size
+        else:
+            p = ptrs.pop(op[1])
+            free(p)
+            if sizes.pop(op[1]) <= threshold:
+                cached.add(p)
+            else:
+                origin.pop(p, None)             # really freed: libc may reuse it
+    return out
+
+
 # The LLVM side, run in a child: a fresh nextgen plugin, the threshold
 # variable set (or unset) before init_device reads it.
 _CHILD = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
-from test_pool_differential import classify
+from test_pool_differential import classify, reuse
 env = {env!r}
 if env is None:
     os.environ.pop({var!r}, None)
@@ -114,6 +143,9 @@ for ops in json.load(open({ops_path!r})):
     p.acquire_device(0)
     out.append(classify(ops, lambda s: p.alloc(0, s), lambda q: p.free(0, q), {threshold}))
     p.release_device(0)
+    p.acquire_device(0)
+    out.append(reuse(ops, lambda s: p.alloc(0, s), lambda q: p.free(0, q), {threshold}))
+    p.release_device(0)
 p.release()
 print("RESULT", json.dumps(out))
 """
@@ -127,7 +159,16 @@ def llvm_hits(nextgen: str, seqs, tmp_path, env, threshold: int) -> list:
                                 ops_path=str(ops_path), threshold=threshold), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT "):])
+    return out[0::2], out[1::2]                 # (hits, reuses) per sequence
+
+
+def python_reuse(bundled_path: str, ops, threshold: int) -> list:
+    """:func:`reuse` through a Runtime device of the bundled plugin (exact pool)."""
+    with osh.Runtime([bundled_path], pool={"policy": "exact", "threshold": threshold,
+                                           "debug": ""}) as rt:
+        dev = rt.devices[0]
+        return reuse(ops, dev.alloc, dev.free, threshold)
 
 
 def python_hits(bundled_path: str, ops, threshold: int) -> tuple:
@@ -154,11 +195,11 @@ SEQS = [(11, "small-palette"), (12, "powers"), (13, "wide"), (14, "small-palette
                          ids=["unset", "64", "1000", "2**64-1"])
 def test_hit_miss_sequences_match_llvm(nextgen16, bundled_path, tmp_path, env, threshold):
     seqs = [make_ops(seed, kind) for seed, kind in SEQS]
-    want = llvm_hits(nextgen16, seqs, tmp_path, env, threshold)
+    want, want_reuse = llvm_hits(nextgen16, seqs, tmp_path, env, threshold)
     # the Python pool's threshold as the runtime reads the same variable
     ours = read_threshold_env({} if env is None else {THRESHOLD_ENV: env})
     total_hits = large_hits = 0
-    for (seed, kind), ops, llvm in zip(SEQS, seqs, want):
+    for (seed, kind), ops, llvm, llvm_reuse in zip(SEQS, seqs, want, want_reuse):
         assert len(ops) >= 4000
         by_log, by_ptr, stats = python_hits(bundled_path, ops, ours)
         n_alloc = sum(op[0] == "a" for op in ops)
@@ -170,6 +211,13 @@ def test_hit_miss_sequences_match_llvm(nextgen16, bundled_path, tmp_path, env, t
                         f"{'hit' if by_log[i] else 'miss'} in Python, "
                         f"{'hit' if llvm[i] else 'miss'} in LLVM")
         assert stats.hits == sum(by_log) and stats.misses == n_alloc - sum(by_log)
+        # which block each hit reuses: the least recently freed of its size
+        got_reuse = python_reuse(bundled_path, ops, ours)
+        assert [r >= 0 for r in llvm_reuse] == llvm
+        if got_reuse != llvm_reuse:
+            i = next(k for k, (x, y) in enumerate(zip(got_reuse, llvm_reuse)) if x != y)
+            pytest.fail(f"seq {seed}/{kind}: allocation #{i} reuses the block of "
+                        f"allocation {got_reuse[i]} in Python, {llvm_reuse[i]} in LLVM")
         # above the threshold: always a miss on both sides
         sizes = [op[2] for op in ops if op[0] == "a"]
         assert not any(h for h, s in zip(llvm, sizes) if s > threshold)

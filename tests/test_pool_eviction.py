@@ -48,7 +48,7 @@ def test_cache_limit_evicts_oldest_first():
     assert list(b.freed) == [a]
     s = mm.stats
     assert s.bytes_cached == 200 and s.evictions == 1
-    assert mm.allocate(100) == d                  # newest reused first
+    assert mm.allocate(100) == c                  # the least recently freed (LLVM's)
     assert_conserved(mm, b)
 
 

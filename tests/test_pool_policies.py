@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offload_shim.errors import OutOfDeviceMemoryError
+from offload_shim.errors import OutOfDeviceMemoryError, UnknownPointerError
 from offload_shim.memory import (DEBUG_ENV, LLVM_BUCKET_SIZES, THRESHOLD_ENV, MemoryManager,
                                  PoolStats, binned_size, llvm_bucket, read_threshold_env)
 from offload_shim.memory.config import MAX_SIZE
@@ -143,13 +143,44 @@ def test_exact_reuse_same_size_only():
     assert_conserved(mm, b)
 
 
-def test_reuse_takes_most_recently_freed():
+def test_exact_reuse_takes_the_least_recently_freed_block():
+    """Among cached blocks of the size the exact policy hands out the one freed
+    first, as LLVM's MemoryManagerTy (std::multiset: insert after the equal
+    sizes, find the first of them): allocate_many too; a later free goes last."""
     b, mm = make()
+    a, c, d = mm.allocate(32), mm.allocate(32), mm.allocate(32)
+    mm.free(c)
+    mm.free(a)
+    mm.free(d)
+    assert mm.allocate(32) == c
+    mm.free(c)                                  # now after a and d
+    assert mm.allocate_many([32, 32]) == [a, d]
+    assert mm.allocate(32) == c
+
+
+def test_binned_reuse_takes_the_most_recently_freed_block():
+    b, mm = make(policy="binned")
     a, c = mm.allocate(32), mm.allocate(32)
     mm.free(a)
     mm.free(c)
     assert mm.allocate(32) == c
     assert mm.allocate(32) == a
+
+
+def test_free_many_frees_in_order_and_stops_at_the_first_error():
+    """free_many caches in the given order (the first given is the first reused)
+    and raises the first error with the blocks before it freed and those after it
+    still live."""
+    b, mm = make(strict=True)
+    ps = mm.allocate_many([16, 16, 16])
+    mm.free_many([ps[2], ps[0]])
+    assert mm.allocate(16) == ps[2]
+    with pytest.raises(UnknownPointerError):
+        mm.free_many([ps[1], 12345, ps[2]])
+    assert mm.size_of(ps[2]) == 16              # not reached: still live
+    assert mm.allocate_many([16, 16]) == [ps[0], ps[1]]
+    mm.free_many([ps[1], ps[0], ps[2]])
+    assert_conserved(mm, b)
 
 
 def test_many_cached_blocks_hit_path_uses_size_index():

@@ -950,7 +950,7 @@ def test_deinit_whose_pool_drain_fails_still_releases_the_device(bundled_path, c
         n_deinit = ctl.call_count("__tgt_rtl_deinit_device")
         ctl.fail_nth("__tgt_rtl_data_delete", 1)
         try:
-            with caplog.at_level("WARNING", logger="offload_shim"):
+            with caplog.at_level("INFO", logger="offload_shim"):
                 with pytest.raises(osh.PluginCallError):
                     dev.deinit()
         finally:
@@ -959,6 +959,30 @@ def test_deinit_whose_pool_drain_fails_still_releases_the_device(bundled_path, c
         assert dev.state is osh.DeviceState.UNINIT
         assert ctl.call_count("__tgt_rtl_deinit_device") == n_deinit + 1
         assert ctl.live_allocs() == 0           # deinit_device freed what the plugin held
+
+
+def test_allocations_still_held_at_deinit_are_returned_and_logged_at_info(bundled_path,
+                                                                          caplog):
+    """Memory a caller never freed is freed at teardown and counted in the return value;
+    the log record is INFO (Python shows WARNING and above by default; no runtime
+    prints a line for it, and under ``offload-shim run`` it must not reach the
+    program's stderr)."""
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        dev.alloc(64)
+        dev.alloc(100)
+        with caplog.at_level("INFO", logger="offload_shim"):
+            assert dev.deinit() == (2, 164)
+        held = [r for r in caplog.records if "still held at deinit" in r.getMessage()]
+        assert [(r.levelname, r.getMessage()) for r in held] == [
+            ("INFO", f"{dev.label}: 2 allocation(s), 164 bytes still held at deinit; "
+                     "freed before deinit_device")]
+        dev.alloc(8)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="offload_shim"):
+            assert rt.close() == {dev.label: (1, 8)}
+        assert [r.levelname for r in caplog.records
+                if "still held" in r.getMessage()] == ["INFO"]
 
 
 @pytest.mark.allow_violations

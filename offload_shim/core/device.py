@@ -356,8 +356,13 @@ class Device:
         except OffloadError as exc:
             errors.append(exc)
         if leaked[0]:
-            log.warning("%s: %d allocation(s), %d bytes still held at deinit; freed "
-                        "before deinit_device", self.label, leaked[0], leaked[1])
+            # INFO, not WARNING: no runtime prints a line for it (libomptarget frees what
+            # a program never freed without a word: its memory manager's destructor, the
+            # plugins' deinit), so it must not reach the stderr of a program under
+            # `offload-shim run`; the count is the return value (Runtime.close(), the
+            # report's "leaks").  docs/usage.md, "Allocations still held at teardown".
+            log.info("%s: %d allocation(s), %d bytes still held at deinit; freed "
+                     "before deinit_device", self.label, leaked[0], leaked[1])
         for image_id in list(self._images):
             try:
                 self._unload(self._images[image_id].image)
@@ -763,24 +768,34 @@ class Device:
         """:meth:`alloc` of each of ``sizes`` (bytes) in order: the device pointers.
         On an error the ones already allocated are freed again and the error is
         raised (same errors as :meth:`alloc`)."""
-        out: list[int] = []
-        alloc = self.alloc
-        try:
+        if self._state is not _READY:
             for size in sizes:
-                out.append(alloc(size))
-        except BaseException:
-            for ptr in out:
-                with contextlib.suppress(OffloadError):
-                    self.free(ptr)
-            raise
-        return out
+                _check_size(size)
+            self._ready()
+        # the pool's batch: the blocks that many alloc() calls would get, its cache
+        # hits in one lock round trip
+        return self._pool.allocate_many(sizes)
 
     def free_many(self, ptrs: Sequence[int]) -> None:
         """:meth:`free` of each of ``ptrs`` in order; stops at the first error, which
-        is raised (same errors as :meth:`free`)."""
-        free = self.free
-        for ptr in ptrs:
-            free(ptr)
+        is raised (same errors as :meth:`free`).  The pool gets them in that order
+        (the last one freed is the first its size reuses), its cached frees in one
+        lock round trip."""
+        if self._state is not _READY or self._pin_mapped_policy:
+            free = self.free
+            for ptr in ptrs:
+                free(ptr)
+            return
+        try:
+            self._pool.free_many(ptrs)
+        except LifecycleError:
+            # as free(): a concurrent teardown drained the pool (the block is freed)
+            if self._state is DeviceState.CLOSED or self._closing:
+                raise self._free_after_close() from None
+            raise UnknownPointerError(
+                f"{self.label}: a pointer of {[f'{p:#x}' for p in ptrs]} was freed by a "
+                f"deinit that ran concurrently (the device drains its pool before "
+                f"deinit_device)", device=self.label) from None
 
     def submit_many(self, ops: Sequence[tuple[int, int, int, int]]) -> None:
         """:meth:`submit_in` of each ``(block, tgt, host_addr, nbytes)`` in order, with
@@ -810,11 +825,15 @@ class Device:
 
     def lease(self, sizes: Sequence[int]) -> "DeviceLease":
         """A :class:`DeviceLease`: one allocation per size (bytes,
-        :meth:`alloc_many`), kept by the caller for repeated use until
-        :meth:`DeviceLease.release` (the interposer's per-region plans keep the
-        scratch memory of a region's temporary rows).  Same errors as
-        :meth:`alloc`."""
-        return DeviceLease(self, self.alloc_many(sizes), list(sizes), self.init_count)
+        :meth:`alloc_many`, in order), used by the caller until
+        :meth:`DeviceLease.release` (the interposer's cheap path: the device memory
+        of a kernel construct's temporary rows).  Same errors as :meth:`alloc`."""
+        if self._state is not _READY:
+            for size in sizes:
+                _check_size(size)
+            self._ready()
+        return DeviceLease(self, self._pool.allocate_many(sizes), list(sizes),
+                           self.init_count)
 
     def kernel_launcher(self, entry: int, nargs: int) -> "KernelLauncher":
         """A :class:`KernelLauncher` of the kernel whose target-table address is
@@ -871,6 +890,30 @@ def _own_launches(image_id: int) -> int:
     return _OWN_LAUNCHES.__dict__.get(image_id, 0)
 
 
+_REVERSED = object()   # _fifo_refill: every block has the same size
+
+
+def _fifo_refill(sizes):
+    """The order in which blocks of ``sizes`` come back from a pool that reuses the
+    least recently freed block of a size first, after they were freed the last one
+    first (:meth:`DeviceLease.park`): index ``i`` of the new order holds the old block
+    ``perm[i]`` -- within each size the order reverses.  ``[]`` when nothing moves (no
+    two sizes alike), :data:`_REVERSED` when all sizes are alike."""
+    distinct = len(set(sizes))
+    if distinct == len(sizes):
+        return []
+    if distinct == 1:
+        return _REVERSED
+    groups: dict[int, list[int]] = {}
+    for i, size in enumerate(sizes):
+        groups.setdefault(size, []).append(i)
+    perm = [0] * len(sizes)
+    for idx in groups.values():
+        for r, i in enumerate(idx):
+            perm[i] = idx[len(idx) - 1 - r]
+    return perm
+
+
 class DeviceLease:
     """Device memory leased by one caller (:meth:`Device.lease`): ``ptrs[j]`` holds
     ``sizes[j]`` bytes.  Copies name a block and an offset, ``(j, offset,
@@ -878,13 +921,17 @@ class DeviceLease:
     allocations of the device while the lease is :attr:`valid`), so a run of copies
     needs no pointer-table lookup.  Not thread-safe: one user at a time (the
     interposer's plans hand each lease to one construct at a time)."""
-    __slots__ = ("_dev", "device", "ptrs", "sizes", "_init_count", "_released")
+    __slots__ = ("_dev", "device", "ptrs", "sizes", "_init_count", "_released", "_parcel",
+                 "_known", "_refill")
 
     def __init__(self, dev, ptrs, sizes, init_count):
         self._dev, self.ptrs, self.sizes = dev, ptrs, sizes
         self.device = dev                   # the Device the blocks belong to
         self._init_count = init_count
         self._released = False
+        self._parcel = None                 # MemoryManager.park's, while parked
+        self._known = None                  # parcel[1] of the first park
+        self._refill = None                 # how reclaim() reorders ptrs (_fifo_refill)
 
     @property
     def valid(self) -> bool:
@@ -941,20 +988,75 @@ class DeviceLease:
         :meth:`Device.free`)."""
         self._released = True
 
+    def park(self) -> bool:
+        """End the use as :meth:`release` does (every block freed, the last one first),
+        with the frees put off in the device's pool (:meth:`MemoryManager.park`), so
+        that :meth:`reclaim` can take the same blocks back without a round trip
+        through the pool's tables -- what a loop running one target region asks for.
+        Whoever uses the pool first gets the blocks the frees would have left it.
+        False (nothing done: call :meth:`release`) when the pool does not park them.
+        Not thread-safe, as the lease itself."""
+        if self._released:
+            return False
+        dev = self._dev
+        if (dev._state is not _READY or dev.init_count != self._init_count
+                or dev._pin_mapped_policy):
+            return False
+        parcel = dev._pool.park(self.ptrs[::-1], self._known)
+        if parcel is None:
+            return False
+        self._released = True
+        self._parcel = parcel
+        self._known = parcel[1]
+        return True
+
+    def reclaim(self, sizes) -> bool:
+        """Use the lease again for blocks of ``sizes`` (bytes, the same list it has):
+        True when the parked blocks (:meth:`park`) were still the pool's last
+        business -- ``ptrs`` then holds them in the order ``alloc_many(sizes)`` would
+        have returned them (among blocks of one size the pool hands out the least
+        recently freed first, and :meth:`park` freed the last one first: within
+        each size the order reverses), booked as that many allocations.  False when
+        the lease was not parked, ``sizes`` differ or the blocks went back to the
+        pool meanwhile: allocate anew."""
+        parcel = self._parcel
+        if parcel is None or sizes != self.sizes:
+            return False
+        self._parcel = None
+        # a deinit meanwhile drained the pool, which voided the parcel (and a device
+        # initialised again has another pool)
+        pool = self._dev._pool
+        if pool is None or not pool.reclaim(parcel):
+            return False
+        refill = self._refill
+        if refill is None:
+            refill = self._refill = _fifo_refill(self.sizes)
+        ptrs = self.ptrs
+        if refill is _REVERSED:
+            self.ptrs = ptrs[::-1]
+        elif refill:
+            self.ptrs = [ptrs[j] for j in refill]
+        self._released = False
+        return True
+
     def release(self, keep=()) -> None:
-        """Free the blocks (nothing when the device was deinitialised meanwhile: its
-        pool freed them), except those whose indices are in ``keep``: the caller took
-        them over, as :meth:`detach` does for all.  Idempotent.  Raises what
-        :meth:`Device.free` raises."""
+        """Free the blocks, the last one first (as libomptarget 16 ``targetDataEnd``
+        frees a construct's rows, in reverse argument order; so the pool's reuse is
+        the one the general code would get), except those whose indices are in
+        ``keep``: the caller took them over, as :meth:`detach` does for all.  Nothing
+        when the device was deinitialised meanwhile (its pool freed them).
+        Idempotent.  Raises what :meth:`Device.free` raises."""
         if self._released:
             return
         self._released = True
         dev = self._dev
         if dev._state is _READY and dev.init_count == self._init_count:
+            ptrs = self.ptrs
             if keep:
-                dev.free_many([p for j, p in enumerate(self.ptrs) if j not in keep])
+                dev.free_many([ptrs[j] for j in range(len(ptrs) - 1, -1, -1)
+                               if j not in keep])
             else:
-                dev.free_many(self.ptrs)
+                dev.free_many(ptrs[::-1])
 
 
 class KernelLauncher:

@@ -31,7 +31,7 @@ def holdings(ip) -> dict[str, int]:
       the package makes);
     * devices: ``loaded_images``, ``address_map_rows``, ``kernels``;
     * mapping: ``mappers``, ``mapping_rows``, ``retired_rows``, ``ctors_done``;
-    * plans (:mod:`.plan`): ``plans``, ``leased_plans``, ``frames``;
+    * plans (:mod:`.plan`): ``plans``, ``frames``;
     * plugins: ``plugin_keepalive`` (:attr:`Plugin.kept_alive`);
     * ``copies_pending``, ``copies_foreign``, ``copies_removed``
       (:func:`offload_shim.plugins.leftovers.held`), ``verdicts``

@@ -39,7 +39,8 @@ from . import profile as _prof
 from .bridge import Bridge, guard
 from .gomp import GompSide
 from .library import LoadedLibrary, open_library
-from .mapping import DeviceMapper, MapEntry, MapError
+from .mapping import (OMP_REQ_UNIFIED_SHARED_MEMORY, DeviceMapper, MapEntry, MapError,
+                      usm_pointers_written)
 from .plan import FastPath
 from .profile import RuntimeProfile
 from .rtl import Registrations, RequiresConflict
@@ -569,7 +570,9 @@ class Interposer:
             key = (self._lib_gen, dev.init_count)
             if dm.lib_key == key:
                 return
-            dm.map_globals(self.rtls.images())
+            usm = (self.rtls.requires_flags & OMP_REQ_UNIFIED_SHARED_MEMORY
+                   and usm_pointers_written(self.host_runtime, dev.plugin.generation))
+            dm.map_globals(self.rtls.images(), usm_pointers=bool(usm))
             for desc in sorted(self.rtls.records):
                 if desc in dm.ctors_done:
                     continue

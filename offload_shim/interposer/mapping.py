@@ -39,6 +39,7 @@ import contextlib
 import threading
 from bisect import bisect_right
 
+from ..abi import clang as _clang
 from ..abi import interposer as _abi
 from ..errors import OffloadError
 from ..records import FieldsRepr
@@ -47,6 +48,27 @@ from .profile import LIBOMPTARGET_16
 
 _INF = float("inf")
 OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
+
+
+def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
+    """Whether, under ``requires unified_shared_memory``, the device reference pointer
+    of each declare-target global is pointed at the host global when the image is
+    loaded (:meth:`DeviceMapper.map_globals`), for a program linking libomptarget
+    ``host_runtime`` (16, 19, 22) on a plugin of ``plugin_generation``
+    (``Plugin.generation``).  libomptarget 19.1 and 22.1 do it themselves
+    (``PluginManager::loadImagesOntoDevice``), whatever the plugin; libomptarget 16
+    leaves it to the plugin: the LLVM 16 nextgen plugins do it in ``load_binary``
+    (``GenericDeviceTy::registerGlobalOffloadEntry``, with the ``init_requires``
+    flags), the classic x86_64 plugin (and LLVM 14's) never does, so such a program's
+    first kernel that reads a global follows a null pointer (SIGSEGV under
+    ``LIBOMPTARGET_NEXTGEN_PLUGINS=0``, checked on Debian 16.0.6).  The bundled
+    plugin's LLVM view stands for a nextgen one.
+
+    A per-release difference: to move into the runtime profile
+    (``offload_shim/interposer/profile.py``) when it lands."""
+    if host_runtime >= 19:
+        return True
+    return plugin_generation not in ("llvm16-classic", "llvm14")
 
 
 class MapError(Exception):
@@ -629,26 +651,62 @@ class DeviceMapper:
         if ptr:
             self.device.free(ptr)
 
-    def map_globals(self, images) -> None:
-        """Declare-target globals of the images loaded in the device: permanent rows
-        (infinite reference count), libomptarget ``initLibrary``."""
+    def map_globals(self, images, usm_pointers: bool = False) -> None:
+        """Declare-target globals of the images loaded in the device that have no rows
+        yet: permanent rows (infinite reference count), libomptarget ``initLibrary``
+        (16, omptarget.cpp) / ``PluginManager::loadImagesOntoDevice`` (19.1, 22.1).
+
+        * an indirect function entry (flag ``OMP_DECLARE_TARGET_INDIRECT``, 0x8:
+          ``begin declare target indirect``, clang 19+) names a device global that
+          holds the device function's address: the row maps the host function to that
+          address, read from the device (libomptarget 19.1 / 22.1 "follow the
+          indirection and map the actual target", llvm-project PR #71462, LLVM 18), so
+          a function pointer passed to a region as a pointer (clang 19's ``firstprivate``
+          of a function pointer: map type ``target_param``, size 0) is translated to
+          the device function, not to the global holding it;
+        * ``usm_pointers`` (``requires unified_shared_memory`` in force and the
+          runtime the program links sets them, :func:`usm_pointers_written`): every
+          other global's ``size`` bytes are copied from the host entry to the device
+          global before its row is made.  Under unified shared memory clang makes a
+          declare-target global a reference pointer (``NAME_decl_tgt_ref_ptr``, whose
+          host copy holds the host global's address), so the device's reference
+          pointer then points at the host global (libomptarget 19.1 / 22.1
+          ``loadImagesOntoDevice`` "Failed to write symbol for USM"; LLVM 16 nextgen
+          plugins ``GenericDeviceTy::registerGlobalOffloadEntry``).  Indirect entries
+          are left alone, as libomptarget 22.1 does: 19.1 writes them too, which
+          faults on the read-only global (the program dies at its first construct).
+
+        The plugin calls (the reads and writes) run before the table's lock is taken;
+        the caller holds the interposer's registration lock (``initLibrary`` runs under
+        libomptarget's ``PendingGlobalsMtx``).  Raises OffloadError (a copy failed) and
+        NotMappedError (an entry the device did not load)."""
         dev = self.device
         loaded = dev.loaded_images
         with self.lock:
+            owners = {id(e.owner) for e in self.table.rows() if e.owner is not None}
+        todo = [img for img in images if img in loaded and id(img) not in owners]
+        rows = []
+        for img in todo:
+            for entry, haddr in zip(img.entries, img.host_addresses()):
+                if entry.is_kernel:
+                    continue
+                tgt = dev.translate(haddr)
+                if entry.flags & _clang.OMP_DECLARE_TARGET_INDIRECT:
+                    cell = _abi.HostCell(0)
+                    dev.retrieve_raw(cell.address, tgt, 8)
+                    tgt = _abi.read_pointer(cell.address)
+                elif usm_pointers:
+                    dev.submit_raw(tgt, haddr, entry.size)
+                rows.append((img, entry, haddr, tgt))
+        if not rows:
+            return
+        with self.lock:
             table = self.table
-            for img in images:
-                if img not in loaded:
-                    continue
-                if any(e.owner is img for e in table.rows()):
-                    continue
-                for entry, haddr in zip(img.entries, img.host_addresses()):
-                    if entry.is_kernel:
-                        continue
-                    tgt = dev.translate(haddr)
-                    ent, _contained, _, _ = table.lookup(haddr, entry.size)
-                    if ent is None:
-                        table.insert(MapEntry(haddr, haddr, haddr + entry.size, tgt, None,
-                                              _INF, 0, owner=img, name=entry.name))
+            for img, entry, haddr, tgt in rows:
+                ent, _contained, _, _ = table.lookup(haddr, entry.size)
+                if ent is None:
+                    table.insert(MapEntry(haddr, haddr, haddr + entry.size, tgt, None,
+                                          _INF, 0, owner=img, name=entry.name))
 
     def drop_image(self, image) -> None:
         """Remove the global rows of an unregistered image.  libomptarget 16 keeps
@@ -714,4 +772,5 @@ class DeviceMapper:
                 self.device.free(p)
 
 
-__all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable", "TargetPointer"]
+__all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable", "TargetPointer",
+           "usm_pointers_written"]

@@ -38,12 +38,19 @@ stay out of the table while it runs (its :class:`_Reservation` in the table's
 rows (pending while the construct still allocates or copies to them), so what other
 threads see -- ``omp_target_is_present`` from inside the kernel, another thread mapping
 the same data -- is what libomptarget's table holds; a row another thread took a
-reference to outlives the construct and owns its block from then on.  A plan's device
-memory (its leases) is handed to one construct at a time: a construct pops a lease
-from the plan's free list and puts it back afterwards, so two threads running the
-same region at once get one lease each.  The per-device "ready" check and the plans
-are dropped on registration, unregistration and requires (``generation``); a check
-made before such an event is never kept after it.
+reference to outlives the construct and owns its block from then on.  The device
+memory of those rows comes from the device's pool and goes back to it when the
+construct ends -- allocated in argument order, freed in reverse argument order, as the
+general code and libomptarget 16 ``targetDataBegin`` / ``targetDataEnd`` do -- so the
+pool hands the same blocks to the same requests whichever path served the constructs
+before (a region that reads its ``map(from:)`` block before writing it sees what the
+general code shows: the block the previous construct freed), and two threads running
+the same region at once get blocks of their own.  A kernel construct's frees are put
+off (:meth:`~offload_shim.core.device.DeviceLease.park`): the region's next construct
+takes the same blocks back in the order the pool would have given them when nothing
+else used the pool meanwhile, and anything else that uses the pool first frees them.  The per-device "ready" check and the
+plans are dropped on registration, unregistration and requires (``generation``); a
+check made before such an event is never kept after it.
 
 Nothing here logs or counts per construct (the count of constructs handed to the
 general code excepted).  ``tests/test_plan.py`` runs the cheap path and the general
@@ -80,11 +87,6 @@ REQ_USM = 0x008
 ALIGN = 1
 #: most plans kept (distinct constant map-type arrays of a program are far fewer)
 MAX_PLANS = 4096
-#: a kernel plan keeps the device memory of its new rows when each block is at most
-#: this many bytes (the pool's default threshold), and all plans together at most
-#: LEASE_TOTAL bytes; larger rows get and free their memory per construct
-LEASE_MAX = 8192
-LEASE_TOTAL = 64 << 20
 _U64 = 1 << 64
 _new = object.__new__
 _I64_MAX = (1 << 63) - 1
@@ -100,18 +102,17 @@ class Plan:
     order, ``k`` its position in ``maps`` (-1 for a literal); ``launch``: ``(key,
     launcher, implicit)``, the kernel's
     :class:`~offload_shim.core.device.KernelLauncher`, what it is valid for and the
-    leading arguments of its ``KernelArgsTy`` version; ``leases``: the device memory
-    kept for the rows the kernel creates, one :class:`~offload_shim.core.device.
-    DeviceLease` per construct running it at once (:meth:`FastPath._lease`; a free
-    list: ``list.pop`` / ``list.append`` are atomic); ``dead``: the plan was dropped
-    (its leases are freed when they come back)."""
-    __slots__ = ("types", "simple", "maps", "params", "launch", "leases", "dead")
+    leading arguments of its ``KernelArgsTy`` version; ``parked``: at most one
+    :class:`~offload_shim.core.device.DeviceLease` whose blocks the kernel's last
+    construct gave back to the pool with the frees put off
+    (:meth:`~offload_shim.core.device.DeviceLease.park`; a list: ``pop`` and
+    ``append`` are atomic)."""
+    __slots__ = ("types", "simple", "maps", "params", "launch", "parked")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
         self.launch = None
-        self.leases = []
-        self.dead = False
+        self.parked = []
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -147,7 +148,8 @@ class _Reservation:
     lease); ``phase``: RESERVED (device memory and ``to`` copies being made), RUNNING
     (ready, the kernel may run), ENDING (the construct dropped its references and
     copies back); ``tgts`` / ``lease``: their device addresses (per map index) and the
-    lease holding their blocks (set before RUNNING); ``entries``: None, or the rows
+    :class:`~offload_shim.core.device.DeviceLease` holding their blocks (set before
+    RUNNING); ``entries``: None, or the rows
     :meth:`publish` made; ``ended``: None until the construct's end was applied to
     those rows, then per row whether it dropped the row's last reference (the row's
     ``ends`` count is then the construct's until it finishes).
@@ -263,11 +265,8 @@ class FastPath:
         self._views: dict[int, memoryview] = {}
         self._plans: dict[tuple, Plan] = {}
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
-        # guards _leased, _leased_bytes, generation and the counter below; never held
-        # across a plugin call
-        self._lease_lock = threading.Lock()
-        self._leased: dict[int, Plan] = {}      # plans that keep DeviceLeases
-        self._leased_bytes = 0
+        # guards generation and the counter below; never held across a plugin call
+        self._count_lock = threading.Lock()
         self.generation = 0
         self._wanted = os.environ.get(NO_PLAN_VAR, "") in ("", "0")
         self._enabled = self._wanted and not tracing()   # requires(): invalidate()
@@ -287,21 +286,20 @@ class FastPath:
         self.invalidate()
 
     def held(self) -> dict[str, int]:
-        """How many plans, plans keeping a device lease, and construct frames (one per
-        host thread that offloaded) are kept now."""
-        return {"plans": len(self._plans), "leased_plans": len(self._leased),
-                "frames": len(self._views)}
+        """How many plans and construct frames (one per host thread that offloaded)
+        are kept now (no device memory: the cheap path holds none between
+        constructs)."""
+        return {"plans": len(self._plans), "frames": len(self._views)}
 
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
         register, unregister, requires, close).  Constructs in flight finish with
-        what they hold; their leases are freed when they give them back."""
-        with self._lease_lock:
+        what they hold."""
+        with self._count_lock:
             self.generation += 1
         self._enabled = (self._wanted and not self._tracing()
                          and not self._requires() & REQ_USM)
         self._ready.clear()
-        self.release_leases()
         self._plans.clear()
 
     # -- the bridge callback ---------------------------------------------------------
@@ -316,7 +314,7 @@ class FastPath:
             rc = self._serve(v, kind)
             if rc is not None:
                 return rc
-        with self._lease_lock:
+        with self._count_lock:
             self.general += 1
         return self._general(v, kind)
 
@@ -356,10 +354,7 @@ class FastPath:
                     return plan
             elif v[t0:t0 + n].tolist() == plan.types:
                 return plan
-        if plan is not None:
-            self._retire(plan)
         if len(self._plans) >= MAX_PLANS:
-            self.release_leases()
             self._plans.clear()
         plan = self._plans[key] = Plan(kind, v[t0:t0 + n].tolist(), bool(v[13]))
         return plan
@@ -401,10 +396,13 @@ class FastPath:
         unless another thread maps them meanwhile: created with a reference count of
         1 by its begin, dropped to 0 by its end.  So they are kept out of the table
         (a :class:`_Reservation`, published as rows when another thread looks at
-        the table): their device memory comes from the plan's lease, their ``to`` /
-        ``from`` copies are one :meth:`~offload_shim.core.device.DeviceLease.
-        submit_many` / ``retrieve_many`` each, and the table sees only the reference
-        counts of the rows that existed before.  Two new rows that overlap would see
+        the table): their device memory is one :meth:`~offload_shim.core.device.
+        Device.lease` from the pool (argument order), given back when the construct
+        ends (reverse argument order, together with any row that existed and reached
+        zero: the general code's order), their ``to`` / ``from`` copies are one
+        :meth:`~offload_shim.core.device.DeviceLease.submit_many` / ``retrieve_many``
+        each, and the table sees only the reference counts of the rows that existed
+        before.  Two new rows that overlap would see
         each other in the general code: such a construct goes there, and so does one
         that finds a row another thread is still preparing.  If the launch fails the
         new rows enter the table as the general code leaves them (reference count
@@ -461,10 +459,19 @@ class FastPath:
         nfound = nm - len(fresh) if fresh is not None else nm
         dev = dm.device
         lease = None
-        kept = False
         if rec is not None:
             try:
-                lease, kept = self._lease(plan, dev, fresh)
+                sizes = [size + hp % ALIGN for _k, hp, size in fresh]
+                parked = plan.parked
+                if parked:
+                    try:
+                        lease = parked.pop()
+                    except IndexError:          # another thread took it
+                        lease = None
+                    if lease is not None and not lease.reclaim(sizes):
+                        lease = None
+                if lease is None:
+                    lease = dev.lease(sizes)
                 ptrs = lease.ptrs
                 ops = []
                 for j, (k, hp, size) in enumerate(fresh):
@@ -477,10 +484,7 @@ class FastPath:
             except BaseException as exc:
                 self._withdraw(dm, rec, found)
                 if lease is not None:
-                    if kept:
-                        self._give_back(plan, lease)
-                    else:
-                        _release(lease)
+                    _release(lease)
                 if isinstance(exc, OffloadError):
                     return None
                 raise
@@ -508,7 +512,7 @@ class FastPath:
             # the general code leaves the construct's rows mapped (no targetDataEnd):
             # the new rows enter the table and own their blocks from now on
             if rec is not None:
-                self._launch_failed(v, plan, dm, rec, lease, kept)
+                self._launch_failed(v, dm, rec, lease)
             if isinstance(exc, OffloadError):
                 return self._failed(KERNEL, exc, v[3])
             raise
@@ -580,35 +584,42 @@ class FastPath:
                     # rows that existed and reached zero here: removed unless another
                     # thread took them again or ends them too (postProcessingTargetDataEnd)
                     done = []
-                    for _k, ent in removed:
+                    for k, ent in removed:
                         ent.ends -= 1
-                        if err is None and ent not in done:
-                            done.append(ent)
-                    for ent in done:
+                        if err is None and all(e is not ent for _k, e in done):
+                            done.append((k, ent))
+                    for k, ent in done:
                         if ent.total == 0 and ent.ends == 0 and ent.live:
                             table.remove(ent)
                             if ent.alloc and not ent.leased:
                                 if frees is None:
                                     frees = []
-                                frees.append(ent.alloc)
+                                frees.append((k, ent.alloc))
                 if published:
                     adopted = _resolve(table, rec)
             finally:
                 lock.release()
-        if rec is not None:
-            if adopted:
-                self._drop(lease, kept, adopted)
-            elif kept:
-                plan.leases.append(lease)       # back to the plan (_give_back)
-                if plan.dead:
-                    self._drain(plan)
-            else:
-                _release(lease)
         if frees is not None:
+            # the general code's order: every row this construct removed, in reverse
+            # argument order (its own new rows' blocks among them)
+            if rec is not None:
+                if lease.valid:                 # (a deinit meanwhile freed its blocks)
+                    frees += [(maps_k, p) for j, ((maps_k, _hp, _sz), p)
+                              in enumerate(zip(fresh, lease.ptrs))
+                              if j not in (adopted or ())]
+                lease.detach()
+            frees.sort(key=_first, reverse=True)
             try:
-                dev.free_many(frees)
+                dev.free_many([p for _k, p in frees])
             except OffloadError as exc:
                 err = err or exc
+        elif rec is not None:
+            # reverse argument order; the frees put off while nobody else uses the pool
+            # (the next run of this region takes the same blocks back: DeviceLease.park)
+            if adopted or not lease.park():
+                _release(lease, adopted)
+            elif not plan.parked:
+                plan.parked.append(lease)
         if err is not None:
             if isinstance(err, OffloadError):
                 return self._failed(KERNEL, err, v[3])
@@ -631,7 +642,7 @@ class FastPath:
                 if dm.waiting:
                     dm.cv.notify_all()
 
-    def _launch_failed(self, v, plan, dm, rec, lease, kept) -> None:
+    def _launch_failed(self, v, dm, rec, lease) -> None:
         """The launch failed: the new rows enter the table with their construct's
         reference, as the general code leaves them, and own their blocks."""
         keep = []
@@ -651,86 +662,7 @@ class FastPath:
                     if e.live:
                         e.leased = False
                         keep.append(j)
-        self._drop(lease, kept, keep)
-
-    # -- device memory kept per plan ---------------------------------------------------
-    def _lease(self, plan: Plan, dev, fresh):
-        """Device memory for the new rows of a kernel construct: a lease of the plan
-        when one is free and still fits (same number of rows, each block large enough
-        for the row and its padding), else a new one, kept in the plan when every
-        block is small (at most :data:`LEASE_MAX` bytes, :data:`LEASE_TOTAL` in all
-        plans).  The construct has the lease to itself until :meth:`_give_back`.
-        Returns (lease, kept)."""
-        leases = plan.leases
-        if leases:
-            try:
-                lease = leases.pop()
-            except IndexError:                  # another thread took the last one
-                lease = None
-            if lease is not None:
-                sizes = lease.sizes
-                if lease.valid and lease.device is dev and len(sizes) == len(fresh):
-                    for (_k, hp, size), cap in zip(fresh, sizes):
-                        if size + hp % ALIGN > cap:
-                            break
-                    else:
-                        return lease, True
-                self._drop(lease, True)
-        caps = [size + ALIGN - 1 for _k, _hp, size in fresh]
-        total = sum(caps)
-        if max(caps) <= LEASE_MAX:
-            with self._lease_lock:
-                ok = self._leased_bytes + total <= LEASE_TOTAL
-                if ok:
-                    self._leased_bytes += total
-                    self._leased[id(plan)] = plan
-            if ok:
-                try:
-                    return dev.lease(caps), True
-                except BaseException:
-                    with self._lease_lock:
-                        self._leased_bytes -= total
-                    raise
-        return dev.lease([size + hp % ALIGN for _k, hp, size in fresh]), False
-
-    def _give_back(self, plan: Plan, lease) -> None:
-        """The construct is done with the plan's ``lease``: back to the free list (or
-        freed, when the plan was dropped meanwhile)."""
-        plan.leases.append(lease)
-        if plan.dead:
-            self._drain(plan)
-
-    def _drop(self, lease, kept: bool, keep=()) -> None:
-        """Free a lease (its blocks in ``keep``, indices, now belong to rows)."""
-        if kept:
-            with self._lease_lock:
-                self._leased_bytes -= sum(lease.sizes)
-        try:
-            lease.release(keep)
-        except OffloadError:
-            pass
-
-    def _drain(self, plan: Plan) -> None:
-        leases = plan.leases
-        while leases:
-            try:
-                lease = leases.pop()
-            except IndexError:
-                break
-            self._drop(lease, True)
-
-    def _retire(self, plan: Plan) -> None:
-        plan.dead = True
-        self._drain(plan)
-
-    def release_leases(self) -> None:
-        """Free the device memory every plan keeps (on invalidation and close; a
-        lease in use is freed when its construct gives it back)."""
-        with self._lease_lock:
-            plans = list(self._leased.values())
-            self._leased.clear()
-        for plan in plans:
-            self._retire(plan)
+        _release(lease, keep)
 
     def _launcher(self, plan: Plan, dm, host_ptr: int, version: int):
         """``(key, launcher, implicit)``: the region's KernelLauncher
@@ -986,11 +918,17 @@ def _resolve(table, rec) -> list[int]:
     return adopted
 
 
-def _release(lease) -> None:
+def _release(lease, keep=()) -> None:
+    """Give a kernel construct's blocks back to the pool, the last first (those in
+    ``keep``, indices, now belong to rows)."""
     try:
-        lease.release()
+        lease.release(keep or ())
     except OffloadError:
         pass
+
+
+def _first(item):
+    return item[0]
 
 
 def _undo(found) -> None:

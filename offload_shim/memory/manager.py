@@ -26,10 +26,16 @@ Tables (all guarded by one lock):
   number of hits: a hit adds ``block << 64 | 1`` (``| 0`` with
   ``stats=False``), so booking the bytes, the hit and the peak is one
   addition and one comparison; statistics cost nothing extra on the hit path.
-* ``_free``: ``{block bytes: {ptr: record}}``, one free list per block size,
-  each ordered from the least to the most recently freed block; a hit takes
-  the most recent (``dict.popitem``).  Lists are kept while the manager is
-  open, so a cached free is one dict store into the list the record names.
+* ``_free``: ``{block bytes: OrderedDict(ptr: record)}``, one free list per
+  block size, each ordered from the least to the most recently freed block; a
+  hit of the exact policy takes the least recently freed block
+  (``popitem(last=False)``), as LLVM's ``MemoryManagerTy`` does (its free lists
+  are ``std::multiset`` objects ordered by size: ``insert`` puts a block after the
+  ones of its size, ``find`` returns the first of them), so a program that
+  reads device memory before writing it sees what it sees under libomptarget;
+  a hit of the binned policy takes the most recently freed one
+  (``popitem()``).  Lists are kept while the manager is open, so a cached free
+  is one store into the list the record names.
 * with ``cache_limit``: ``_stamps`` ``{ptr: age}`` of the cached blocks, the
   age order the cap needs across sizes (kept only then: the hit path never
   touches it).
@@ -55,6 +61,7 @@ import contextlib
 import operator
 import sys
 import weakref
+from collections import OrderedDict
 from itertools import chain
 
 from ..errors import LifecycleError, OffloadError, OutOfDeviceMemoryError, UnknownPointerError
@@ -163,8 +170,8 @@ class MemoryManager:
     # instance dicts and its faster attribute specialisations)
     __slots__ = ("_balloc", "_bfree", "_threshold", "_policy", "_sizes", "_oom",
                  "_ladder", "_cap", "_stats_on", "_debug", "_poison", "_label", "_strict",
-                 "_guard", "_enabled", "_pool_max", "_plain", "_lock", "_lockq", "_live", "_free",
-                 "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
+                 "_guard", "_enabled", "_pool_max", "_plain", "_batch", "_parcel", "_lock",
+                 "_lockq", "_live", "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets", "_closed",
                  "_log", "__weakref__")
 
@@ -220,6 +227,12 @@ class MemoryManager:
         self._pool_max = threshold if self._enabled else 0
         #: a free of a pooled block is one dict store: no cap, no events, no poison
         self._plain = cache_limit is None and log is None and self._poison is None
+        #: allocate_many serves its leading hits in one lock round trip (exact policy,
+        #: no event log)
+        self._batch = log is None and type(self) is MemoryManager
+        #: blocks whose free is put off (:meth:`park`): None, or (ptrs in free order,
+        #: their records, bytes, hit step)
+        self._parcel = None
 
         self._lock = TokenLock()
         self._lockq = self._lock.queue             # the hot paths take it directly
@@ -304,7 +317,9 @@ class MemoryManager:
 
         * ``size == 0`` returns 0 without touching the backend (LLVM).
         * ``size <= threshold`` with pooling on: a cached block is reused
-          (the policy says which; the most recently freed first); otherwise
+          (the policy says which: exact, the least recently freed of the size,
+          as LLVM's ``MemoryManagerTy``; binned, the most recently freed of
+          its size, else the smallest cached size of its class); otherwise
           a block of ``size`` bytes is obtained from the backend.  Larger
           requests go straight to the backend.
         * When the backend returns 0 the OOM ladder runs (``oom``).
@@ -321,6 +336,7 @@ class MemoryManager:
             return self._allocate_other(size)
         # The hit path (exact policy; the binned one is _BinnedManager's):
         # one lock round trip, three dict operations, one counter.  The
+        # least recently freed block of the size (LLVM's multiset find).  The
         # lock's queue is used directly (memory/locking.py), given back in
         # finally.
         # No closed check: drain() empties the free lists, so afterwards
@@ -328,9 +344,11 @@ class MemoryManager:
         lockq = self._lockq
         lockq.get()
         try:
+            if self._parcel is not None:
+                self._unpark_locked()
             fl = self._free.get(size)
             if fl:
-                ptr, rec = fl.popitem()
+                ptr, rec = fl.popitem(False)
                 self._live[ptr] = rec
                 self._acc = acc = self._acc + rec[4]    # bytes in use and the hit
                 if acc > self._peak_acc:
@@ -346,6 +364,175 @@ class MemoryManager:
             self._log.flush()
             return ptr
         return self._allocate_miss(size, True)
+
+    def allocate_many(self, sizes) -> list:
+        """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
+        same blocks, in the same order, as that many :meth:`allocate` calls (a block
+        freed meanwhile by another thread may go to either); the hits at the head of
+        the list are served in one lock round trip (exact policy, no event log), the
+        rest one by one.  On an error the pointers already obtained are freed again
+        and the error is raised (the errors of :meth:`allocate`)."""
+        out = []
+        if self._batch:
+            pool_max = self._pool_max
+            free = self._free
+            live = self._live
+            lockq = self._lockq
+            lockq.get()
+            try:
+                if self._parcel is not None:
+                    self._unpark_locked()
+                acc = self._acc
+                for size in sizes:
+                    if type(size) is not int or size <= 0 or size > pool_max:
+                        break
+                    fl = free.get(size)
+                    if not fl:
+                        break
+                    ptr, rec = fl.popitem(False)
+                    live[ptr] = rec
+                    acc += rec[4]
+                    out.append(ptr)
+                if out:
+                    self._acc = acc         # only hits: the last figure is the highest
+                    if acc > self._peak_acc:
+                        self._peak_acc = acc | _HITS
+            finally:
+                lockq.put(TOKEN)
+            if len(out) == len(sizes):
+                return out
+        try:
+            allocate = self.allocate
+            for size in sizes[len(out):]:
+                out.append(allocate(size))
+        except BaseException:
+            for ptr in out:
+                with contextlib.suppress(OffloadError):
+                    self.free(ptr)
+            raise
+        return out
+
+    def free_many(self, ptrs, strict=None) -> None:
+        """:meth:`free` of each of ``ptrs``, in order (the order they join the cache
+        in: under the exact policy the first one freed is the first a later request
+        of its size gets).  The cached frees at the head of the list are done in one
+        lock round trip (no cap, event log or poison), the rest one by one; stops at
+        the first error, which is raised (the errors of :meth:`free`)."""
+        done = 0
+        if self._plain:
+            live = self._live
+            lockq = self._lockq
+            lockq.get()
+            try:
+                if self._parcel is not None:
+                    self._unpark_locked()
+                acc = self._acc
+                for ptr in ptrs:
+                    if type(ptr) is not int:
+                        break
+                    rec = live.pop(ptr, None)
+                    if rec is None:
+                        break
+                    fl = rec[2]
+                    if fl is None:
+                        live[ptr] = rec     # not pooled: the backend frees it, below
+                        break
+                    acc -= rec[5]
+                    fl[ptr] = rec
+                    done += 1
+                self._acc = acc
+            finally:
+                lockq.put(TOKEN)
+        if done < len(ptrs):
+            free = self.free
+            for ptr in ptrs[done:]:
+                free(ptr, strict)
+
+    # -- a free put off: the cheap path's round trip ------------------------------
+
+    def park(self, ptrs, known=None):
+        """:meth:`free_many` of ``ptrs`` (a list, in that order) put off, for a caller
+        that will most likely ask for blocks of the same sizes again before anyone
+        else uses the pool (a target region run in a loop: the rows of its kernel
+        construct are freed at its end and allocated again at the next one).  Returns a
+        parcel for :meth:`reclaim`, or None when the blocks were not parked (not live
+        pooled blocks of this manager, another parcel is parked, a size of them has
+        cached blocks already, or the policy, ``cache_limit``, event log or poisoning
+        make the free do more than cache them); the caller then frees them itself.
+        ``known``: ``parcel[1]`` of an earlier parcel of the same blocks (or blocks of
+        the same sizes, one each), which spares looking them up again.
+
+        Parked blocks count as cached in every figure (bytes in use drop now), and any
+        other call on the manager first frees them as :meth:`free_many` would have, in
+        their order, so whoever allocates next gets the block it would have got; the
+        parcel is then void."""
+        if not (self._batch and self._plain):
+            return None
+        lockq = self._lockq
+        lockq.get()
+        try:
+            if self._parcel is not None or self._closed:
+                return None
+            if known is None:
+                live = self._live
+                lists = {}
+                freed = hit = 0
+                for ptr in ptrs:
+                    rec = live.get(ptr)
+                    if rec is None or rec[2] is None:
+                        return None
+                    lists[id(rec[2])] = rec[2]
+                    freed += rec[5]
+                    hit += rec[4]
+                if len(set(ptrs)) != len(ptrs):
+                    return None
+                known = (tuple(lists.values()), freed, hit)
+            for fl in known[0]:
+                if fl:                          # blocks of the size are cached already
+                    return None
+            parcel = self._parcel = (ptrs, known)
+            self._acc -= known[1]
+            return parcel
+        finally:
+            lockq.put(TOKEN)
+
+    def reclaim(self, parcel) -> bool:
+        """Take back the blocks of ``parcel`` (:meth:`park`) when nothing else used the
+        manager since: True, and the caller holds them again, as if it had allocated
+        blocks of their sizes with :meth:`allocate_many` (FIFO per size: among blocks
+        of one size the first parked is the first handed out; the caller orders its
+        pointers accordingly), counted as that many hits.  False: the parcel was void
+        (its blocks were freed as parked) and the caller allocates as usual."""
+        lockq = self._lockq
+        lockq.get()
+        try:
+            if self._parcel is not parcel:
+                return False
+            self._parcel = None
+            self._acc = acc = self._acc + parcel[1][2]
+            if acc > self._peak_acc:
+                self._peak_acc = acc | _HITS
+            return True
+        finally:
+            lockq.put(TOKEN)
+
+    def _settle(self) -> None:
+        """Free the parked blocks (:meth:`park`) now, as parked."""
+        with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
+
+    def _unpark_locked(self) -> None:
+        """(Lock held.)  The parked blocks join their free lists, in their order, as
+        :meth:`free_many` would have put them there (their bytes were booked as
+        cached when they were parked)."""
+        ptrs = self._parcel[0]
+        self._parcel = None
+        live = self._live
+        for ptr in ptrs:
+            rec = live.pop(ptr, None)
+            if rec is not None:
+                rec[2][ptr] = rec
 
     def _allocate_other(self, size):
         """Requests that are not a pooled int size: checked, then size 0,
@@ -411,7 +598,7 @@ class MemoryManager:
         if pooled:
             fl = self._free.get(size)
             if fl is None:
-                fl = self._free[size] = {}
+                fl = self._free[size] = OrderedDict()
                 if self._index is not None:
                     self._index.add(size)       # binned: a size its class can reuse
         self._held = held = self._held + size
@@ -506,6 +693,8 @@ class MemoryManager:
         lockq = self._lockq     # see allocate: the lock's queue, inlined
         lockq.get()
         try:
+            if self._parcel is not None:
+                self._unpark_locked()
             rec = self._live.pop(ptr, None)
             if rec is not None:
                 fl = rec[2]
@@ -742,12 +931,16 @@ class MemoryManager:
     def _release_all_cached(self) -> int:
         """OOM ladder step: release every cached block."""
         with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
             victims = self._choose_locked(self._all_cached_locked(), "evict", "oom")
         return self._release(victims)
 
     def _release_largest_cached(self):
         """OOM ladder step: release the largest cached block; None if none."""
         with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
             chosen = eviction.largest_first(self._free, 1)
             if not chosen:
                 return None
@@ -777,6 +970,8 @@ class MemoryManager:
             with self._lock:
                 if self._closed:
                     return 0
+                if self._parcel is not None:
+                    self._unpark_locked()
                 need = self._held - (self._acc >> _SHIFT) - keep
                 if need <= 0:
                     return 0
@@ -829,6 +1024,8 @@ class MemoryManager:
         with self._lock:
             if self._closed:
                 return (0, 0)
+            if self._parcel is not None:
+                self._unpark_locked()
             self._closed = True
             victims = self._choose_locked(self._all_cached_locked(), "trim", "drain")
             self._free.clear()
@@ -871,11 +1068,15 @@ class MemoryManager:
     def owns(self, ptr) -> bool:
         """True if ``ptr`` is a live allocation handed out by this manager
         (cached blocks are not live)."""
+        if self._parcel is not None:
+            self._settle()
         return ptr in self._live            # one dict lookup: atomic
 
     def size_of(self, ptr, default=_NO_DEFAULT) -> int:
         """Requested size in bytes of a live allocation.  If ``ptr`` is not
         live here: ``default`` when given, else ``KeyError``."""
+        if self._parcel is not None:
+            self._settle()
         rec = self._live.get(ptr)           # one dict lookup: atomic
         if rec is None:
             if default is _NO_DEFAULT:
@@ -885,6 +1086,8 @@ class MemoryManager:
 
     def sizes_of(self, ptrs) -> list:
         """:meth:`size_of` of each pointer (None for one that is not live here)."""
+        if self._parcel is not None:
+            self._settle()
         live = self._live
         recs = [live.get(p) for p in ptrs]          # one dict lookup each: atomic
         return [None if rec is None else rec[0] for rec in recs]
@@ -893,6 +1096,8 @@ class MemoryManager:
         """Bytes held from the backend for a live allocation (under
         ``binned`` at least the requested size); ``KeyError`` if ``ptr`` is
         not live here."""
+        if self._parcel is not None:
+            self._settle()
         rec = self._live.get(ptr)
         if rec is None:
             raise KeyError(ptr)
@@ -902,6 +1107,8 @@ class MemoryManager:
         """``[(ptr, requested bytes), ...]`` of the live allocations (blocks
         being poisoned are no longer live); a snapshot, O(live blocks)."""
         with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
             items = list(self._live.items())
         return [(p, rec[0]) for p, rec in items]
 
@@ -911,6 +1118,8 @@ class MemoryManager:
         are copied under the lock; gauges (per-bucket bytes and blocks in use
         and cached) are then derived outside it, O(live + cached blocks)."""
         with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
             cached = list(chain.from_iterable(fl.values() for fl in self._free.values()))
             acc = self._acc
             figures = dict(in_use=acc >> _SHIFT, hits=acc & _HITS, held=self._held,

@@ -6,7 +6,6 @@
    the call and the wait (the abort races with the main thread).
    feature: api-async-bad-device
    clang: 19 22
-   diagnostics: 19 22
    run: memcpy-dst
    run: memcpy-src
    run: rect

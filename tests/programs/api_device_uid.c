@@ -5,7 +5,6 @@
    NULL for omp_invalid_device; a device number that is no device stops the program.
    feature: api-device-uid
    clang: 22
-   diagnostics: 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
    run: bad

@@ -7,7 +7,6 @@
    and the dump share stdout's buffer (nothing flushed in between).
    feature: api-dump-mapping-tables
    clang: 19 22
-   diagnostics: 19 22
    cflags: -g
    run: -
 */

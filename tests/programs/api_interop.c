@@ -8,7 +8,6 @@
    getters (libomp forwards them to the program's own libomptarget) dereference it too.
    feature: api-interop
    clang: 19 22
-   diagnostics: 19 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
    run: use

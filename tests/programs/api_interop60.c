@@ -9,7 +9,6 @@
    OpenMP code, so there is one for the process).
    feature: api-interop60, api-kernel-language
    clang: 22
-   diagnostics: 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
 */

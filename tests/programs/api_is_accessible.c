@@ -7,7 +7,6 @@
    device stops the program.
    feature: api-target-is-accessible
    clang: 22
-   diagnostics: 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
    run: minus-one

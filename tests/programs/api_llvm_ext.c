@@ -8,7 +8,6 @@
    (-1, nothing else) when offloading is disabled.
    feature: api-llvm-extensions, api-kernel-language
    clang: 19 22
-   diagnostics: 19 22
    run: -
    run: launch
    run: OMP_TARGET_OFFLOAD=disabled launch

@@ -8,7 +8,6 @@
    the waits.
    feature: api-target-memcpy-async
    clang: 19 22
-   diagnostics: 19 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
    run: LIBOMP_USE_HIDDEN_HELPER_TASK=0

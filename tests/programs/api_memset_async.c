@@ -6,7 +6,6 @@
    returned pointer.
    feature: api-target-memset-async
    clang: 19 22
-   diagnostics: 19 22
    run: -
    run: OMP_TARGET_OFFLOAD=disabled
 */

@@ -1,0 +1,181 @@
+"""Frees put off (``MemoryManager.park`` / ``reclaim``; ``DeviceLease.park`` /
+``reclaim``): the cheap path of ``offload-shim run`` gives a kernel construct's blocks
+back this way, so that the next run of the same region takes them back without a
+round trip through the pool's tables.  Whatever happens in between, the pool must end
+up as if the blocks had been freed with ``free_many`` (and allocated again with
+``allocate_many``): the same blocks for the same requests (the least recently freed of
+a size first), the same figures.
+
+Sources: docs/memory-manager.md ("Policies": LLVM's ``MemoryManagerTy`` order) and
+docs/interpose.md ("Cost per construct").
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offload_shim.core.device import _REVERSED, _fifo_refill
+from offload_shim.errors import UnknownPointerError
+from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV
+
+from helpers import assert_conserved, make_pool
+
+make = make_pool
+
+
+@pytest.fixture(autouse=True)
+def _bundled_plugin_stays_clean():
+    """Pure-Python tests: no plugin is loaded."""
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+def _figures(mm):
+    s = mm.stats
+    return (s.bytes_in_use, s.bytes_cached, s.hits, s.misses, s.live_blocks,
+            s.cached_blocks, s.peak_bytes_in_use)
+
+
+def test_reclaim_takes_the_parked_blocks_back_as_hits():
+    b, mm = make()
+    ps = mm.allocate_many([64, 64, 32])
+    parcel = mm.park(ps[::-1])
+    assert parcel is not None
+    assert mm.reclaim(parcel) is True
+    assert mm.reclaim(parcel) is False                  # once
+    # as free_many + allocate_many: three more hits, nothing cached, all live
+    s = mm.stats
+    assert (s.hits, s.misses, s.bytes_in_use, s.bytes_cached) == (3, 3, 160, 0)
+    mm.free_many(ps)
+    assert_conserved(mm, b)
+
+
+def test_parked_blocks_are_cached_for_everyone_else():
+    """Any other call frees the parked blocks as parked, in their order: the next
+    request of the size gets the first one parked; figures and queries see them
+    cached; the parcel is void afterwards."""
+    b, mm = make()
+    a, c, d = mm.allocate_many([64, 64, 64])
+    parcel = mm.park([d, c, a])                         # as free_many([d, c, a])
+    assert mm.live_allocations() == []
+    assert mm.reclaim(parcel) is False
+    assert mm.allocate(64) == d                         # the least recently freed
+    assert mm.allocate_many([64, 64]) == [c, a]
+    mm.free_many([a, c, d])
+    e = mm.allocate(128)
+    parcel = mm.park([e])
+    assert parcel is not None
+    assert not mm.owns(e) and mm.size_of(e, None) is None
+    assert mm.reclaim(parcel) is False
+    assert_conserved(mm, b)
+
+
+@pytest.mark.parametrize("other", ["free", "free_many", "stats", "trim", "sizes_of"])
+def test_a_call_in_between_gives_what_free_many_would_have(other):
+    """Two pools with the same history, one parking and one freeing at once, then
+    the same call and the same allocations: the same blocks (by position), the same
+    figures."""
+    outs = []
+    for parking in (True, False):
+        b, mm = make()
+        keep = mm.allocate_many([16, 48])
+        ps = mm.allocate_many([16, 16, 48, 8])
+        mm.free(keep[0])                                # a cached 16 before the parcel
+        more = mm.allocate_many([16])                   # ... taken again
+        if parking:
+            assert mm.park(ps[::-1]) is not None
+        else:
+            mm.free_many(ps[::-1])
+        if other == "free":
+            mm.free(keep[1])
+        elif other == "free_many":
+            mm.free_many(more)
+        elif other == "stats":
+            mm.stats
+        elif other == "trim":
+            mm.trim(16)
+        else:
+            mm.sizes_of(ps)
+        got = mm.allocate_many([16, 48, 16, 8, 48])
+        order = {p: i for i, p in enumerate(keep + ps + more)}
+        outs.append(([order.get(p, -1) for p in got], _figures(mm)))
+    assert outs[0] == outs[1]
+
+
+def test_park_refuses_what_free_many_would_treat_otherwise():
+    """Not parked (None, nothing changed): blocks of a size already cached, a second
+    parcel, a block that is not live, the same block twice, a binned pool, a pool
+    with a cache limit or in a debug mode."""
+    b, mm = make()
+    ps = mm.allocate_many([32, 32, 64])
+    mm.free(ps[1])
+    assert mm.park([ps[0]]) is None                     # a 32 is cached
+    assert mm.park([ps[2], ps[2]]) is None
+    assert mm.park([ps[1]]) is None                     # not live
+    parcel = mm.park([ps[2]])
+    assert parcel is not None and mm.park([ps[0]]) is None
+    assert mm.reclaim(parcel)
+    mm.free_many([ps[2], ps[0]])
+    assert_conserved(mm, b)
+    for kw in ({"policy": "binned"}, {"cache_limit": 1 << 20}, {"debug": "off-pool"}):
+        b, mm = make(**kw)
+        p = mm.allocate(32)
+        assert mm.park([p]) is None, kw
+        mm.free(p)
+
+
+def test_drain_counts_parked_blocks_as_cached():
+    b, mm = make()
+    ps = mm.allocate_many([8, 16])
+    live = mm.allocate(24)
+    assert mm.park(ps[::-1]) is not None
+    assert mm.drain() == (1, 24)                        # only the block still held
+    assert not b.live
+
+
+def test_a_parked_block_freed_again_is_a_double_free():
+    b, mm = make(strict=True)
+    p = mm.allocate(8)
+    assert mm.park([p]) is not None
+    with pytest.raises(UnknownPointerError):
+        mm.free(p)
+    assert mm.allocate(8) == p
+
+
+def test_known_spares_the_look_up_and_still_checks_the_free_lists():
+    b, mm = make()
+    ps = mm.allocate_many([8, 8])
+    parcel = mm.park(ps[::-1])
+    assert mm.reclaim(parcel)
+    known = parcel[1]
+    other = mm.allocate(8)
+    mm.free(other)                                      # an 8 is cached now
+    assert mm.park(ps[::-1], known) is None
+    assert mm.allocate(8) == other
+    parcel = mm.park(ps[::-1], known)
+    assert parcel is not None and mm.reclaim(parcel)
+    mm.free_many(ps + [other])
+    assert_conserved(mm, b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([8, 16, 24, 4096]), min_size=1, max_size=12))
+def test_fifo_refill_is_the_order_allocate_many_gives_back(sizes):
+    """DeviceLease.reclaim reorders its pointers with _fifo_refill: the order in
+    which allocate_many returns blocks a construct freed last-first."""
+    b, mm = make()
+    ps = mm.allocate_many(sizes)
+    mm.free_many(ps[::-1])
+    again = mm.allocate_many(sizes)
+    refill = _fifo_refill(sizes)
+    want = ps[::-1] if refill is _REVERSED else ([ps[j] for j in refill] if refill else ps)
+    assert again == want
+    mm.free_many(again)
+    assert_conserved(mm, b)
