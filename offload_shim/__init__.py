@@ -53,14 +53,17 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-#: module paths of the flat layout before the package was grouped by layer -> the
-#: module that now holds the code.  ``import offload_shim.runtime`` (and ``from
+#: module paths of earlier layouts (the flat one before the package was grouped by
+#: layer, and modules moved between layers since) -> the module that now holds the code.  ``import offload_shim.runtime`` (and ``from
 #: offload_shim.plugin import load_plugin``) still work: the old name is the same
 #: module object.  ``offload_shim.interpose`` is the public function, not a module.
 _MOVED = {"runtime": "core.runtime", "device": "core.device", "images": "core.images",
           "plugin": "plugins.plugin", "discovery": "plugins.discovery",
-          "isolation": "plugins.isolation", "imageinfo": "elf.imageinfo",
-          "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check"}
+          "isolation": "safety.isolation", "imageinfo": "elf.imageinfo",
+          "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check",
+          # the process-safety modules, grouped in safety/
+          "plugins.isolation": "safety.isolation", "plugins.leftovers": "safety.leftovers",
+          "core.verdicts": "safety.verdicts"}
 
 
 class _MovedModules:

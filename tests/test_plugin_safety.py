@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugins import isolation
+from offload_shim.safety import isolation
 from offload_shim.plugins.plugin import load_plugin
 
 from conftest import LLVM16

@@ -157,14 +157,14 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     Each child runs in a session of its own with a private ``TMPDIR``; when
     the run ends -- normally, past ``timeout``, or by an exception such as
     KeyboardInterrupt -- the child's process group is killed and what it left
-    is removed (:class:`~offload_shim.plugins.leftovers.ChildScope`).  A child
+    is removed (:class:`~offload_shim.safety.leftovers.ChildScope`).  A child
     ended by SIGTERM, SIGKILL or SIGINT from outside is reported as
     ``"interrupted"``, not as a crash of the plugin."""
     import threading
     import time
 
-    from ..plugins.isolation import check_timeout, stop_child
-    from ..plugins.leftovers import ChildScope
+    from ..safety.isolation import check_timeout, stop_child
+    from ..safety.leftovers import ChildScope
     from ..plugins.plugin import load_plugin
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -303,7 +303,7 @@ def _child_main(args) -> int:
     from a crash)."""
     import logging
     from ..abi import libc
-    from ..plugins.leftovers import unlink_mapped_copies
+    from ..safety.leftovers import unlink_mapped_copies
     libc.set_parent_death_signal(signal.SIGKILL)     # no orphan if the parent is killed
     install_sigterm()
     cfg = json.loads(args.child)

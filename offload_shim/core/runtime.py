@@ -23,7 +23,8 @@ import functools
 import threading
 from collections.abc import Iterable
 
-from ..plugins import discovery, leftovers
+from ..plugins import discovery
+from ..safety import leftovers
 from .device import Device, DeviceState
 from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImageError, LifecycleError,
                      OffloadError, PluginLoadError)

@@ -45,7 +45,7 @@ from ..errors import (ABIMismatchError, DeviceInitError, InvalidImageError,
                      OffloadError, PluginCallError, PluginDlopenError,
                      PluginNotFoundError, TableMismatchError, WrongArchitectureError)
 from ..records import FieldsRepr
-from . import leftovers
+from ..safety import leftovers
 
 MAX_KERNEL_ARGS = 64
 
@@ -215,7 +215,7 @@ def _needs_probe(real: str, probe: bool | None) -> bool:
     if probe is None:
         if real == _bundled_real():
             return False                       # built with the package: trusted
-        from .isolation import mapped_in_process
+        from ..safety.isolation import mapped_in_process
         if mapped_in_process(real):
             return False                       # constructors already ran here
     return True
@@ -242,7 +242,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
     ``dlopen`` (NotAPluginError).  ``probe``: a library's constructors run at
     ``dlopen`` and can crash the interpreter, so before the first in-process
     ``dlopen`` of a file the same load is tried in a child process
-    (:func:`offload_shim.plugins.isolation.probe_plugin`; verdicts cached per
+    (:func:`offload_shim.safety.isolation.probe_plugin`; verdicts cached per
     ``(realpath, size, mtime)`` for the process).  ``None`` (default): probe
     unless the file is the bundled plugin or is already loaded in this
     process; ``True``: probe unless already ``dlopen``-ed here; ``False``:
@@ -261,7 +261,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
     machine raises WrongArchitectureError ("wrong architecture
     (EM_AARCH64)"), a PluginDlopenError.  ``timeout``: seconds the
     child-process probe may take (default
-    :data:`~offload_shim.plugins.isolation.PLUGIN_TIMEOUT_S`); a plugin
+    :data:`~offload_shim.safety.isolation.PLUGIN_TIMEOUT_S`); a plugin
     whose constructors run longer is refused as hung (``.dlerror ==
     "hung"``); a ``timeout`` that is not a number (TypeError) or not > 0
     (ValueError) is refused whether or not a probe runs.
@@ -270,7 +270,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
         raise ValueError(f"abi must be 'llvm', 'gomp', 'liboffload' or None, not {abi!r}")
     path = _path_text(path)
     if timeout is not None:            # refused also when no probe would run
-        from .isolation import check_timeout
+        from ..safety.isolation import check_timeout
         timeout = check_timeout(timeout)
     real = _resolve(path)
     with _REGISTRY_LOCK:
@@ -280,7 +280,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
     _refuse_host_runtime(path, real)
     _check_architecture(path, real)
     if _needs_probe(real, probe):
-        from .isolation import probe_plugin
+        from ..safety.isolation import probe_plugin
         probe_plugin(real, abi, timeout=timeout)
     lib = _open_library(real)
     llvm_syms = _exported(lib, _tgt.PREFIX, _tgt.all_names())

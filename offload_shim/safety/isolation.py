@@ -10,7 +10,7 @@ caller go on in-process.
 
 * :func:`verify_image` -- ``dlopen`` the image bytes (``RTLD_NOW |
   RTLD_LOCAL``, as the host plugins do) from a temporary file in a child;
-  verdicts are cached process-wide and across runs (:mod:`offload_shim.core.verdicts`)
+  verdicts are cached process-wide and across runs (:mod:`offload_shim.safety.verdicts`)
   by the SHA-256 of the bytes.
 * :func:`probe_plugin` -- load a plugin file in a child with
   :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
@@ -23,7 +23,7 @@ All raise a typed :class:`~offload_shim.errors.OffloadError`; they never
 let the bytes or the file reach this process.  Every child runs through
 :func:`run_child`: a private ``TMPDIR``, its process group killed whatever
 ends the wait (a timeout, Ctrl-C, SIGTERM), and what it leaves removed
-(:class:`~offload_shim.plugins.leftovers.ChildScope`).
+(:class:`~offload_shim.safety.leftovers.ChildScope`).
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ import signal
 import sys
 import threading
 
-# subprocess and plugins/leftovers are imported where they are used (start-up time of
+# subprocess and safety/leftovers are imported where they are used (start-up time of
 # `offload-shim run`, whose embedded runtime reaches load_plugin)
 
-from ..core import verdicts as _verdicts
+from . import verdicts as _verdicts
 from ..errors import InvalidImageError, LibraryLoadError, PluginDlopenError
 
-#: the modules whose code decides the verdicts stored across runs (core/verdicts.py)
-_CHECKERS = ("offload_shim.plugins.isolation",)
-_PLUGIN_CHECKERS = ("offload_shim.plugins.isolation", "offload_shim.plugins.plugin",
+#: the modules whose code decides the verdicts stored across runs (safety/verdicts.py)
+_CHECKERS = ("offload_shim.safety.isolation",)
+_PLUGIN_CHECKERS = ("offload_shim.safety.isolation", "offload_shim.plugins.plugin",
                     "offload_shim.abi.tgt_rtl", "offload_shim.abi.gomp",
                     "offload_shim.abi.liboffload")
 
