@@ -242,7 +242,7 @@ def test_translate_takes_int_host_addresses(dev):
                                         (0, ValueError), (float("nan"), ValueError),
                                         (float("inf"), ValueError), (-1, ValueError)])
 def test_load_plugin_timeout_types(value, exc):
-    from offload_shim.safety.isolation import check_timeout
+    from offload_shim.safety.children import check_timeout
     with pytest.raises(exc, match="timeout"):
         check_timeout(value)
     # the public entry point refuses it before any child starts (a library not yet loaded)

@@ -303,7 +303,7 @@ def cmd_demo(args) -> int:
             print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
             return 1
     import subprocess
-    from ..safety.isolation import run_child, signal_name
+    from ..safety.children import run_child, signal_name
     targets = demo_targets(args.plugins, system=not args.no_system, timeout=args.timeout)
     # --json: stdout holds the JSON only; the children's logs and the table go to stderr
     log = sys.stderr if args.json else sys.stdout

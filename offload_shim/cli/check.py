@@ -157,14 +157,13 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     Each child runs in a session of its own with a private ``TMPDIR``; when
     the run ends -- normally, past ``timeout``, or by an exception such as
     KeyboardInterrupt -- the child's process group is killed and what it left
-    is removed (:class:`~offload_shim.safety.leftovers.ChildScope`).  A child
+    is removed (:class:`~offload_shim.safety.children.ChildScope`).  A child
     ended by SIGTERM, SIGKILL or SIGINT from outside is reported as
     ``"interrupted"``, not as a crash of the plugin."""
     import threading
     import time
 
-    from ..safety.isolation import check_timeout, stop_child
-    from ..safety.leftovers import ChildScope
+    from ..safety.children import ChildScope, check_timeout, stop_child
     from ..plugins.plugin import load_plugin
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

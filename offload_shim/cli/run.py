@@ -205,7 +205,7 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
 
 def cmd_run(args) -> int:
     """Run the program with :func:`run_environment` in the foreground
-    (:func:`offload_shim.safety.isolation.run_program`): its output and exit status
+    (:func:`offload_shim.safety.children.run_program`): its output and exit status
     are its own, and what it leaves (its libomp segment...) is removed after it.
 
     A program that cannot be started ends it as ``env``, ``nice``, ``timeout`` (coreutils,
@@ -231,7 +231,7 @@ def cmd_run(args) -> int:
         prog = shutil.which(prog) or prog
     sys.stdout.flush()
     sys.stderr.flush()
-    from ..safety.isolation import run_program
+    from ..safety.children import run_program
     try:                  # as exec would, then remove what it left (libomp segment...)
         try:
             return run_program([args.program, *args.args], env, executable=prog)

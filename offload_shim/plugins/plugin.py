@@ -270,7 +270,7 @@ def load_plugin(path: str | bytes | os.PathLike, *, abi: str | None = None,
         raise ValueError(f"abi must be 'llvm', 'gomp', 'liboffload' or None, not {abi!r}")
     path = _path_text(path)
     if timeout is not None:            # refused also when no probe would run
-        from ..safety.isolation import check_timeout
+        from ..safety.children import check_timeout
         timeout = check_timeout(timeout)
     real = _resolve(path)
     with _REGISTRY_LOCK:

@@ -431,7 +431,7 @@ def run_probe(path: str, abi: str | None, name: str, *, timeout: float = 60.0) -
     from ..plugins.plugin import load_plugin
     family = load_plugin(path, abi=abi).abi
     cmd = [sys.executable, "-m", "offload_shim.testing.probes", str(path), abi or "-", name]
-    from ..safety.isolation import run_child
+    from ..safety.children import run_child
     try:
         cp = run_child(cmd, timeout=timeout)      # private TMPDIR, leftovers removed
         out, err, rc = cp.stdout, cp.stderr, cp.returncode
