@@ -258,7 +258,7 @@ def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
     """The CPU rows; returns (backends, {name: skip reason}).  On an error
     or KeyboardInterrupt during set-up the rows made so far are closed
     before it propagates."""
-    from ..plugins.hostplugin import bundled_plugin_path
+    from ..abi.native import bundled_plugin_path
     backends, skipped = [], {}
     try:
         path = bundled_plugin_path()
@@ -365,7 +365,7 @@ def liboffload_backends() -> list:
     through the ``ol_result_t`` checker), ``device:exact/ol`` = ``Device.alloc/free``
     with the pool over it (the user path of the third family)."""
     from ..core.runtime import Runtime
-    from ..plugins.hostplugin import bundled_plugin_path
+    from ..abi.native import bundled_plugin_path
     from ..plugins.plugin import load_plugin
     ol = load_plugin(bundled_plugin_path(), abi="liboffload")
     rt = Runtime([ol], pool={"policy": "exact", "threshold": 8192, "debug": ""})

@@ -78,7 +78,7 @@ def register_cli(subparsers) -> None:
 
 def _resolve(plugin: str) -> str:
     if plugin == "bundled":
-        from ..plugins.hostplugin import bundled_plugin_path
+        from ..abi.native import bundled_plugin_path
         return str(bundled_plugin_path())
     return plugin
 

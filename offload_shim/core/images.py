@@ -166,7 +166,7 @@ class OffloadImage:
         ``vec_add(a, b, c, n)``, ``axpy(y, x, alpha_ptr, n)``,
         ``increment(p, n)``, ``scale_by_global(y, n)`` and the global
         ``osh_scale`` (double, 3.0)."""
-        from ..plugins.hostplugin import sample_image_path
+        from ..abi.native import sample_image_path
         return cls.from_file(sample_image_path(), num_args=SAMPLE_KERNEL_ARGS)
 
     # safety --------------------------------------------------------------------

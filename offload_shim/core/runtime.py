@@ -109,7 +109,7 @@ class Runtime:
             plugins = [plugins]             # one path, not an iterable of characters
         items = list(plugins)
         if bundled:
-            from ..plugins.hostplugin import bundled_plugin_path
+            from ..abi.native import bundled_plugin_path
             items.insert(0, bundled_plugin_path())
         for item in items:
             p = item if isinstance(item, Plugin) else load_plugin(
@@ -386,7 +386,7 @@ def check_environment() -> None:
     and ``OFFLOAD_SHIM_POOL_DEBUG`` (:class:`~offload_shim.memory.MemoryManager`),
     ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`),
     ``OFFLOAD_SHIM_NATIVE_DIR`` when set (it must hold the bundled plugin:
-    :func:`offload_shim.plugins.hostplugin.bundled_native_dir`; otherwise
+    :func:`offload_shim.abi.native.bundled_native_dir`; otherwise
     every command would go on without the bundled plugin and report "no
     plugin with a device"), and ``OFFLOAD_SHIM_PLUGINS`` (each entry must exist:
     :func:`offload_shim.plugins.discovery.check_env_paths`).  Front ends call it
@@ -401,7 +401,7 @@ def check_environment() -> None:
     discovery.check_env_paths()
     native = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if native:
-        from ..plugins.hostplugin import PLUGIN_FILENAME
+        from ..abi.native import PLUGIN_FILENAME
         if not os.path.isfile(os.path.join(native, PLUGIN_FILENAME)):
             raise ValueError(f"OFFLOAD_SHIM_NATIVE_DIR={native!r}: no {PLUGIN_FILENAME} "
                              f"there (the folder of the bundled native libraries; unset it "

@@ -199,7 +199,7 @@ def _refuse_host_runtime(given: str, real: str) -> None:
 
 def _bundled_real() -> str | None:
     try:
-        from .hostplugin import PLUGIN_FILENAME, native_dir
+        from ..abi.native import PLUGIN_FILENAME, native_dir
     except ImportError:
         return None
     p = os.path.join(native_dir(), PLUGIN_FILENAME)      # bundled_plugin_path(), as a str
