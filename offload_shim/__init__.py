@@ -22,14 +22,15 @@ if TYPE_CHECKING:
     from .core.images import AddressMap, HostEntry, OffloadImage
     from .core.runtime import Runtime
     from .interposer import interpose
-    from .plugins.plugin import Plugin, load_plugin
+    from .plugins.loader import load_plugin
+    from .plugins.plugin import Plugin
 
 #: public name -> the module defining it, imported on first access (PEP 562): the
 #: embedded runtime of ``offload-shim run`` and the command line import only what
 #: they use
 _LAZY = {"AddressMap": ".core.images", "HostEntry": ".core.images",
          "OffloadImage": ".core.images", "Plugin": ".plugins.plugin",
-         "load_plugin": ".plugins.plugin", "Device": ".core.device",
+         "load_plugin": ".plugins.loader", "Device": ".core.device",
          "DeviceState": ".core.device", "Runtime": ".core.runtime",
          "interpose": ".interposer"}          # compiled OpenMP code through the runtime
 
@@ -58,7 +59,7 @@ def __dir__():
 #: offload_shim.plugin import load_plugin``) still work: the old name is the same
 #: module object.  ``offload_shim.interpose`` is the public function, not a module.
 _MOVED = {"runtime": "core.runtime", "device": "core.device", "images": "core.images",
-          "plugin": "plugins.plugin", "discovery": "plugins.discovery",
+          "plugin": "plugins.loader", "discovery": "plugins.discovery",
           "isolation": "safety.isolation", "imageinfo": "elf.imageinfo",
           "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check",
           # the process-safety modules, grouped in safety/

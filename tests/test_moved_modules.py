@@ -13,7 +13,7 @@ import pytest
 import offload_shim
 
 MOVED = {"runtime": ("core.runtime", "Runtime"), "device": ("core.device", "Device"),
-         "images": ("core.images", "OffloadImage"), "plugin": ("plugins.plugin", "load_plugin"),
+         "images": ("core.images", "OffloadImage"), "plugin": ("plugins.loader", "load_plugin"),
          "discovery": ("plugins.discovery", None), "isolation": ("safety.isolation", None),
          "imageinfo": ("elf.imageinfo", None), "embed": ("interposer.embed", None),
          "interpose_cli": ("cli.run", None), "check": ("cli.check", None),

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import offload_shim as osh
 from offload_shim.memory import pinned as pm
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import DROP_CAP as _DROP_CAP, run_child
 

@@ -11,8 +11,9 @@
 * :mod:`.native`: where the bundled native libraries are (no binding: paths only).
 
 Outside this package only the plugin modules (:mod:`offload_shim.plugins.plugin`,
-:mod:`offload_shim.plugins.liboffload`, which call the plugins through these
-tables) and code that runs in a child process by design use ctypes
+:mod:`~offload_shim.plugins.loader`, :mod:`~offload_shim.plugins.llvm`,
+:mod:`~offload_shim.plugins.gomp`, :mod:`~offload_shim.plugins.liboffload`, which call
+the plugins through these tables) and code that runs in a child process by design use ctypes
 (docs/design.md).  Importing binds nothing.
 """
 

@@ -54,7 +54,7 @@ def _capture_c_stdout(fn):
 def _plugin_views(path, timeout: float | None = None):
     """The plugin views of one file: the bundled plugin exports both ABIs.
     ``timeout``: seconds the child-process probe of a new file may take."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     first = load_plugin(path, timeout=timeout)
     views = [first]
     if first.bundled:

@@ -88,7 +88,7 @@ def cmd_check(args) -> int:
         return _child_main(args)
     path = _resolve(args.plugin)
     from ..errors import PluginLoadError
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     try:
         plugin = load_plugin(path, abi=args.abi, timeout=args.timeout)
     except (PluginLoadError, OSError) as exc:
@@ -164,7 +164,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     import time
 
     from ..safety.children import ChildScope, check_timeout, stop_child
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")

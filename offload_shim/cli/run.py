@@ -41,7 +41,7 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def check_plugins(paths) -> str | None:
-    """Load every ``--plugin`` path with :func:`offload_shim.plugins.plugin.load_plugin`
+    """Load every ``--plugin`` path with :func:`offload_shim.plugins.loader.load_plugin`
     (nothing is initialised); the first failure's one-line text, or None.  A file whose
     bytes loaded as a plugin in an earlier run is not loaded again
     (:func:`offload_shim.safety.isolation.plugin_known_good`): the program's own
@@ -51,7 +51,7 @@ def check_plugins(paths) -> str | None:
     for path in paths:
         if plugin_known_good(path):   # these bytes loaded as a plugin before
             continue
-        from ..plugins.plugin import load_plugin
+        from ..plugins.loader import load_plugin
         try:
             load_plugin(path)
             remember_good_plugin(path)

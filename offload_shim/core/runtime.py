@@ -29,7 +29,8 @@ from .device import Device, DeviceState
 from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImageError, LifecycleError,
                      OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
-from ..plugins.plugin import Plugin, load_plugin, loaded_plugins
+from ..plugins.loader import load_plugin, loaded_plugins
+from ..plugins.plugin import Plugin
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 

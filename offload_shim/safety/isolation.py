@@ -13,7 +13,7 @@ caller go on in-process.
   verdicts are cached process-wide and across runs (:mod:`offload_shim.safety.verdicts`)
   by the SHA-256 of the bytes.
 * :func:`probe_plugin` -- load a plugin file in a child with
-  :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
+  :func:`offload_shim.plugins.loader.load_plugin` (``dlopen`` + symbol lookup + the
   GOMP version/caps probes); verdicts are cached per ``(realpath, size,
   mtime)`` in the process and by the SHA-256 of the file across runs.
 * :func:`probe_library` -- ``dlopen`` a compiled OpenMP library in a child
@@ -40,7 +40,9 @@ from ..errors import InvalidImageError, LibraryLoadError, PluginDlopenError
 
 #: the modules whose code decides the verdicts stored across runs (safety/verdicts.py)
 _CHECKERS = ("offload_shim.safety.isolation",)
-_PLUGIN_CHECKERS = ("offload_shim.safety.isolation", "offload_shim.plugins.plugin",
+_PLUGIN_CHECKERS = ("offload_shim.safety.isolation", "offload_shim.plugins.loader",
+                    "offload_shim.plugins.plugin", "offload_shim.plugins.llvm",
+                    "offload_shim.plugins.gomp", "offload_shim.plugins.liboffload",
                     "offload_shim.abi.tgt_rtl", "offload_shim.abi.gomp",
                     "offload_shim.abi.liboffload")
 
@@ -139,7 +141,7 @@ def image_verdict_cached(data: bytes) -> bool:
 _PLUGIN_CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 from offload_shim.errors import OffloadError
 try:
     load_plugin(sys.argv[2], abi=(sys.argv[3] or None), probe=False)
@@ -178,7 +180,7 @@ def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, 
 
 def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = None) -> None:
     """Load the plugin file ``real`` (a real path) in a child process the way
-    :func:`~offload_shim.plugins.plugin.load_plugin` does, once per ``(realpath,
+    :func:`~offload_shim.plugins.loader.load_plugin` does, once per ``(realpath,
     size, mtime)`` per process.  Raises PluginDlopenError when the child
     dies (``.dlerror`` names the signal or the exit status); typed failures
     (not a plugin, dlopen error) are left to the in-process load, which
@@ -214,7 +216,7 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
 
 def plugin_known_good(path: str, abi: str | None = None) -> bool:
     """True when an earlier process loaded the plugin file at ``path`` (same bytes,
-    same checking code) with :func:`~offload_shim.plugins.plugin.load_plugin` and got
+    same checking code) with :func:`~offload_shim.plugins.loader.load_plugin` and got
     a plugin (:func:`remember_good_plugin`): ``offload-shim run`` then skips its own
     test load of ``--plugin`` files.  False when unknown or unreadable."""
     try:
