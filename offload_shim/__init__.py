@@ -16,15 +16,6 @@ through ctypes.  Importing the package loads nothing and calls nothing
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 
-TYPE_CHECKING = False      # typing.TYPE_CHECKING without importing typing (start-up)
-if TYPE_CHECKING:
-    from .core.device import Device, DeviceState
-    from .core.images import AddressMap, HostEntry, OffloadImage
-    from .core.runtime import Runtime
-    from .interposer import interpose
-    from .plugins.loader import load_plugin
-    from .plugins.plugin import Plugin
-
 #: public name -> the module defining it, imported on first access (PEP 562): the
 #: embedded runtime of ``offload-shim run`` and the command line import only what
 #: they use

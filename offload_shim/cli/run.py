@@ -357,7 +357,3 @@ def program_arguments(argv, program: str, parsed: list) -> list:
         return ["--", *parsed]
     return list(parsed)
 
-
-if __name__ == "__main__":
-    from . import main
-    sys.exit(main(["run-library", *sys.argv[1:]]))
