@@ -29,29 +29,19 @@ load at init, the owner's open check and the pinning hooks.
 from __future__ import annotations
 
 import contextlib
-import enum
-import operator
 import threading
-from array import array
 from collections.abc import Callable, Sequence
 
-from ..errors import (DeviceInitError, InvalidImageError, KernelNotFoundError,
-                     LifecycleError, NotMappedError, OffloadError, OutOfDeviceMemoryError,
-                     UnknownPointerError)
+from ..errors import (DeviceInitError, KernelNotFoundError, LifecycleError, OffloadError,
+                     OutOfDeviceMemoryError, UnknownPointerError)
 from ..abi.buffers import host_view as _host_view, new_buffer
+from .compiled import CompiledCodeForms, DeviceLease, KernelLauncher
+from .device_state import OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY, DeviceState
+from .device_images import DeviceImages, _LoadedOnDevice
 from .images import AddressMap, OffloadImage
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
-
-class DeviceState(enum.Enum):
-    UNINIT = "uninit"
-    READY = "ready"
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-_READY = DeviceState.READY
 
 
 def _pointer_args(args, what: str = "argument") -> list[int]:
@@ -87,17 +77,6 @@ def _copy_size(host_len: int, offset, nbytes) -> int:
     if nbytes > host_len:
         raise ValueError(f"nbytes={nbytes} exceeds the host buffer of {host_len} bytes")
     return int(nbytes)
-
-
-class _LoadedOnDevice:
-    __slots__ = ("image", "loaded", "kernels", "globals", "launches")
-
-    def __init__(self, image, loaded, kernels, globals_):
-        self.image = image
-        self.loaded = loaded
-        self.kernels = kernels      # name -> (entry addr, num_args)
-        self.globals = globals_     # name -> (tgt addr, size)
-        self.launches: list = []    # one token per KernelLauncher launch in flight
 
 
 def _no_images() -> list:
@@ -136,7 +115,7 @@ class _PluginCallGuard:
         self._device._exit()
 
 
-class Device:
+class Device(DeviceImages, CompiledCodeForms):
     """A device of a plugin.  Created by :class:`~offload_shim.Runtime`; do not
     construct directly.
 
@@ -372,131 +351,6 @@ class Device:
             raise errors[0]
         return leaked
 
-    # -- images ------------------------------------------------------------------
-    def _load(self, image: OffloadImage) -> None:
-        if image.id in self._images:
-            return
-        loaded = self.plugin.load_image(self.index, image)
-        kernels, globals_ = {}, {}
-        hosts = image.host_addresses()
-        try:
-            for host_entry, tgt, haddr in zip(image.entries, loaded.entries, hosts):
-                if host_entry.is_kernel:
-                    kernels[host_entry.name] = (tgt.addr, host_entry.num_args)
-                else:
-                    if not tgt.addr:
-                        raise InvalidImageError(f"{self.label}: global {host_entry.name!r} "
-                                                "has no device address", device=self.label)
-                    globals_[host_entry.name] = (tgt.addr, host_entry.size)
-                self.address_map.insert(haddr, host_entry.size, tgt.addr, image)
-        except BaseException:
-            self.address_map.remove_owner(image)
-            try:
-                self.plugin.unload_image(self.index, loaded)
-            except OffloadError:
-                pass
-            raise
-        rec = _LoadedOnDevice(image, loaded, kernels, globals_)
-        with self._launch_cv:
-            self._images[image.id] = rec
-            for name, (addr, nargs) in kernels.items():
-                self._kernels.setdefault(name, []).append((addr, nargs, image))
-        for addr, size in globals_.values():
-            self._globals[addr] = size
-
-    def _unload(self, image: OffloadImage, quiet: bool = False) -> None:
-        with self._launch_cv:
-            rec = self._images.pop(image.id, None)
-            if rec is None:
-                return
-            for name in rec.kernels:
-                lst = [k for k in self._kernels.get(name, []) if k[2] is not image]
-                if lst:
-                    self._kernels[name] = lst
-                else:
-                    self._kernels.pop(name, None)
-            # no new launch can find the image now; wait for those already running
-            # (KernelLauncher: token pushed before it checks the record, so a launch
-            # either sees the record gone or is waited for here; the timeout is only
-            # a safety net)
-            # launches of this very thread are not waited for: an unload reached from
-            # inside one of the image's kernels (exit() called by the kernel, whose
-            # exit path unregisters the program's images) would wait for itself
-            own = _own_launches(image.id)
-            while self._launching.get(image.id, 0) + len(rec.launches) > own:
-                self._unload_waiting += 1
-                try:
-                    self._launch_cv.wait(0.05)
-                finally:
-                    self._unload_waiting -= 1
-        self.address_map.remove_owner(image)
-        for addr, _ in rec.globals.values():
-            self._globals.pop(addr, None)
-        try:
-            self.plugin.unload_image(self.index, rec.loaded)
-        except OffloadError:
-            if not quiet:
-                raise
-
-    def load_registered(self, image: OffloadImage) -> None:
-        """The owner registered ``image`` (accepted by this device's plugin):
-        load it now if the device is initialised; otherwise it is loaded at
-        init, from the ``images`` collaborator.  Raises what ``load_binary``
-        raises (InvalidImageError, TableMismatchError, PluginCallError)."""
-        with self._life:
-            if self._state is DeviceState.READY:
-                self._load(image)
-
-    def unload_registered(self, image: OffloadImage) -> None:
-        """The owner unregistered ``image``: unload it if it is loaded here
-        (after launches of its kernels in flight finish)."""
-        with self._life:
-            if self._state is DeviceState.READY:
-                self._unload(image)
-
-    @property
-    def loaded_images(self) -> list[OffloadImage]:
-        """Images loaded into this device (empty when not initialised)."""
-        return [r.image for r in self._images.values()]
-
-    @property
-    def kernels(self) -> list[str]:
-        return sorted(self._kernels)
-
-    def global_address(self, name: str, image: OffloadImage | None = None) -> int:
-        """Device address of a global of a loaded image (initialises the device).
-        Raises NotMappedError (a KeyError)."""
-        self._enter()
-        try:
-            for rec in self._images.values():
-                if (image is None or rec.image is image) and name in rec.globals:
-                    return rec.globals[name][0]
-            raise NotMappedError(f"{self.label}: no loaded image has a global {name!r}",
-                                 device=self.label)
-        finally:
-            self._exit()
-
-    def translate(self, host_addr: int) -> int:
-        """Target address mapped for a host address (host->target map of the
-        loaded images).  Raises NotMappedError (a KeyError) when unmapped,
-        LifecycleError after close, TypeError for a host address that is not an
-        int (``operator.index``: a float would give a float address)."""
-        if self._state is DeviceState.CLOSED:
-            raise LifecycleError(f"{self.label}: device used after close", device=self.label)
-        if type(host_addr) is not int:
-            if isinstance(host_addr, bool):
-                raise TypeError("host address must be an int, not bool")
-            try:
-                host_addr = operator.index(host_addr)
-            except TypeError:
-                raise TypeError(f"host address must be an int, not "
-                                f"{type(host_addr).__name__}") from None
-        try:
-            return self.address_map.lookup(host_addr)
-        except KeyError:
-            raise NotMappedError(f"{self.label}: host address {host_addr:#x} is not mapped",
-                                 device=self.label) from None
-
     # -- memory ----------------------------------------------------------------------
     def _backend_alloc(self, size: int) -> int:
         return self.plugin.alloc(self.index, size)
@@ -687,155 +541,6 @@ class Device:
                     del self._launching[image_id]
                     self._launch_cv.notify_all()
 
-    # -- raw forms for the interposer (libomptarget maps sub-ranges) ------------
-    def _check_inside(self, tgt: int, nbytes: int) -> None:
-        """``[tgt, tgt+nbytes)`` must lie inside one live allocation or global."""
-        blocks = self._pool.live_allocations()
-        blocks += list(self._globals.items())
-        for base, size in blocks:
-            if base <= tgt and tgt + nbytes <= base + max(size, 0):
-                return
-        raise UnknownPointerError(f"{self.label}: [{tgt:#x}, +{nbytes}) is not inside an "
-                                  "allocation or global of this device", device=self.label)
-
-    def submit_raw(self, tgt: int, host_addr: int, nbytes: int) -> None:
-        """Copy ``nbytes`` from the host address ``host_addr`` to the device
-        address ``tgt``, which may point anywhere inside an allocation or a
-        global (libomptarget maps sub-ranges).  Raises UnknownPointerError,
-        LifecycleError, PluginCallError."""
-        if nbytes <= 0:
-            return
-        self._enter()
-        try:
-            self._check_inside(tgt, nbytes)
-            self.plugin.submit(self.index, tgt, host_addr, nbytes)
-        finally:
-            self._exit()
-
-    def retrieve_raw(self, host_addr: int, tgt: int, nbytes: int) -> None:
-        """Copy ``nbytes`` from the device address ``tgt`` (inside an allocation
-        or global) to the host address ``host_addr``.  Same errors as
-        :meth:`submit_raw`."""
-        if nbytes <= 0:
-            return
-        self._enter()
-        try:
-            self._check_inside(tgt, nbytes)
-            self.plugin.retrieve(self.index, host_addr, tgt, nbytes)
-        finally:
-            self._exit()
-
-    def _check_block(self, block: int, tgt: int, nbytes: int) -> None:
-        size = self._pool.size_of(block, None) if self._pool is not None else None
-        if size is None or not block <= tgt or tgt + nbytes > block + size:
-            # the words of _check_inside: the same copy fails the same way on both paths
-            raise UnknownPointerError(f"{self.label}: [{tgt:#x}, +{nbytes}) is not inside an "
-                                      "allocation or global of this device", device=self.label)
-
-    def submit_in(self, block: int, tgt: int, host_addr: int, nbytes: int) -> None:
-        """:meth:`submit_raw` for a ``tgt`` known to lie in the live allocation
-        ``block`` (an :meth:`alloc` result): checked against that block only (O(1),
-        the pool's pointer table) instead of a search of every allocation.  For the
-        interposer's mapping rows, which remember their block.  Same errors."""
-        if nbytes <= 0:
-            return
-        self._enter()
-        try:
-            self._check_block(block, tgt, nbytes)
-            self.plugin.submit(self.index, tgt, host_addr, nbytes)
-        finally:
-            self._exit()
-
-    def retrieve_in(self, block: int, host_addr: int, tgt: int, nbytes: int) -> None:
-        """:meth:`retrieve_raw` for a ``tgt`` inside the live allocation ``block``
-        (see :meth:`submit_in`)."""
-        if nbytes <= 0:
-            return
-        self._enter()
-        try:
-            self._check_block(block, tgt, nbytes)
-            self.plugin.retrieve(self.index, host_addr, tgt, nbytes)
-        finally:
-            self._exit()
-
-    # -- several at once, for the interposer's constructs -------------------------------
-    def alloc_many(self, sizes: Sequence[int]) -> list[int]:
-        """:meth:`alloc` of each of ``sizes`` (bytes) in order: the device pointers.
-        On an error the ones already allocated are freed again and the error is
-        raised (same errors as :meth:`alloc`)."""
-        out: list[int] = []
-        alloc = self.alloc
-        try:
-            for size in sizes:
-                out.append(alloc(size))
-        except BaseException:
-            for ptr in out:
-                with contextlib.suppress(OffloadError):
-                    self.free(ptr)
-            raise
-        return out
-
-    def free_many(self, ptrs: Sequence[int]) -> None:
-        """:meth:`free` of each of ``ptrs`` in order; stops at the first error, which
-        is raised (same errors as :meth:`free`)."""
-        free = self.free
-        for ptr in ptrs:
-            free(ptr)
-
-    def submit_many(self, ops: Sequence[tuple[int, int, int, int]]) -> None:
-        """:meth:`submit_in` of each ``(block, tgt, host_addr, nbytes)`` in order, with
-        one in-flight round trip; every range is checked against its block before
-        the first copy.  Same errors."""
-        self._copy_many(ops, self.plugin.submit_many, True)
-
-    def retrieve_many(self, ops: Sequence[tuple[int, int, int, int]]) -> None:
-        """:meth:`retrieve_in` of each ``(block, tgt, host_addr, nbytes)`` in order
-        (see :meth:`submit_many`)."""
-        self._copy_many(ops, self.plugin.retrieve_many, False)
-
-    def _copy_many(self, ops, plugin_many, to_device: bool) -> None:
-        self._enter()
-        try:
-            sizes = self._pool.sizes_of([op[0] for op in ops])
-            todo = []
-            for (block, tgt, host, n), size in zip(ops, sizes):
-                if n > 0:
-                    if size is None or not block <= tgt or tgt + n > block + size:
-                        self._check_block(block, tgt, n)        # raises
-                    todo.append((tgt, host, n) if to_device else (host, tgt, n))
-            if todo:
-                plugin_many(self.index, todo)
-        finally:
-            self._exit()
-
-    def lease(self, sizes: Sequence[int]) -> "DeviceLease":
-        """A :class:`DeviceLease`: one allocation per size (bytes,
-        :meth:`alloc_many`), kept by the caller for repeated use until
-        :meth:`DeviceLease.release` (the interposer's per-region plans keep the
-        scratch memory of a region's temporary rows).  Same errors as
-        :meth:`alloc`."""
-        return DeviceLease(self, self.alloc_many(sizes), list(sizes), self.init_count)
-
-    def kernel_launcher(self, entry: int, nargs: int) -> "KernelLauncher":
-        """A :class:`KernelLauncher` of the kernel whose target-table address is
-        ``entry``, for repeated launches with ``nargs`` arguments (what
-        :meth:`launch_entry` does, the lookup and the plugin's argument blocks done
-        once).  Raises KernelNotFoundError when ``entry`` is not a kernel of a
-        loaded image, LifecycleError, ValueError (too many arguments)."""
-        self._enter()
-        try:
-            with self._launch_cv:
-                img = next((k[2] for lst in self._kernels.values() for k in lst
-                            if k[0] == entry), None)
-                if img is None:
-                    raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
-                                              "of a loaded image", device=self.label)
-                rec = self._images[img.id]
-            return KernelLauncher(self, img.id, rec, self.init_count,
-                                  self.plugin.launcher(self.index, entry, nargs), nargs)
-        finally:
-            self._exit()
-
     def launch_entry(self, entry: int, args: Sequence[int],
                      offsets: Sequence[int] | None = None) -> None:
         """Launch the kernel whose *target table* address is ``entry`` (e.g.
@@ -861,152 +566,6 @@ class Device:
             self._launch_held(img.id, entry, args, offsets)
         finally:
             self._exit()
-
-#: per thread: image id -> launches of that image this thread is inside (its kernels run
-#: on this thread's stack, so an unload from this thread cannot wait for them)
-_OWN_LAUNCHES = threading.local()
-
-
-def _own_launches(image_id: int) -> int:
-    return _OWN_LAUNCHES.__dict__.get(image_id, 0)
-
-
-class DeviceLease:
-    """Device memory leased by one caller (:meth:`Device.lease`): ``ptrs[j]`` holds
-    ``sizes[j]`` bytes.  Copies name a block and an offset, ``(j, offset,
-    host_addr, nbytes)``, checked against ``sizes[j]`` only (the blocks are live
-    allocations of the device while the lease is :attr:`valid`), so a run of copies
-    needs no pointer-table lookup.  Not thread-safe: one user at a time (the
-    interposer's plans hand each lease to one construct at a time)."""
-    __slots__ = ("_dev", "device", "ptrs", "sizes", "_init_count", "_released")
-
-    def __init__(self, dev, ptrs, sizes, init_count):
-        self._dev, self.ptrs, self.sizes = dev, ptrs, sizes
-        self.device = dev                   # the Device the blocks belong to
-        self._init_count = init_count
-        self._released = False
-
-    @property
-    def valid(self) -> bool:
-        """Not released, and the device was not deinitialised since (a deinit frees
-        every allocation, these too)."""
-        dev = self._dev
-        return (not self._released and dev._state is _READY
-                and dev.init_count == self._init_count)
-
-    def _ops(self, ops, to_device: bool) -> array:
-        """The plugin's copies as flat ``(a, b, size)`` triples (Plugin.submit_many)."""
-        if not self.valid:
-            raise LifecycleError(f"{self._dev.label}: device memory lease used after its "
-                                 "release or a deinit", device=self._dev.label)
-        ptrs, sizes = self.ptrs, self.sizes
-        out = array("Q")
-        add = out.extend
-        for j, off, host, n in ops:
-            if n > 0:
-                if off < 0 or off + n > sizes[j]:
-                    raise ValueError(f"{self._dev.label}: copy of {n} bytes at offset {off} "
-                                     f"exceeds the leased block of {sizes[j]} bytes")
-                add((ptrs[j] + off, host, n) if to_device else (host, ptrs[j] + off, n))
-        return out
-
-    def submit_many(self, ops) -> None:
-        """Host -> device copies ``(j, offset, host_addr, nbytes)``, in order (one
-        in-flight round trip, the plugin's calls batched).  Raises LifecycleError
-        (lease no longer valid), ValueError (outside the block), PluginCallError."""
-        dev = self._dev
-        todo = self._ops(ops, True)
-        if todo:
-            dev._enter()
-            try:
-                dev.plugin.submit_many(dev.index, todo)
-            finally:
-                dev._exit()
-
-    def retrieve_many(self, ops) -> None:
-        """Device -> host copies ``(j, offset, host_addr, nbytes)`` (see
-        :meth:`submit_many`)."""
-        dev = self._dev
-        todo = self._ops(ops, False)
-        if todo:
-            dev._enter()
-            try:
-                dev.plugin.retrieve_many(dev.index, todo)
-            finally:
-                dev._exit()
-
-    def detach(self) -> None:
-        """End the lease without freeing: the caller took the blocks over (they are
-        ordinary allocations of the device again, to be freed with
-        :meth:`Device.free`)."""
-        self._released = True
-
-    def release(self, keep=()) -> None:
-        """Free the blocks (nothing when the device was deinitialised meanwhile: its
-        pool freed them), except those whose indices are in ``keep``: the caller took
-        them over, as :meth:`detach` does for all.  Idempotent.  Raises what
-        :meth:`Device.free` raises."""
-        if self._released:
-            return
-        self._released = True
-        dev = self._dev
-        if dev._state is _READY and dev.init_count == self._init_count:
-            if keep:
-                dev.free_many([p for j, p in enumerate(self.ptrs) if j not in keep])
-            else:
-                dev.free_many(self.ptrs)
-
-
-class KernelLauncher:
-    """Launches one kernel of one device again and again (:meth:`Device.kernel_launcher`):
-    ``launcher(args, offsets)`` is :meth:`Device.launch_entry` without the lookup.
-    Each call checks that the device is still in the same initialisation and the
-    image still loaded (KernelNotFoundError otherwise: make a new launcher), holds
-    the image against an unload while the kernel runs, and checks that the values
-    fit in 64 bits (ValueError).  ``args``/``offsets``: lists of ``nargs`` ints."""
-    __slots__ = ("_dev", "_image_id", "_rec", "_init_count", "_launch", "nargs")
-
-    def __init__(self, dev, image_id, rec, init_count, launch, nargs):
-        self._dev, self._image_id, self._rec = dev, image_id, rec
-        self._init_count, self._launch, self.nargs = init_count, launch, nargs
-
-    @property
-    def valid(self) -> bool:
-        """The device is in the initialisation this launcher was made in and the
-        image is still loaded."""
-        dev = self._dev
-        return (dev._state is _READY and dev.init_count == self._init_count
-                and dev._images.get(self._image_id) is self._rec)
-
-    def __call__(self, args: list, offsets: list) -> None:
-        dev = self._dev
-        if len(args) != self.nargs or len(offsets) != self.nargs:
-            raise ValueError(f"{dev.label}: {self.nargs} arguments and offsets expected")
-        if self.nargs and (min(args) < -(1 << 63) or max(args) >= 1 << 64
-                           or min(offsets) < -(1 << 63) or max(offsets) >= 1 << 64):
-            raise ValueError(f"{dev.label}: a kernel argument or offset does not fit in "
-                             "64 bits")
-        dev._enter()
-        try:
-            rec = self._rec
-            tokens = rec.launches
-            tokens.append(None)         # atomic under the GIL; an unload waits for it
-            mine = _OWN_LAUNCHES.__dict__
-            mine[self._image_id] = mine.get(self._image_id, 0) + 1
-            try:
-                if dev._images.get(self._image_id) is not rec or \
-                        dev.init_count != self._init_count:
-                    raise KernelNotFoundError(f"{dev.label}: the kernel's image is no longer "
-                                              "loaded", device=dev.label)
-                self._launch(args, offsets)
-            finally:
-                mine[self._image_id] -= 1
-                tokens.pop()
-                if not tokens and dev._unload_waiting:
-                    with dev._launch_cv:
-                        dev._launch_cv.notify_all()
-        finally:
-            dev._exit()
 
 
 __all__ = ["Device", "DeviceLease", "DeviceState", "KernelLauncher", "OutOfDeviceMemoryError"]
