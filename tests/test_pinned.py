@@ -269,7 +269,7 @@ def test_gomp_view_falls_back_to_mlock(bundled_path):
     v0 = pm.vmlck_bytes()
     with osh.Runtime([p], pinned="mapped") as rt:
         dev = rt.devices[0]
-        assert not pb._gomp_page_locked_hooks(p)  # GCC 12 has no page_locked_host_* hooks
+        assert not pb._page_locked_allocator(p)  # GCC 12 has no page_locked_host_* hooks
         assert isinstance(pm.select_backend(dev, purpose="allocate"), pm.MlockBackend)
         t = dev.alloc(PAGE)
         dev.submit(t, h)
@@ -313,6 +313,7 @@ class _FakeGompPlugin:
     """The two page-locked entry points of a GOMP plugin that has them (GCC
     trunk), answering like a plugin whose allocation fails once."""
     abi = "gomp"
+    has_page_locked_host_memory = True
 
     def __init__(self):
         self.calls = []
@@ -335,7 +336,7 @@ def test_gomp_page_locked_backend_goes_through_the_plugin_methods():
     class Dev:
         label = "fake:0"
         plugin = _FakeGompPlugin()
-    assert pb._gomp_page_locked_hooks(Dev.plugin)
+    assert pb._page_locked_allocator(Dev.plugin)
     be = pm.GompPageLockedBackend(Dev)
     with pytest.raises(osh.PinnedMemoryError) as ei:
         be.host_alloc(PAGE)

@@ -49,7 +49,7 @@ def _close_all_at_exit() -> None:
             rt.close()
         except Exception as exc:  # never raise out of atexit
             log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
-    if any(p.abi == "llvm" and not p.bundled for p in loaded_plugins()):
+    if any(p.leaves_image_copies for p in loaded_plugins()):
         leftovers.unlink_mapped_copies()        # image copies of plugins used without a Runtime
 
 
@@ -347,7 +347,7 @@ class Runtime:
                     errors.append(exc)
             self._acquired.clear()
             _LIVE.discard(self)
-            if any(p.abi == "llvm" and not p.bundled for p in self._plugins):
+            if any(p.leaves_image_copies for p in self._plugins):
                 # the LLVM x86_64 plugins' /tmp/tmpfile_* image copies (the plugin
                 # layer unlinks each after its load; this catches any it missed; the
                 # exit hook reads /proc/self/maps once more)

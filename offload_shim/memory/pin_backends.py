@@ -364,11 +364,11 @@ class OlMemRegisterBackend(PluginLockBackend):
     entry = "olMemRegister"
 
 
-def _gomp_page_locked_hooks(plugin) -> bool:
-    """True when a GOMP plugin exports ``GOMP_OFFLOAD_page_locked_host_alloc``
-    and ``_free`` (GCC trunk libgomp ``libgomp-plugin.h``; not GCC 12)."""
-    return (getattr(plugin, "abi", "") == "gomp" and plugin.has("page_locked_host_alloc")
-            and plugin.has("page_locked_host_free"))
+def _page_locked_allocator(plugin) -> bool:
+    """True when the plugin allocates page-locked host memory itself
+    (:attr:`~offload_shim.plugins.plugin.Plugin.has_page_locked_host_memory`: GCC
+    trunk libgomp ``GOMP_OFFLOAD_page_locked_host_alloc``/``_free``; not GCC 12)."""
+    return bool(getattr(plugin, "has_page_locked_host_memory", False))
 
 
 class GompPageLockedBackend(PinBackend):
@@ -553,15 +553,11 @@ class CudaHostRegisterBackend(PinBackend):
             self._ctx = None
 
 
-#: plugin name parts of the CUDA plugins (LLVM ``cuda``, ``cuda.nextgen``; GCC ``nvptx``)
-_CUDA_PLUGIN_NAMES = ("cuda", "nvptx")
-
-
 def is_cuda_plugin(plugin) -> bool:
-    """True for the LLVM CUDA plugins and the GCC nvptx plugin (by name; their
-    device numbers are the CUDA ordinals)."""
-    return getattr(plugin, "abi", "") in ("llvm", "gomp") and \
-        any(k in plugin.name for k in _CUDA_PLUGIN_NAMES)
+    """True when the plugin's device numbers are CUDA ordinals
+    (:attr:`~offload_shim.plugins.plugin.Plugin.cuda_devices`: the LLVM CUDA plugins,
+    GCC's nvptx plugin)."""
+    return bool(getattr(plugin, "cuda_devices", False))
 
 
 def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
@@ -572,16 +568,16 @@ def select_backend(device=None, *, purpose: str = "register") -> PinBackend:
     ``cuMemHostRegister`` for CUDA plugins with a driver (before their
     ``data_lock``: LLVM's CUDA plugins return the pointer from it and pin
     nothing, ``CUDADeviceTy::dataLockImpl``); the plugin's ``data_lock``
-    (liboffload: ``olMemRegister``); ``mlock``."""
+    (:attr:`~offload_shim.plugins.plugin.Plugin.host_lock_entry_point`:
+    ``__tgt_rtl_data_lock``, liboffload ``olMemRegister``); ``mlock``."""
     if device is not None:
         plugin = device.plugin
-        if purpose == "allocate" and _gomp_page_locked_hooks(plugin):
+        if purpose == "allocate" and _page_locked_allocator(plugin):
             return GompPageLockedBackend(device)
         if is_cuda_plugin(plugin) and cuda_driver_available():
             return CudaHostRegisterBackend(device.index)
-        if plugin.abi == "llvm" and plugin.has("data_lock") and plugin.has("data_unlock"):
-            return PluginLockBackend(device)
-        if plugin.abi == "liboffload" and plugin.has("olMemRegister") \
-                and plugin.has("olMemUnregister"):
-            return OlMemRegisterBackend(device)
+        entry = getattr(plugin, "host_lock_entry_point", None)
+        for backend in (PluginLockBackend, OlMemRegisterBackend):
+            if entry == backend.entry:
+                return backend(device)
     return MlockBackend()

@@ -49,6 +49,7 @@ class GompPlugin(Plugin):
                 raise NotAPluginError(f"{path}: OpenMP-capable GOMP plugin lacks "
                                       f"{', '.join(missing)}", path=path, missing=missing)
         self._images: dict[tuple[int, int], object] = {}
+        self.cuda_devices = any(k in self.name for k in ("cuda", "nvptx"))
 
     def info(self) -> dict:
         d = super().info()
@@ -108,7 +109,7 @@ class GompPlugin(Plugin):
             return gomp_type == self.target_type
         return self.bundled and image.machine == "EM_X86_64"
 
-    def load_image(self, dev: int, image) -> LoadedImage:
+    def _load_image_impl(self, dev: int, image) -> LoadedImage:
         """``load_image``; returns target entries in host order (functions
         first then variables, libgomp's table order, mapped back to the
         image's entry order).  GCC 12 allows one extra trailing entry (I5).
@@ -116,8 +117,6 @@ class GompPlugin(Plugin):
         is kept by the returned LoadedImage: the plugin keys the image by that
         pointer until ``unload_image`` (libgomp 12 ``target.c``,
         ``gomp_unload_image_from_device``), after which the runtime drops it."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._check_dev(dev)
         td, keep, order = self._target_data(image)
         table = POINTER(_gomp.AddrPair)()
@@ -152,9 +151,7 @@ class GompPlugin(Plugin):
         loaded.target_data = ctypes.addressof(td)  # type: ignore[attr-defined]
         return loaded
 
-    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _unload_image_impl(self, dev: int, loaded: LoadedImage) -> None:
         self._check_dev(dev)
         ok = self._fn["unload_image"](dev, self.image_version(), loaded.target_data)
         if not ok:                               # still loaded: the plugin keeps its key
@@ -163,48 +160,38 @@ class GompPlugin(Plugin):
         self._check_bool(ok, "unload_image", dev)
 
     # data ------------------------------------------------------------------
-    def alloc(self, dev: int, size: int, kind: int = 0) -> int:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _alloc_impl(self, dev: int, size: int, kind: int) -> int:
         return self._fn["alloc"](dev, size) or 0
 
-    def free(self, dev: int, ptr: int, kind: int = 0) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _free_impl(self, dev: int, ptr: int, kind: int) -> None:
         self._check_bool(self._fn["free"](dev, ptr), "free", dev, args=f"({ptr:#x})")
 
-    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _submit_impl(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
         self._check_bool(self._fn["host2dev"](dev, tgt, host_addr, size), "host2dev", dev)
 
-    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _retrieve_impl(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
         self._check_bool(self._fn["dev2host"](dev, host_addr, tgt, size), "dev2host", dev)
 
-    def launch(self, dev: int, entry: int, args: Sequence[int],
-               offsets: Sequence[int] | None = None) -> None:
+    def _launch_impl(self, dev: int, entry: int, args: Sequence[int],
+                     offsets: Sequence[int] | None) -> None:
         """``run(dev, fn, vars, args)``: ``vars`` is a device block holding the
         argument values (the GOMP convention: the target function receives the
         device address of its variable block); ``args`` is an empty GOMP
         target-argument vector."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         vals = [int(a or 0) + int(o) for a, o in zip(args, offsets or [0] * len(args))]
         n = len(vals)
         block = 0
         if n:
-            block = self.alloc(dev, 8 * n)
+            block = self._alloc_impl(dev, 8 * n, 0)
             if not block:
                 raise PluginCallError(f"{self._label(dev)}: no device memory for the "
                                       "argument block", function="GOMP_OFFLOAD_alloc")
         try:
             if n:
                 host = (ctypes.c_uint64 * n)(*[v & 0xFFFFFFFFFFFFFFFF for v in vals])
-                self.submit(dev, block, ctypes.addressof(host), 8 * n)
+                self._submit_impl(dev, block, ctypes.addressof(host), 8 * n)
             targs = (c_void_p * 1)(None)
             self._fn["run"](dev, entry, block or None, targs)
         finally:
             if block:
-                self.free(dev, block)
+                self._free_impl(dev, block, 0)

@@ -85,15 +85,6 @@ class HostPluginControl:
         (native/osh_host_plugin.h).  Unchecked; ``nop_alloc`` returns a fixed
         address that is not memory.  A pair of calls through them is the cost
         floor of any plugin call from Python (``offload-shim bench``)."""
-        return self._fn["osh_host_nop_alloc"], self._fn["osh_host_nop_delete"]
-
-    def nop_entry_points(self) -> tuple:
-        """``(nop_alloc, nop_delete)``: the bound ctypes functions of
-        ``osh_host_nop_alloc`` / ``osh_host_nop_delete``, empty C functions
-        with the prototypes of ``__tgt_rtl_data_alloc`` / ``data_delete``
-        (native/osh_host_plugin.h).  Unchecked; ``nop_alloc`` returns a fixed
-        address that is not memory.  A pair of calls through them is the cost
-        floor of any plugin call from Python (``offload-shim bench``)."""
         return self._api.function("nop_alloc"), self._api.function("nop_delete")
 
     # -- settings ------------------------------------------------------------------

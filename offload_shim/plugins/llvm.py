@@ -8,6 +8,7 @@ refused (ABIMismatchError): their ``load_binary`` returns ``int32_t`` with
 from __future__ import annotations
 
 import ctypes
+import os
 from array import array
 from ctypes import byref, c_void_p, cast
 from collections.abc import Sequence
@@ -20,6 +21,32 @@ from .plugin import MAX_KERNEL_ARGS, LoadedImage, Plugin, TargetEntry, _triples
 
 __all__ = ["LLVMPlugin"]
 
+#: the variable LLVM's MemoryManagerTy reads, as it appears in a plugin binary
+_THRESHOLD_NAME = b"LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
+_reads: dict = {}                       # (path, size, mtime) -> bool
+
+
+def _reads_threshold(path: str) -> bool:
+    """True when the file at ``path`` contains the name of
+    ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` among its bytes (what ``strings``
+    shows for the plugins that run LLVM's memory manager); cached per ``(path,
+    size, mtime)``."""
+    import mmap                         # on the first LLVM device init only
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (path, st.st_size, st.st_mtime_ns)
+    hit = _reads.get(key)
+    if hit is None:
+        try:
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                hit = m.find(_THRESHOLD_NAME) >= 0
+        except (OSError, ValueError):
+            hit = False
+        _reads[key] = hit
+    return hit
+
 
 class LLVMPlugin(Plugin):
     """A libomptarget plugin (``__tgt_rtl_*``), LLVM 14 / 16 classic / 16
@@ -27,6 +54,7 @@ class LLVMPlugin(Plugin):
 
     abi = "llvm"
     prefix = _tgt.PREFIX
+    default_alloc_kind = _tgt.TARGET_ALLOC_DEFAULT
 
     def __init__(self, path, lib, symbols):
         super().__init__(path, lib, symbols)
@@ -38,6 +66,30 @@ class LLVMPlugin(Plugin):
         protos, required = _tgt.GENERATIONS[self.generation]
         self._bind(protos, required)
         self._addr: dict[str, int] = {}         # entry point -> address (batched calls)
+        # capabilities (Plugin): the x86_64 plugins write every image they load to
+        # /tmp/tmpfile_XXXXXX (hard-coded; the nextgen ones never remove it: LLVM 16
+        # plugins-nextgen/host/src/rtl.cpp, plugins/generic-elf-64bit/src/rtl.cpp)
+        self.leaves_image_copies = not self.bundled
+        self.cuda_devices = any(k in self.name for k in ("cuda", "nvptx"))
+        if self.has("data_lock") and self.has("data_unlock"):
+            self.host_lock_entry_point = _tgt.PREFIX + "data_lock"
+        self._own_cache: str | None | bool = False      # not looked at yet
+
+    @property
+    def own_memory_manager(self) -> str | None:
+        """:attr:`Plugin.own_memory_manager`: LLVM's ``MemoryManagerTy``
+        (``openmp/libomptarget/plugins/common/MemoryManager/MemoryManager.h``, LLVM
+        14/16) reads ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``; a plugin whose binary
+        holds that name runs one -- the nextgen plugins (x86_64, cuda, amdgpu) per
+        device, made in ``GenericDeviceTy::init`` (``"device-init"``), the classic
+        cuda plugins in the ``DeviceRTLTy`` constructor when the plugin is loaded
+        (``"load"``).  The classic x86_64/amdgpu plugins and the bundled plugin have
+        none.  Decided from the file's bytes once (per path, size and mtime)."""
+        if self._own_cache is False:
+            reads = not self.bundled and _reads_threshold(self.path)
+            self._own_cache = None if not reads else (
+                "device-init" if self.generation.endswith("nextgen") else "load")
+        return self._own_cache
 
     # lifecycle -------------------------------------------------------------
     def _init_plugin(self):
@@ -108,7 +160,7 @@ class LLVMPlugin(Plugin):
         dimg.ImageEnd = start + len(data)
         return bool(self._fn["is_valid_binary"](byref(dimg)))
 
-    def load_image(self, dev: int, image) -> LoadedImage:
+    def _load_image_impl(self, dev: int, image) -> LoadedImage:
         """``load_binary`` into device ``dev``; returns the target table in host
         entry order.  Raises InvalidImageError (NULL table) or
         TableMismatchError (I5).
@@ -122,13 +174,11 @@ class LLVMPlugin(Plugin):
         ``__tgt_device_image`` points into (openmp/libomptarget/src/rtl.cpp,
         ``RTLsTy::unregisterLib``, LLVM 16), so the plugins read neither after the
         load.  After a failed load they stay referenced for the plugin's lifetime."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._check_dev(dev)
         dimg, keep = self._device_image(image)
         # the LLVM x86_64 plugins leave a /tmp/tmpfile_* copy of each image: the copies
         # that appear during the load are looked at afterwards
-        before = None if self.bundled else leftovers.before_load()
+        before = leftovers.before_load() if self.leaves_image_copies else None
         table = None
         try:
             table = self._fn["load_binary"](dev, byref(dimg))
@@ -162,52 +212,38 @@ class LLVMPlugin(Plugin):
         entries = _match_by_name(image.entries, raw)
         return LoadedImage(entries, keep)
 
-    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+    def _unload_image_impl(self, dev: int, loaded: LoadedImage) -> None:
         """LLVM <= 18 plugins have no unload entry point: the image stays in
         the plugin until ``deinit_device``; the runtime drops its mappings."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._check_dev(dev)
 
     # data ------------------------------------------------------------------
-    def alloc(self, dev: int, size: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> int:
+    def _alloc_impl(self, dev: int, size: int, kind: int) -> int:
         """``data_alloc``; returns the device address or 0 (out of memory)."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         return self._fn["data_alloc"](dev, size, None, kind) or 0
 
-    def free(self, dev: int, ptr: int, kind: int = _tgt.TARGET_ALLOC_DEFAULT) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _free_impl(self, dev: int, ptr: int, kind: int) -> None:
         if self.generation == "llvm14":
             rc = self._fn["data_delete"](dev, ptr)
         else:
             rc = self._fn["data_delete"](dev, ptr, kind)
         self._check_int32(rc, "data_delete", dev, args=f"({ptr:#x})")
 
-    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _submit_impl(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
         self._check_int32(self._fn["data_submit"](dev, tgt, host_addr, size), "data_submit", dev)
 
-    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _retrieve_impl(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
         self._check_int32(self._fn["data_retrieve"](dev, host_addr, tgt, size),
                           "data_retrieve", dev)
 
-    def submit_many(self, dev: int, ops) -> None:
+    def _submit_many_impl(self, dev: int, ops) -> None:
         """:meth:`Plugin.submit_many`: the ``data_submit`` calls in one foreign call
         (:mod:`offload_shim.abi.batch`), or one by one without it."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._many(dev, ops, "data_submit")
 
-    def retrieve_many(self, dev: int, ops) -> None:
+    def _retrieve_many_impl(self, dev: int, ops) -> None:
         """:meth:`Plugin.retrieve_many`: the ``data_retrieve`` calls in one foreign
         call (:mod:`offload_shim.abi.batch`), or one by one without it."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._many(dev, ops, "data_retrieve")
 
     def _many(self, dev: int, ops, name: str) -> None:
@@ -230,13 +266,11 @@ class LLVMPlugin(Plugin):
             if rc != ok:
                 self._check_int32(rc, name, dev)
 
-    def lock(self, dev: int, host_addr: int, size: int) -> int:
+    def _lock_impl(self, dev: int, host_addr: int, size: int) -> int:
         """``data_lock`` (LLVM 16+: ``int32_t (ID, HstPtr, Size, void **LockedPtr)``,
         verified against the Debian 16.0.6 plugins): returns the locked address.
         Raises MissingEntryPointError if absent, PluginCallError when the plugin
         fails (e.g. the bundled plugin's mlock hit RLIMIT_MEMLOCK)."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         fn = self._need("data_lock")
         locked = c_void_p()
         rc = fn(dev, host_addr, size, byref(locked))
@@ -245,21 +279,17 @@ class LLVMPlugin(Plugin):
         self._check_int32(rc, "data_lock", dev)
         return locked.value
 
-    def unlock(self, dev: int, host_addr: int) -> None:
+    def _unlock_impl(self, dev: int, host_addr: int) -> None:
         """``data_unlock`` (``int32_t (ID, HstPtr)``); PluginCallError on failure."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         self._check_int32(self._need("data_unlock")(dev, host_addr), "data_unlock", dev)
 
     # launch ------------------------------------------------------------------
-    def launch(self, dev: int, entry: int, args: Sequence[int],
-               offsets: Sequence[int] | None = None) -> None:
+    def _launch_impl(self, dev: int, entry: int, args: Sequence[int],
+                     offsets: Sequence[int] | None) -> None:
         """Launch the kernel whose table address is ``entry`` with pointer-sized
         ``args`` (argument i = args[i] + offsets[i]); synchronous.  LLVM 14:
         ``run_target_team_region`` (1 team, 1 thread); 16: ``launch_kernel``
         with a version-2 ``KernelArgsTy`` (abi-reference 4.7)."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         n = len(args)
         if n > MAX_KERNEL_ARGS:
             raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
@@ -291,7 +321,7 @@ class LLVMPlugin(Plugin):
                     fname = "synchronize"
         self._check_int32(rc, fname, dev)
 
-    def launcher(self, dev: int, entry: int, nargs: int):
+    def _launcher_impl(self, dev: int, entry: int, nargs: int):
         """:meth:`Plugin.launcher`: for the LLVM 16 plugins that take a NULL async
         info (nextgen; classic host plugins) the argument and offset arrays and the
         ``KernelArgsTy`` are made once, and each launch fills them and calls
@@ -301,13 +331,11 @@ class LLVMPlugin(Plugin):
         after the call, so concurrent launches of one kernel neither share a block
         nor wait for each other (no lock is held across the plugin's launch).  Other
         generations use :meth:`launch`."""
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
         if nargs > MAX_KERNEL_ARGS:
             raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
         if self.generation == "llvm14" or (self.generation == "llvm16-classic"
                                            and self._fn.get("synchronize") is not None):
-            return super().launcher(dev, entry, nargs)
+            return super()._launcher_impl(dev, entry, nargs)
         n = max(nargs, 1)
 
         def blocks():
@@ -348,9 +376,7 @@ class LLVMPlugin(Plugin):
         launch.keep = (made, call)              # the blocks live as long as the function
         return launch
 
-    def print_device_info(self, dev: int) -> None:
-        if not self._dev_users.get(dev):
-            raise self._not_ready(dev)
+    def _print_device_info_impl(self, dev: int) -> None:
         fn = self._fn.get("print_device_info")
         if fn is not None:
             fn(dev)

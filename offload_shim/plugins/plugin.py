@@ -146,32 +146,6 @@ class Plugin:
         :class:`MissingEntryPointError` if the plugin does not export it."""
         return self._need(name)
 
-    def submit_many(self, dev: int, ops) -> None:
-        """:meth:`submit` of each ``(tgt, host_addr, size)`` in order; stops at the
-        first failure (raised).  ``ops``: a list of triples, or an ``array('Q')`` of
-        them one after the other.  A plugin family may do them with less
-        overhead."""
-        for tgt, host_addr, size in _triples(ops):
-            self.submit(dev, tgt, host_addr, size)
-
-    def retrieve_many(self, dev: int, ops) -> None:
-        """:meth:`retrieve` of each ``(host_addr, tgt, size)`` in order (see
-        :meth:`submit_many`)."""
-        for host_addr, tgt, size in _triples(ops):
-            self.retrieve(dev, host_addr, tgt, size)
-
-    def launcher(self, dev: int, entry: int, nargs: int):
-        """A callable ``launch(args, offsets)`` for repeated synchronous launches of
-        the kernel ``entry`` of device ``dev`` with ``nargs`` pointer-sized
-        arguments: what :meth:`launch` does, for callers that launch the same kernel
-        many times (compiled code's target regions).  This base version calls
-        :meth:`launch`; a plugin family may prepare its argument blocks once.
-        ``args``/``offsets``: lists of ``nargs`` ints within 64 bits (not checked
-        again per item: the caller validates).  Raises like :meth:`launch`."""
-        def launch(args, offsets, _launch=self.launch):
-            _launch(dev, entry, args, offsets)
-        return launch
-
     def _need(self, name: str):
         fn = self._fn.get(name)
         if fn is None:
@@ -351,6 +325,185 @@ class Plugin:
         return LifecycleError(f"{self._label(dev)}: device not initialised (acquire_device "
                               "first; or it was deinitialised)", device=self._label(dev))
 
+    # -- the per-device entry points ----------------------------------------------------
+    # Each public method below is the one ready guard (_ready), then the family's
+    # *_impl, as LLVM's PluginInterface.h does it (the public GenericDeviceTy::dataSubmit
+    # makes the common checks and calls dataSubmitImpl).  libomptarget and libgomp
+    # call these entry points only on devices they initialised; the real plugins do not
+    # defend themselves (the LLVM 16 nextgen plugins dereference a device they never
+    # initialised, GCC 12's nvptx plugin one it does not have: SIGSEGV).
+
+    def _ready(self, dev) -> None:
+        """The ready guard: returns when :meth:`acquire_device` initialised ``dev``
+        and no :meth:`release_device` deinitialised it since; raises what
+        :meth:`_not_ready` builds otherwise (ValueError for an index the plugin does
+        not have, LifecycleError), before any plugin call."""
+        if not self._dev_users.get(dev):
+            raise self._not_ready(dev)
+
+    def load_image(self, dev: int, image) -> LoadedImage:
+        """Load the :class:`~offload_shim.core.images.OffloadImage` ``image`` into
+        device ``dev``; returns its :class:`LoadedImage` (target entries in host-entry
+        order).  Raises InvalidImageError (refused), TableMismatchError (target and
+        host tables of different lengths: libgomp's "Cannot map target functions or
+        variables", GCC PR 68463), PluginCallError."""
+        self._ready(dev)
+        return self._load_image_impl(dev, image)
+
+    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+        """Unload what :meth:`load_image` returned (LLVM <= 18 plugins have no
+        unload entry point: the image stays in them until ``deinit_device``).
+        Raises PluginCallError."""
+        self._ready(dev)
+        self._unload_image_impl(dev, loaded)
+
+    def alloc(self, dev: int, size: int, kind: int | None = None) -> int:
+        """``size`` bytes of device memory; the device address, or 0 when the plugin
+        has no memory (the memory manager's out-of-memory signal).  ``kind``: the
+        family's allocation kind (LLVM ``TargetAllocTy``, liboffload
+        ``ol_alloc_type_t``; None: :attr:`default_alloc_kind`).  Raises
+        PluginCallError for other failures."""
+        self._ready(dev)
+        return self._alloc_impl(dev, size, self.default_alloc_kind if kind is None else kind)
+
+    def free(self, dev: int, ptr: int, kind: int | None = None) -> None:
+        """Free the device address ``ptr`` (``kind`` as for :meth:`alloc`).  Raises
+        PluginCallError."""
+        self._ready(dev)
+        self._free_impl(dev, ptr, self.default_alloc_kind if kind is None else kind)
+
+    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        """Copy ``size`` bytes from the host address ``host_addr`` to the device
+        address ``tgt``; synchronous.  Raises PluginCallError."""
+        self._ready(dev)
+        self._submit_impl(dev, tgt, host_addr, size)
+
+    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        """Copy ``size`` bytes from the device address ``tgt`` to the host address
+        ``host_addr``; synchronous.  Raises PluginCallError."""
+        self._ready(dev)
+        self._retrieve_impl(dev, host_addr, tgt, size)
+
+    def submit_many(self, dev: int, ops) -> None:
+        """:meth:`submit` of each ``(tgt, host_addr, size)`` in order; stops at the
+        first failure (raised).  ``ops``: a list of triples, or an ``array('Q')`` of
+        them one after the other.  A plugin family may do them with less
+        overhead."""
+        self._ready(dev)
+        self._submit_many_impl(dev, ops)
+
+    def retrieve_many(self, dev: int, ops) -> None:
+        """:meth:`retrieve` of each ``(host_addr, tgt, size)`` in order (see
+        :meth:`submit_many`)."""
+        self._ready(dev)
+        self._retrieve_many_impl(dev, ops)
+
+    def lock(self, dev: int, host_addr: int, size: int) -> int:
+        """Page-lock ``size`` bytes at ``host_addr`` for transfers with device ``dev``
+        (the entry point :attr:`host_lock_entry_point` names); returns the address to
+        use for transfers.  Raises MissingEntryPointError (the plugin has none),
+        PluginCallError."""
+        self._ready(dev)
+        return self._lock_impl(dev, host_addr, size)
+
+    def unlock(self, dev: int, host_addr: int) -> None:
+        """Undo :meth:`lock`.  Raises MissingEntryPointError, PluginCallError."""
+        self._ready(dev)
+        self._unlock_impl(dev, host_addr)
+
+    def launch(self, dev: int, entry: int, args: Sequence[int],
+               offsets: Sequence[int] | None = None) -> None:
+        """Run the kernel whose target-table address is ``entry`` with
+        pointer-sized ``args`` (argument i = args[i] + offsets[i], libomptarget's
+        ``TgtArgs``/``TgtOffsets``); synchronous, one team of one thread.  Raises
+        ValueError (more than :data:`MAX_KERNEL_ARGS` arguments), PluginCallError."""
+        self._ready(dev)
+        self._launch_impl(dev, entry, args, offsets)
+
+    def launcher(self, dev: int, entry: int, nargs: int):
+        """A callable ``launch(args, offsets)`` for repeated synchronous launches of
+        the kernel ``entry`` of device ``dev`` with ``nargs`` pointer-sized
+        arguments: what :meth:`launch` does, for callers that launch the same kernel
+        many times (compiled code's target regions).  A plugin family may prepare
+        its argument blocks once.  ``args``/``offsets``: lists of ``nargs`` ints
+        within 64 bits (not checked again per item: the caller validates).  Raises
+        like :meth:`launch`."""
+        self._ready(dev)
+        return self._launcher_impl(dev, entry, nargs)
+
+    def print_device_info(self, dev: int) -> None:
+        """The plugin prints what it knows of device ``dev`` to the process's
+        stdout (LLVM ``__tgt_rtl_print_device_info``; nothing where the plugin has
+        no such entry point)."""
+        self._ready(dev)
+        self._print_device_info_impl(dev)
+
+    # -- what a family implements (called after the ready guard) -------------------------
+    default_alloc_kind = 0
+
+    def _load_image_impl(self, dev: int, image) -> LoadedImage:
+        raise NotImplementedError
+
+    def _unload_image_impl(self, dev: int, loaded: LoadedImage) -> None:
+        raise NotImplementedError
+
+    def _alloc_impl(self, dev: int, size: int, kind: int) -> int:
+        raise NotImplementedError
+
+    def _free_impl(self, dev: int, ptr: int, kind: int) -> None:
+        raise NotImplementedError
+
+    def _submit_impl(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+        raise NotImplementedError
+
+    def _retrieve_impl(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+        raise NotImplementedError
+
+    def _submit_many_impl(self, dev: int, ops) -> None:
+        for tgt, host_addr, size in _triples(ops):
+            self._submit_impl(dev, tgt, host_addr, size)
+
+    def _retrieve_many_impl(self, dev: int, ops) -> None:
+        for host_addr, tgt, size in _triples(ops):
+            self._retrieve_impl(dev, host_addr, tgt, size)
+
+    def _lock_impl(self, dev: int, host_addr: int, size: int) -> int:
+        raise MissingEntryPointError(f"{self.name}: plugin has no entry point that "
+                                     "page-locks host memory", function="")
+
+    def _unlock_impl(self, dev: int, host_addr: int) -> None:
+        raise MissingEntryPointError(f"{self.name}: plugin has no entry point that "
+                                     "page-locks host memory", function="")
+
+    def _launch_impl(self, dev: int, entry: int, args, offsets) -> None:
+        raise NotImplementedError
+
+    def _launcher_impl(self, dev: int, entry: int, nargs: int):
+        def launch(args, offsets, _launch=self.launch):
+            _launch(dev, entry, args, offsets)
+        return launch
+
+    def _print_device_info_impl(self, dev: int) -> None:
+        return None
+
+    # -- capabilities: what the layers above ask instead of branching on ``abi`` ------
+    #: the plugin leaves a copy of every image it loads in /tmp (the LLVM x86_64
+    #: plugins' ``/tmp/tmpfile_*``: :mod:`offload_shim.safety.leftovers`)
+    leaves_image_copies = False
+    #: its device numbers are CUDA ordinals (the LLVM CUDA plugins, GCC's nvptx plugin)
+    cuda_devices = False
+    #: the full name of the entry point behind :meth:`lock`, or None when it has none
+    host_lock_entry_point: str | None = None
+
+    @property
+    def own_memory_manager(self) -> str | None:
+        """When the plugin sets up a device-memory cache of its own from
+        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` (LLVM's ``MemoryManagerTy``, which
+        would keep the blocks the Python pool releases): ``"device-init"`` (each
+        device's, made in ``init_device``), ``"load"`` (made when the plugin was
+        loaded) or None."""
+        return None
+
     def info(self) -> dict:
         """Static facts (no plugin call beyond the probes of the ABI)."""
         return {"path": self.path, "name": self.name, "abi": self.abi,
@@ -360,7 +513,7 @@ class Plugin:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.generation} {self.path}>"
 
-    # ABI-specific hooks ------------------------------------------------------
+    # -- what a family implements: the lifecycle hooks ---------------------------------
     def _init_plugin(self) -> None: ...
     def _deinit_plugin(self) -> None: ...
     def _query_num_devices(self) -> int: raise NotImplementedError
