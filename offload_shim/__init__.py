@@ -16,20 +16,12 @@ through ctypes.  Importing the package loads nothing and calls nothing
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 
-TYPE_CHECKING = False      # typing.TYPE_CHECKING without importing typing (start-up)
-if TYPE_CHECKING:
-    from .core.device import Device, DeviceState
-    from .core.images import AddressMap, HostEntry, OffloadImage
-    from .core.runtime import Runtime
-    from .interposer import interpose
-    from .plugins.plugin import Plugin, load_plugin
-
 #: public name -> the module defining it, imported on first access (PEP 562): the
 #: embedded runtime of ``offload-shim run`` and the command line import only what
 #: they use
 _LAZY = {"AddressMap": ".core.images", "HostEntry": ".core.images",
          "OffloadImage": ".core.images", "Plugin": ".plugins.plugin",
-         "load_plugin": ".plugins.plugin", "Device": ".core.device",
+         "load_plugin": ".plugins.loader", "Device": ".core.device",
          "DeviceState": ".core.device", "Runtime": ".core.runtime",
          "interpose": ".interposer"}          # compiled OpenMP code through the runtime
 
@@ -53,14 +45,17 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-#: module paths of the flat layout before the package was grouped by layer -> the
-#: module that now holds the code.  ``import offload_shim.runtime`` (and ``from
+#: module paths of earlier layouts (the flat one before the package was grouped by
+#: layer, and modules moved between layers since) -> the module that now holds the code.  ``import offload_shim.runtime`` (and ``from
 #: offload_shim.plugin import load_plugin``) still work: the old name is the same
 #: module object.  ``offload_shim.interpose`` is the public function, not a module.
 _MOVED = {"runtime": "core.runtime", "device": "core.device", "images": "core.images",
-          "plugin": "plugins.plugin", "discovery": "plugins.discovery",
-          "isolation": "plugins.isolation", "imageinfo": "elf.imageinfo",
-          "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check"}
+          "plugin": "plugins.loader", "discovery": "plugins.discovery",
+          "isolation": "safety.isolation", "imageinfo": "elf.imageinfo",
+          "embed": "interposer.embed", "interpose_cli": "cli.run", "check": "cli.check",
+          # the process-safety modules, grouped in safety/
+          "plugins.isolation": "safety.isolation", "plugins.leftovers": "safety.leftovers",
+          "core.verdicts": "safety.verdicts"}
 
 
 class _MovedModules:

@@ -166,7 +166,7 @@ note "PYTHONPATH=${PYTHONPATH:-}"
 import sys
 sys.path.insert(0, sys.argv[1])
 import gpu_scenarios as g
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 bad = 0
 for name, path in g.PLUGINS.items():
     try:

@@ -91,7 +91,7 @@ def _leave_nothing_behind():
     /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid> of children that died without their exit
     code (crashes provoked on purpose): those that appeared during the session and that
     no process has open or mapped any more (their creators are gone) are removed."""
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     copies = set(glob.glob(leftovers.LLVM_COPY_GLOB))
     segments = set(leftovers.dead_kmp_segments())
     yield

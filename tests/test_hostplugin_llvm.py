@@ -182,7 +182,7 @@ def child_llvm16_plugin(which):
     finally:
         # the LLVM 16 plugins leave /tmp/tmpfile_* copies of the image: remove ours only,
         # the ones this process maps (a copy another process is loading is never touched)
-        from offload_shim.plugins import leftovers
+        from offload_shim.safety import leftovers
         leftovers.unlink_mapped_copies()
 
 

@@ -44,7 +44,7 @@ def test_clang16_images_load_in_a_child(path):
     """What the checks accept, ld.so loads (its DT_NEEDED libomptarget.so.16 exists)."""
     if not Path("/usr/lib/llvm-16/lib/libomptarget.so.16").exists():
         pytest.skip("libomp5-16 not installed")
-    from offload_shim.plugins.isolation import verify_image
+    from offload_shim.safety.isolation import verify_image
     verify_image(path.read_bytes(), name=path.stem)
 
 

@@ -1,7 +1,7 @@
 """Corrupt images never reach a plugin's dlopen (findings of a fuzzing run).
 
 Two layers: structural checks in Python (offload_shim.elf) and a test dlopen
-in a child process at registration (offload_shim.plugins.isolation.verify_image).
+in a child process at registration (offload_shim.safety.isolation.verify_image).
 The fuzz loop runs in a child process, so a crash fails the test instead of
 killing pytest.
 """
@@ -16,7 +16,8 @@ import pytest
 
 import offload_shim as osh
 from offload_shim import elf
-from offload_shim.plugins import hostplugin, isolation
+from offload_shim.plugins import hostplugin
+from offload_shim.safety import isolation
 
 import elf_mutants
 from helpers import run_child

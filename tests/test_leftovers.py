@@ -257,7 +257,7 @@ def test_llvm_image_copies_are_unlinked_right_after_each_load(plugin):
         import os, signal
         from array import array
         import offload_shim as osh
-        from offload_shim.plugins import leftovers
+        from offload_shim.safety import leftovers
         rt = osh.Runtime([{str(path)!r}])
         img = osh.OffloadImage.sample()
         rt.register_image(img)
@@ -289,7 +289,7 @@ def _aged(path: Path, seconds: float) -> None:
 
 def test_sweep_removes_an_idle_file_written_long_ago_without_waiting(tmp_path):
     import time
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     old = tmp_path / "old"
     old.write_bytes(b"x")
     _aged(old, 10)
@@ -302,7 +302,7 @@ def test_sweep_removes_an_idle_file_written_long_ago_without_waiting(tmp_path):
 def test_sweep_waits_for_a_young_idle_file_and_spares_one_rewritten_meanwhile(tmp_path):
     import threading
     import time
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     young, busy = tmp_path / "young", tmp_path / "rewritten"
     young.write_bytes(b"x")
     busy.write_bytes(b"x")
@@ -314,7 +314,7 @@ def test_sweep_waits_for_a_young_idle_file_and_spares_one_rewritten_meanwhile(tm
 
 
 def test_sweep_spares_files_another_process_has_open_or_mapped(tmp_path):
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     opened, mapped, idle = tmp_path / "opened", tmp_path / "mapped", tmp_path / "idle"
     for p in (opened, mapped, idle):
         p.write_bytes(b"x" * 4096)
@@ -337,7 +337,7 @@ def test_sweep_spares_files_another_process_has_open_or_mapped(tmp_path):
 
 def test_dead_kmp_segments_skips_the_ignored_ones():
     import os
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     seg = f"/dev/shm/__KMP_REGISTERED_LIB_{dead}_{os.getuid()}"
@@ -358,7 +358,7 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
     import os
     import secrets
     from offload_shim.abi import libc
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     asked = []
     monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: asked.append(p) or False)
 
@@ -412,7 +412,7 @@ def _copy_like():
 def watched(monkeypatch):
     """A fresh watch for the test (the process-wide one is put back afterwards); a
     listing of /tmp fails the test."""
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     monkeypatch.setattr(leftovers, "_watch", leftovers._CopyWatch())
     monkeypatch.setattr(leftovers, "_pending", set())
 
@@ -483,7 +483,7 @@ def test_overlapping_watched_loads_wait_for_each_other(watched, monkeypatch):
 def test_without_inotify_or_after_lost_events_tmp_is_listed(monkeypatch):
     import os
     from offload_shim.abi import libc
-    from offload_shim.plugins import leftovers
+    from offload_shim.safety import leftovers
     monkeypatch.setattr(leftovers, "_pending", set())
     made = []
     monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p in made)

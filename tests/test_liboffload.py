@@ -19,7 +19,7 @@ import offload_shim as osh
 from offload_shim.abi import liboffload as L
 from offload_shim.plugins.hostplugin import ABI_LIBOFFLOAD
 from offload_shim.plugins.liboffload import LiboffloadPlugin
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from conftest import liboffload22_path
 

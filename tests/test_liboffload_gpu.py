@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from conftest import liboffload22_path
 

@@ -9,7 +9,7 @@ import pytest
 
 import offload_shim as osh
 from offload_shim.plugins import discovery
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from conftest import GCN12, NVPTX12, need
 

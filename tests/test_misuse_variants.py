@@ -242,7 +242,7 @@ def test_translate_takes_int_host_addresses(dev):
                                         (0, ValueError), (float("nan"), ValueError),
                                         (float("inf"), ValueError), (-1, ValueError)])
 def test_load_plugin_timeout_types(value, exc):
-    from offload_shim.plugins.isolation import check_timeout
+    from offload_shim.safety.children import check_timeout
     with pytest.raises(exc, match="timeout"):
         check_timeout(value)
     # the public entry point refuses it before any child starts (a library not yet loaded)
@@ -279,9 +279,9 @@ calls = {
     "retrieve": lambda d: p.retrieve(d, 4096, 4096, 8),
     "launch": lambda d: p.launch(d, 4096, [1]),
     "load_image": lambda d: p.load_image(d, osh.OffloadImage.sample()),
+    "lock": lambda d: p.lock(d, 4096, 8),
+    "print_device_info": lambda d: p.print_device_info(d),
 }
-if p.abi == "llvm":
-    calls["print_device_info"] = lambda d: p.print_device_info(d)
 def run(stage, dev):
     for name, call in calls.items():
         try:
@@ -311,13 +311,15 @@ print("DONE", flush=True)
     pytest.param("NVPTX12", None, id="gcc12-nvptx-no-device"),
     pytest.param("bundled", "llvm", id="bundled-llvm"),
     pytest.param("bundled", "gomp", id="bundled-gomp"),
+    pytest.param("bundled", "liboffload", id="bundled-liboffload"),
 ])
 def test_plugin_calls_on_a_device_not_initialised_are_refused(path, abi):
     """The LLVM 16 nextgen plugins dereference a device that was never initialised
     (data_alloc, data_delete, data_submit, load_binary, print_device_info: SIGSEGV), and
     GCC's nvptx plugin one it does not have; libomptarget never makes these calls.  The
     plugin layer refuses each (LifecycleError, ValueError for an index out of range)
-    before the plugin sees it -- in a child process, as the calls would kill it."""
+    before the plugin sees it -- in a child process, as the calls would kill it.  One
+    guard for the three families (Plugin._ready), liboffload's ol* view included."""
     import conftest
     from offload_shim.plugins.hostplugin import bundled_plugin_path
     real = str(bundled_plugin_path() if path == "bundled" else getattr(conftest, path))

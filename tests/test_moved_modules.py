@@ -13,11 +13,14 @@ import pytest
 import offload_shim
 
 MOVED = {"runtime": ("core.runtime", "Runtime"), "device": ("core.device", "Device"),
-         "images": ("core.images", "OffloadImage"), "plugin": ("plugins.plugin", "load_plugin"),
-         "discovery": ("plugins.discovery", None), "isolation": ("plugins.isolation", None),
+         "images": ("core.images", "OffloadImage"), "plugin": ("plugins.loader", "load_plugin"),
+         "discovery": ("plugins.discovery", None), "isolation": ("safety.isolation", None),
          "imageinfo": ("elf.imageinfo", None), "embed": ("interposer.embed", None),
          "interpose_cli": ("cli.run", None), "check": ("cli.check", None),
-         "hostplugin": ("plugins.hostplugin", "HostPluginControl")}
+         "hostplugin": ("plugins.hostplugin", "HostPluginControl"),
+         "plugins.isolation": ("safety.isolation", "probe_plugin"),
+         "plugins.leftovers": ("safety.leftovers", "sweep"),
+         "core.verdicts": ("safety.verdicts", "sha256")}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

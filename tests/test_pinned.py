@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import offload_shim as osh
+from offload_shim.memory import pin_backends as pb
 from offload_shim.memory import pinned as pm
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import DROP_CAP as _DROP_CAP, run_child
 
@@ -268,7 +269,7 @@ def test_gomp_view_falls_back_to_mlock(bundled_path):
     v0 = pm.vmlck_bytes()
     with osh.Runtime([p], pinned="mapped") as rt:
         dev = rt.devices[0]
-        assert not pm._gomp_page_locked_hooks(p)  # GCC 12 has no page_locked_host_* hooks
+        assert not pb._page_locked_allocator(p)  # GCC 12 has no page_locked_host_* hooks
         assert isinstance(pm.select_backend(dev, purpose="allocate"), pm.MlockBackend)
         t = dev.alloc(PAGE)
         dev.submit(t, h)
@@ -312,6 +313,7 @@ class _FakeGompPlugin:
     """The two page-locked entry points of a GOMP plugin that has them (GCC
     trunk), answering like a plugin whose allocation fails once."""
     abi = "gomp"
+    has_page_locked_host_memory = True
 
     def __init__(self):
         self.calls = []
@@ -334,7 +336,7 @@ def test_gomp_page_locked_backend_goes_through_the_plugin_methods():
     class Dev:
         label = "fake:0"
         plugin = _FakeGompPlugin()
-    assert pm._gomp_page_locked_hooks(Dev.plugin)
+    assert pb._page_locked_allocator(Dev.plugin)
     be = pm.GompPageLockedBackend(Dev)
     with pytest.raises(osh.PinnedMemoryError) as ei:
         be.host_alloc(PAGE)
@@ -535,10 +537,10 @@ def test_unmapped_range_through_the_runtime_and_plugin(bundled_path):
     (errno.EINVAL, 1 << 20, False, 1 << 20, "pinned"),
 ])
 def test_lock_error_classification(monkeypatch, err, limit, cap, vmlck, want):
-    monkeypatch.setattr(pm, "memlock_limit", lambda: limit)
-    monkeypatch.setattr(pm, "has_cap_ipc_lock", lambda: cap)
-    monkeypatch.setattr(pm, "vmlck_bytes", lambda: vmlck)
-    e = pm._lock_error("mlock(0x1000, 4096)", 0x1000, PAGE, err, function="mlock")
+    monkeypatch.setattr(pb, "memlock_limit", lambda: limit)
+    monkeypatch.setattr(pb, "has_cap_ipc_lock", lambda: cap)
+    monkeypatch.setattr(pb, "vmlck_bytes", lambda: vmlck)
+    e = pb._lock_error("mlock(0x1000, 4096)", 0x1000, PAGE, err, function="mlock")
     assert isinstance(e, osh.PinnedMemoryError)
     assert isinstance(e, osh.MemlockLimitError) == (want == "limit")
     if want == "limit":

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugins import isolation
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.safety import isolation
+from offload_shim.plugins.loader import load_plugin
 
 from conftest import LLVM16
 from helpers import run_child
@@ -105,7 +105,7 @@ def test_info_with_a_crashing_candidate_lists_the_bundled_plugin(crashing_lib):
 def test_probe_false_would_crash(crashing_lib):
     """Without the probe the constructor runs in-process (in a child here)."""
     proc = run_child(f"""
-        from offload_shim.plugins.plugin import load_plugin
+        from offload_shim.plugins.loader import load_plugin
         load_plugin({crashing_lib!r}, probe=False)
     """)
     assert proc.returncode < 0
@@ -115,7 +115,7 @@ def test_bundled_plugin_is_not_probed(bundled_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("probed")
     monkeypatch.setattr(isolation, "probe_plugin", boom)
-    from offload_shim.plugins.plugin import _needs_probe
+    from offload_shim.plugins.loader import _needs_probe
     assert not _needs_probe(os.path.realpath(bundled_path), None)
     load_plugin(bundled_path)
     load_plugin(bundled_path, abi="gomp")

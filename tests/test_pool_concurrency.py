@@ -19,7 +19,7 @@ import offload_shim as osh
 from offload_shim.errors import LifecycleError, OutOfDeviceMemoryError, UnknownPointerError
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, MemoryManager
 from offload_shim.memory.fake import FakeBackend
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import assert_unlocked, make_pool
 from helpers import run_threads as _run_threads

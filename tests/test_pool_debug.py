@@ -19,7 +19,7 @@ from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, MemoryManager
 from offload_shim.memory.fake import FakeBackend, FakeBackendError
 
 from offload_shim.memory import plugin_cache
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import assert_conserved, make_pool, run_child
 

@@ -133,7 +133,7 @@ if env is None:
     os.environ.pop({var!r}, None)
 else:
     os.environ[{var!r}] = env
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 p = load_plugin({plugin!r})
 p.acquire()
 out = []
@@ -262,7 +262,7 @@ def test_threshold_zero_really_frees(nextgen16):
     default a freed 4 KiB block stays held.  Measured with glibc
     ``mallinfo2().uordblks`` (bytes malloc'ed) around freeing 64 blocks."""
     code = _MALLINFO_PROLOGUE + """
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 p = load_plugin({plugin!r})
 p.acquire(); p.acquire_device(0)
 ps = [p.alloc(0, 4096) for _ in range(64)]

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offload_shim.core.device import _REVERSED, _fifo_refill
+from offload_shim.core.compiled import _REVERSED, _fifo_refill
 from offload_shim.errors import UnknownPointerError
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV
 

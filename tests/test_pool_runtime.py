@@ -21,7 +21,7 @@ import pytest
 
 import offload_shim as osh
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import run_threads
 

@@ -9,7 +9,7 @@ from array import array
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 
 from helpers import run_child
 

@@ -143,7 +143,7 @@ def test_run_passes_the_programs_signal_through_without_a_line_of_its_own(tmp_pa
     """``run`` is the exception to "one line, 143 on SIGTERM" (README): as after
     ``exec``, a program killed by a signal ends ``run`` by the same signal, stderr
     the program's own; SIGTERM sent to ``run`` goes to the program, whose handler
-    decides the status (plugins/isolation.py ``run_program``)."""
+    decides the status (safety/children.py ``run_program``)."""
     killed = ["sh", "-c", "echo before; kill -TERM $$; echo after"]
     ref = subprocess.run(killed, capture_output=True, text=True, timeout=60)
     ours = _cli("run", *killed, cwd=tmp_path, timeout=120)

@@ -1,4 +1,4 @@
-"""Verdicts of the hostile-input checks kept across runs (offload_shim/core/verdicts.py):
+"""Verdicts of the hostile-input checks kept across runs (offload_shim/safety/verdicts.py):
 stored by content hash and checking code, in a directory only this user can write,
 used for the ELF checks of images and the plugin probes, and never trusted from a
 directory others can write."""
@@ -13,8 +13,9 @@ import pytest
 
 import offload_shim as osh
 from offload_shim import elf
-from offload_shim.core import images, verdicts
-from offload_shim.plugins import isolation
+from offload_shim.core import images
+from offload_shim.safety import verdicts
+from offload_shim.safety import isolation
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def test_roundtrip_and_permissions(cache):
     # another content, another kind or other checking code: another verdict
     assert verdicts.get("t", mods, "cd" * 32) is None
     assert verdicts.get("u", mods, "ab" * 32) is None
-    assert verdicts.get("t", ("offload_shim.plugins.isolation",), "ab" * 32) is None
+    assert verdicts.get("t", ("offload_shim.safety.isolation",), "ab" * 32) is None
 
 
 def test_no_cache_and_foreign_directories(tmp_path, monkeypatch):

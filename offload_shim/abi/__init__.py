@@ -7,16 +7,18 @@
 * :mod:`.libc`: libc/libdl (``malloc``/``free``, ``mlock``..., ``dlsym``,
   ``prctl``), bound once, lazily;
 * :mod:`.hostctl`: the bundled host plugin's ``osh_host_*`` control API;
-* :mod:`.buffers`: addresses of Python-owned host memory.
+* :mod:`.buffers`: addresses of Python-owned host memory;
+* :mod:`.native`: where the bundled native libraries are (no binding: paths only).
 
 Outside this package only the plugin modules (:mod:`offload_shim.plugins.plugin`,
-:mod:`offload_shim.plugins.liboffload`, which call the plugins through these
-tables) and code that runs in a child process by design use ctypes
+:mod:`~offload_shim.plugins.loader`, :mod:`~offload_shim.plugins.llvm`,
+:mod:`~offload_shim.plugins.gomp`, :mod:`~offload_shim.plugins.liboffload`, which call
+the plugins through these tables) and code that runs in a child process by design use ctypes
 (docs/design.md).  Importing binds nothing.
 """
 
 __all__ = ["buffers", "clang", "gomp", "hostctl", "interposer", "libc", "liboffload",
-           "tgt_rtl"]
+           "native", "tgt_rtl"]
 
 
 def __getattr__(name: str):

@@ -24,7 +24,7 @@ def _bind():
     global _fn, _loaded
     _loaded = True
     try:
-        from ..plugins.hostplugin import bundled_native_dir
+        from .native import bundled_native_dir
         lib = ctypes.CDLL(os.fspath(bundled_native_dir() / FILENAME), mode=os.RTLD_LOCAL)
         fn = lib.osh_batch_call4
     except (OSError, AttributeError):

@@ -136,7 +136,7 @@ def llvm_plugin_backend(name, path, description, *, growth=False):
     memory manager (named in :data:`PEER_THRESHOLDS`) has its device
     initialised with ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` set to that
     value (printed in the description).  Raises Skip."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     if not Path(path).exists():
         raise Skip(f"{path} not installed")
     plugin = load_plugin(path)
@@ -191,7 +191,7 @@ def nextgen_backends() -> list:
     observed, not assumed: device 2, initialised with 0, serves as a plain
     ``malloc`` probe (:func:`_keeps_freed_block`); the result is in each
     row's ``pool_observed`` and description.  Raises Skip."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     if not Path(NEXTGEN16).exists():
         raise Skip(f"{NEXTGEN16} not installed")
     plugin = load_plugin(NEXTGEN16)
@@ -258,7 +258,7 @@ def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
     """The CPU rows; returns (backends, {name: skip reason}).  On an error
     or KeyboardInterrupt during set-up the rows made so far are closed
     before it propagates."""
-    from ..plugins.hostplugin import bundled_plugin_path
+    from ..abi.native import bundled_plugin_path
     backends, skipped = [], {}
     try:
         path = bundled_plugin_path()
@@ -294,7 +294,7 @@ def _device_backend(plugin, dev, policy, name, description, baseline, *, growth=
 
 def _host_rows(path, alloc_ns, free_ns, backends, skipped):
     from ..plugins.hostplugin import HostPluginControl
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     ctl = HostPluginControl(path)
     backends.append(floor_backend(ctl))
     plugin = load_plugin(path, abi="llvm")
@@ -365,8 +365,8 @@ def liboffload_backends() -> list:
     through the ``ol_result_t`` checker), ``device:exact/ol`` = ``Device.alloc/free``
     with the pool over it (the user path of the third family)."""
     from ..core.runtime import Runtime
-    from ..plugins.hostplugin import bundled_plugin_path
-    from ..plugins.plugin import load_plugin
+    from ..abi.native import bundled_plugin_path
+    from ..plugins.loader import load_plugin
     ol = load_plugin(bundled_plugin_path(), abi="liboffload")
     rt = Runtime([ol], pool={"policy": "exact", "threshold": 8192, "debug": ""})
     try:

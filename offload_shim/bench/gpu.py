@@ -167,7 +167,7 @@ def _gpu_rows(cu, backends, skipped, cupy_module):
         skipped["llvm16-cuda"] = skipped["pool:exact/llvm16-cuda"] = \
             f"{type(exc).__name__}: {exc}"
     try:
-        from ..plugins.plugin import load_plugin
+        from ..plugins.loader import load_plugin
         if not NVPTX12.exists():
             raise Skip(f"{NVPTX12} not installed")
         gp = load_plugin(NVPTX12)

@@ -37,7 +37,7 @@ every region (the programs print how many ran on a device); one that does not, o
 exits non-zero, is reported under the row's errors.  libomptarget 16's nextgen plugin
 leaves a ``/tmp/tmpfile_*`` copy of every image it loads (``N`` per host run): those of
 the reference runs are removed once, after the last run
-(:class:`~offload_shim.plugins.leftovers.ChildScope`), so that no removal by the
+(:class:`~offload_shim.safety.children.ChildScope`), so that no removal by the
 harness falls between runs (on a file system without a journal, ext4 skips inodes freed
 in the last 30 s when it allocates one, and a removal of hundreds of files slows the
 file creations of the runs after it).  ``offload-shim run`` removes its own copy right
@@ -349,7 +349,7 @@ def measure(exes: dict, prof: dict, plugin, progress=None, shim=None) -> dict:
     interleaved (the order of the runtimes flipped every time).  Returns program ->
     runtime -> list of per-run dicts (:func:`run_program` plus the parsed figures, or
     ``error``)."""
-    from ..plugins.leftovers import ChildScope
+    from ..safety.children import ChildScope
     shim = (shim or shim_command()) + ["run", "--plugin", str(plugin)]
     programs = {
         "host": [str(exes["host"]), str(exes["lib"]), str(prof["cycles"]),

@@ -54,7 +54,7 @@ def _capture_c_stdout(fn):
 def _plugin_views(path, timeout: float | None = None):
     """The plugin views of one file: the bundled plugin exports both ABIs.
     ``timeout``: seconds the child-process probe of a new file may take."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     first = load_plugin(path, timeout=timeout)
     views = [first]
     if first.bundled:
@@ -303,7 +303,7 @@ def cmd_demo(args) -> int:
             print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
             return 1
     import subprocess
-    from ..plugins.isolation import run_child, signal_name
+    from ..safety.children import run_child, signal_name
     targets = demo_targets(args.plugins, system=not args.no_system, timeout=args.timeout)
     # --json: stdout holds the JSON only; the children's logs and the table go to stderr
     log = sys.stderr if args.json else sys.stdout

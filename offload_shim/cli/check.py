@@ -78,7 +78,7 @@ def register_cli(subparsers) -> None:
 
 def _resolve(plugin: str) -> str:
     if plugin == "bundled":
-        from ..plugins.hostplugin import bundled_plugin_path
+        from ..abi.native import bundled_plugin_path
         return str(bundled_plugin_path())
     return plugin
 
@@ -88,7 +88,7 @@ def cmd_check(args) -> int:
         return _child_main(args)
     path = _resolve(args.plugin)
     from ..errors import PluginLoadError
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     try:
         plugin = load_plugin(path, abi=args.abi, timeout=args.timeout)
     except (PluginLoadError, OSError) as exc:
@@ -157,15 +157,14 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     Each child runs in a session of its own with a private ``TMPDIR``; when
     the run ends -- normally, past ``timeout``, or by an exception such as
     KeyboardInterrupt -- the child's process group is killed and what it left
-    is removed (:class:`~offload_shim.plugins.leftovers.ChildScope`).  A child
+    is removed (:class:`~offload_shim.safety.children.ChildScope`).  A child
     ended by SIGTERM, SIGKILL or SIGINT from outside is reported as
     ``"interrupted"``, not as a crash of the plugin."""
     import threading
     import time
 
-    from ..plugins.isolation import check_timeout, stop_child
-    from ..plugins.leftovers import ChildScope
-    from ..plugins.plugin import load_plugin
+    from ..safety.children import ChildScope, check_timeout, stop_child
+    from ..plugins.loader import load_plugin
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
@@ -303,7 +302,7 @@ def _child_main(args) -> int:
     from a crash)."""
     import logging
     from ..abi import libc
-    from ..plugins.leftovers import unlink_mapped_copies
+    from ..safety.leftovers import unlink_mapped_copies
     libc.set_parent_death_signal(signal.SIGKILL)     # no orphan if the parent is killed
     install_sigterm()
     cfg = json.loads(args.child)

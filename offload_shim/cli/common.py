@@ -6,7 +6,7 @@ did not verify (a plugin's fault); 2 a usage or configuration error, named in
 one line ``offload-shim: error: ...`` on stderr (the user's mistake, never a
 finding); 130 interrupted (Ctrl-C, SIGINT); 143 terminated (SIGTERM).  Both
 interrupts stop the command's child processes and remove what they left
-(:func:`offload_shim.plugins.isolation.run_child`) before the one line
+(:func:`offload_shim.safety.children.run_child`) before the one line
 ``offload-shim: interrupted`` / ``terminated``.
 """
 

@@ -121,7 +121,7 @@ def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
     are removed only once nothing writes them).  Raises FileNotFoundError /
     PermissionError when it cannot be started."""
     if isolated:
-        from ..plugins.isolation import run_child
+        from ..safety.children import run_child
         try:
             p = run_child(list(argv), env=env, timeout=timeout, cwd=cwd)
         except subprocess.TimeoutExpired as exc:

@@ -41,17 +41,17 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def check_plugins(paths) -> str | None:
-    """Load every ``--plugin`` path with :func:`offload_shim.plugins.plugin.load_plugin`
+    """Load every ``--plugin`` path with :func:`offload_shim.plugins.loader.load_plugin`
     (nothing is initialised); the first failure's one-line text, or None.  A file whose
     bytes loaded as a plugin in an earlier run is not loaded again
-    (:func:`offload_shim.plugins.isolation.plugin_known_good`): the program's own
+    (:func:`offload_shim.safety.isolation.plugin_known_good`): the program's own
     process loads it anyway."""
     from ..errors import OffloadError
-    from ..plugins.isolation import plugin_known_good, remember_good_plugin
+    from ..safety.isolation import plugin_known_good, remember_good_plugin
     for path in paths:
         if plugin_known_good(path):   # these bytes loaded as a plugin before
             continue
-        from ..plugins.plugin import load_plugin
+        from ..plugins.loader import load_plugin
         try:
             load_plugin(path)
             remember_good_plugin(path)
@@ -71,7 +71,7 @@ def cmd_run_library(args) -> int:
         _error(bad)
         return 2
     from ..interposer.embed import default_plugins
-    from ..plugins.isolation import probe_library
+    from ..safety.isolation import probe_library
     try:                                      # constructors run at dlopen: try a child first
         probe_library(args.library)
     except OffloadError as exc:
@@ -205,7 +205,7 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
 
 def cmd_run(args) -> int:
     """Run the program with :func:`run_environment` in the foreground
-    (:func:`offload_shim.plugins.isolation.run_program`): its output and exit status
+    (:func:`offload_shim.safety.children.run_program`): its output and exit status
     are its own, and what it leaves (its libomp segment...) is removed after it.
 
     A program that cannot be started ends it as ``env``, ``nice``, ``timeout`` (coreutils,
@@ -231,7 +231,7 @@ def cmd_run(args) -> int:
         prog = shutil.which(prog) or prog
     sys.stdout.flush()
     sys.stderr.flush()
-    from ..plugins.isolation import run_program
+    from ..safety.children import run_program
     try:                  # as exec would, then remove what it left (libomp segment...)
         try:
             return run_program([args.program, *args.args], env, executable=prog)
@@ -357,7 +357,3 @@ def program_arguments(argv, program: str, parsed: list) -> list:
         return ["--", *parsed]
     return list(parsed)
 
-
-if __name__ == "__main__":
-    from . import main
-    sys.exit(main(["run-library", *sys.argv[1:]]))

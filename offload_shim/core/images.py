@@ -28,7 +28,7 @@ from ..errors import InvalidImageError
 
 _ids = itertools.count(1)
 
-#: the code deciding an image's ELF verdict (core/verdicts.py: a change re-checks)
+#: the code deciding an image's ELF verdict (safety/verdicts.py: a change re-checks)
 _ELF_CHECKERS = ("offload_shim.elf",)
 
 
@@ -36,9 +36,9 @@ def _checked_elf(data: bytes) -> tuple[str, str]:
     """(``e_machine``, ``e_type``) of ``data`` after :func:`offload_shim.elf.machine`'s
     structural checks, which guard against hostile bytes only: the verdict (a pass or
     the refusal's message) is stored by content hash across runs
-    (:mod:`offload_shim.core.verdicts`), so the next process that registers the same
+    (:mod:`offload_shim.safety.verdicts`), so the next process that registers the same
     image skips them.  Raises InvalidImageError."""
-    from . import verdicts
+    from ..safety import verdicts
     digest = verdicts.sha256(data)
     stored = verdicts.get("elf", _ELF_CHECKERS, digest)
     if stored:
@@ -166,7 +166,7 @@ class OffloadImage:
         ``vec_add(a, b, c, n)``, ``axpy(y, x, alpha_ptr, n)``,
         ``increment(p, n)``, ``scale_by_global(y, n)`` and the global
         ``osh_scale`` (double, 3.0)."""
-        from ..plugins.hostplugin import sample_image_path
+        from ..abi.native import sample_image_path
         return cls.from_file(sample_image_path(), num_args=SAMPLE_KERNEL_ARGS)
 
     # safety --------------------------------------------------------------------
@@ -180,12 +180,12 @@ class OffloadImage:
 
     def verify_loadable(self) -> None:
         """``dlopen`` the bytes in a child process (cached per content for the
-        process, :func:`offload_shim.plugins.isolation.verify_image`); raises
+        process, :func:`offload_shim.safety.isolation.verify_image`); raises
         InvalidImageError when the dynamic loader crashes, aborts or refuses
         them.  No-op for trusted images and non-x86-64/non-ET_DYN ones.
         Code that the image's kernels run later cannot be checked this way."""
         if self.needs_loader_check:
-            from ..plugins.isolation import verify_image
+            from ..safety.isolation import verify_image
             verify_image(self.data, name=self.name)
 
     # views ---------------------------------------------------------------------

@@ -23,12 +23,14 @@ import functools
 import threading
 from collections.abc import Iterable
 
-from ..plugins import discovery, leftovers
+from ..plugins import discovery
+from ..safety import leftovers
 from .device import Device, DeviceState
 from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImageError, LifecycleError,
                      OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
-from ..plugins.plugin import Plugin, load_plugin, loaded_plugins
+from ..plugins.loader import load_plugin, loaded_plugins
+from ..plugins.plugin import Plugin
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
@@ -47,7 +49,7 @@ def _close_all_at_exit() -> None:
             rt.close()
         except Exception as exc:  # never raise out of atexit
             log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
-    if any(p.abi == "llvm" and not p.bundled for p in loaded_plugins()):
+    if any(p.leaves_image_copies for p in loaded_plugins()):
         leftovers.unlink_mapped_copies()        # image copies of plugins used without a Runtime
 
 
@@ -108,7 +110,7 @@ class Runtime:
             plugins = [plugins]             # one path, not an iterable of characters
         items = list(plugins)
         if bundled:
-            from ..plugins.hostplugin import bundled_plugin_path
+            from ..abi.native import bundled_plugin_path
             items.insert(0, bundled_plugin_path())
         for item in items:
             p = item if isinstance(item, Plugin) else load_plugin(
@@ -345,7 +347,7 @@ class Runtime:
                     errors.append(exc)
             self._acquired.clear()
             _LIVE.discard(self)
-            if any(p.abi == "llvm" and not p.bundled for p in self._plugins):
+            if any(p.leaves_image_copies for p in self._plugins):
                 # the LLVM x86_64 plugins' /tmp/tmpfile_* image copies (the plugin
                 # layer unlinks each after its load; this catches any it missed; the
                 # exit hook reads /proc/self/maps once more)
@@ -385,7 +387,7 @@ def check_environment() -> None:
     and ``OFFLOAD_SHIM_POOL_DEBUG`` (:class:`~offload_shim.memory.MemoryManager`),
     ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`),
     ``OFFLOAD_SHIM_NATIVE_DIR`` when set (it must hold the bundled plugin:
-    :func:`offload_shim.plugins.hostplugin.bundled_native_dir`; otherwise
+    :func:`offload_shim.abi.native.bundled_native_dir`; otherwise
     every command would go on without the bundled plugin and report "no
     plugin with a device"), and ``OFFLOAD_SHIM_PLUGINS`` (each entry must exist:
     :func:`offload_shim.plugins.discovery.check_env_paths`).  Front ends call it
@@ -400,7 +402,7 @@ def check_environment() -> None:
     discovery.check_env_paths()
     native = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if native:
-        from ..plugins.hostplugin import PLUGIN_FILENAME
+        from ..abi.native import PLUGIN_FILENAME
         if not os.path.isfile(os.path.join(native, PLUGIN_FILENAME)):
             raise ValueError(f"OFFLOAD_SHIM_NATIVE_DIR={native!r}: no {PLUGIN_FILENAME} "
                              f"there (the folder of the bundled native libraries; unset it "

@@ -35,7 +35,7 @@ def interposer_path() -> Path:
 
 def _interposer_file() -> str:
     """:func:`interposer_path` as a ``str`` (no pathlib: start-up of every run)."""
-    from ..plugins.hostplugin import native_dir
+    from ..abi.native import native_dir
     p = os.path.join(native_dir(), INTERPOSER_FILENAME)
     if not os.path.isfile(p):
         raise FileNotFoundError(f"{p} is not built: install the package (pip install .) "

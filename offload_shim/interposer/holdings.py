@@ -41,8 +41,8 @@ def holdings(ip) -> dict[str, int]:
     Takes the interposer's registration lock; runs a full garbage collection
     (milliseconds)."""
     from ..core.images import OffloadImage
-    from ..core import verdicts
-    from ..plugins import leftovers
+    from ..safety import verdicts
+    from ..safety import leftovers
     with ip.registration_lock:
         rtls, rt = ip.rtls, ip.runtime
         devices = list(ip.devices)

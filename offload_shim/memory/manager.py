@@ -59,12 +59,10 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import sys
 import weakref
 from collections import OrderedDict
-from itertools import chain
 
-from ..errors import LifecycleError, OffloadError, OutOfDeviceMemoryError, UnknownPointerError
+from ..errors import OffloadError, OutOfDeviceMemoryError
 from . import eviction
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
                      check_bins, check_choice, check_flag, nonneg_int, read_threshold_env,
@@ -75,7 +73,10 @@ from .oom import LADDERS
 from .ownership import address_space
 from .policies import (LLVM_BUCKET_SIZES, POLICIES, binned_size, llvm_bucket,
                        llvm_find_bucket_index, make_policy)
-from .stats import BucketCounters, PoolStats, snapshot
+from .queries import PoolQueries
+from .records import HITS as _HITS, SHIFT as _SHIFT
+from .release import CacheRelease
+from .stats import BucketCounters, PoolStats
 
 __all__ = [
     "MemoryManager", "read_threshold_env", "llvm_bucket", "llvm_find_bucket_index",
@@ -85,11 +86,7 @@ __all__ = [
 
 OOM_LADDERS = tuple(LADDERS)
 _BYPASS = PoolStats.BYPASS_BUCKET
-_SHIFT = 64                 # bytes in use above, hits below (see _acc)
-_HITS = (1 << _SHIFT) - 1
-_NO_DEFAULT = object()
 _NO_GUARD = contextlib.nullcontext()
-
 
 
 def _as_pointer(ptr) -> int:
@@ -103,7 +100,7 @@ def _as_pointer(ptr) -> int:
         raise TypeError(f"ptr must be an int (device address), not "
                         f"{type(ptr).__name__}") from None
 
-class MemoryManager:
+class MemoryManager(PoolQueries, CacheRelease):
     """Cache of freed device blocks in front of ``backend_alloc``/``backend_free``.
 
     Parameters (sizes are bytes, pointers are ``int`` device addresses):
@@ -862,326 +859,6 @@ class MemoryManager:
         if self._stamps is not None:
             self._clock = c = self._clock + 1
             self._stamps[ptr] = c
-
-    def _choose_locked(self, chosen, op, reason):
-        """Take the cached blocks ``[(ptr, size), ...]`` out of the cache and
-        book their release (counters, address space, events); returns the
-        ``[(ptr, record), ...]`` to pass to :meth:`_release`."""
-        victims = []
-        free, stamps = self._free, self._stamps
-        released = 0
-        for ptr, size in chosen:
-            rec = free[size].pop(ptr)
-            if stamps is not None:
-                stamps.pop(ptr, None)
-            released += size
-            self._space.release(ptr)
-            bc = rec[3]
-            if bc is not None:
-                bc.evictions += 1
-                bc.released(size)
-            self._event(op, size, ptr, False, reason)
-            victims.append((ptr, rec))
-        self._held -= released
-        return victims
-
-    def _all_cached_locked(self):
-        return [(ptr, size) for size, fl in self._free.items() for ptr in fl]
-
-    def _release(self, victims) -> int:
-        """Free ``(ptr, record)`` pairs already taken out of the tables
-        through the backend, outside the lock.  All are attempted; the first
-        exception is re-raised at the end.  A block whose ``backend_free``
-        raised is still held by the plugin: unless the manager is closed
-        (drain) it goes back into the cache, its release uncounted, so a
-        later trim retries it."""
-        err = None
-        failed = None
-        released = 0
-        bfree = self._bfree
-        for victim in victims:
-            try:
-                bfree(victim[0])
-                released += victim[1][1]
-            except BaseException as e:      # keep freeing the others
-                if err is None:
-                    err = e
-                    failed = []
-                failed.append(victim)
-        if err is not None:
-            self._recache(failed)
-            raise err
-        return released
-
-    def _recache(self, failed):
-        with self._lock:
-            if self._closed:
-                return      # drain: the plugin frees them at deinit_device
-            for ptr, rec in failed:
-                block, bc = rec[1], rec[3]
-                self._space.claim(ptr, self._ref)
-                self._cache_locked(ptr, rec)
-                self._held = held = self._held + block
-                if held > self._peak_held:
-                    self._peak_held = held
-                if bc is not None:
-                    bc.evictions -= 1
-                    bc.unreleased(block)
-
-    def _release_all_cached(self) -> int:
-        """OOM ladder step: release every cached block."""
-        with self._lock:
-            if self._parcel is not None:
-                self._unpark_locked()
-            victims = self._choose_locked(self._all_cached_locked(), "evict", "oom")
-        return self._release(victims)
-
-    def _release_largest_cached(self):
-        """OOM ladder step: release the largest cached block; None if none."""
-        with self._lock:
-            if self._parcel is not None:
-                self._unpark_locked()
-            chosen = eviction.largest_first(self._free, 1)
-            if not chosen:
-                return None
-            victims = self._choose_locked(chosen, "evict", "oom")
-        return self._release(victims)
-
-    # -- releasing cached blocks ---------------------------------------------
-
-    def trim(self, keep_bytes: int = 0) -> int:
-        """Release cached blocks until at most ``keep_bytes`` bytes stay
-        cached: the fewest blocks that do it, largest sizes first, the least
-        recently freed of a size first (each release is a backend free);
-        the manager's tables shrink back after a burst of blocks.  CuPy
-        ``free_all_blocks``, RMM ``release``, PyTorch ``empty_cache`` for
-        ``keep_bytes=0``; LLVM has no trim.  Returns the bytes released
-        through ``backend_free``; 0 after :meth:`drain` or when ``guard``
-        refuses (the device is being torn down: its drain releases them)."""
-        keep = nonneg_int(keep_bytes, "keep_bytes")
-        if self._closed:
-            return 0
-        guard = self._guard
-        try:
-            guard.__enter__()
-        except LifecycleError:
-            return 0
-        try:
-            with self._lock:
-                if self._closed:
-                    return 0
-                if self._parcel is not None:
-                    self._unpark_locked()
-                need = self._held - (self._acc >> _SHIFT) - keep
-                if need <= 0:
-                    return 0
-                chosen = (self._all_cached_locked() if keep == 0
-                          else eviction.largest_first(self._free, need))
-                victims = self._choose_locked(chosen, "trim", "trim")
-                self._compact_locked()
-            released = self._release(victims)
-        finally:
-            guard.__exit__(None, None, None)
-            if self._log is not None:
-                self._log.flush()
-        return released
-
-    def _compact_locked(self):
-        """Give back the memory of tables a burst left sparse: a dict keeps
-        its table size after deletions, and a hit on a pointer table once
-        sized for 100,000 blocks touches more cache lines than one sized for
-        its live blocks.  Free lists emptied by the trim shrink in place
-        (records hold them); the pointer table is copied when it is mostly
-        empty slots."""
-        for fl in self._free.values():
-            if not fl:
-                fl.clear()
-        live = self._live
-        if sys.getsizeof(live) > 4096 + 128 * len(live):
-            self._live = dict(live)
-
-    def release_all(self) -> int:
-        """Release every cached block; returns the bytes released."""
-        return self.trim(0)
-
-    def drain(self) -> tuple:
-        """Teardown (prior-art I3, B4; seed 004 TODO "plugin destroyed
-        before the memory manager"): close the manager, then free every
-        cached block and every live block through the backend.
-
-        Returns ``(live_count, live_bytes)``: blocks (and their bytes, block
-        sizes) still in use by the caller, i.e. leaked.  Afterwards
-        :meth:`allocate`/:meth:`free` raise :class:`LifecycleError`; a second
-        ``drain`` returns ``(0, 0)``.  If ``backend_free`` raises, every
-        other block is still freed and the first exception is re-raised
-        (the manager stays closed; the plugin frees what it still holds at
-        ``deinit_device``).  Every live block freed here is logged as a
-        ``free`` event with ``"reason": "drain"``, cached ones as ``trim``
-        events with ``"reason": "drain"``.  A file ``event_log`` given as a
-        path is closed.  ``guard`` is not entered: the owner drains while
-        it tears the device down.
-        """
-        with self._lock:
-            if self._closed:
-                return (0, 0)
-            if self._parcel is not None:
-                self._unpark_locked()
-            self._closed = True
-            victims = self._choose_locked(self._all_cached_locked(), "trim", "drain")
-            self._free.clear()
-            if self._index is not None:
-                self._index.clear()
-            if self._stamps is not None:
-                self._stamps.clear()
-            live = list(self._live.items())
-            self._live.clear()
-            live_bytes = 0
-            for ptr, rec in live:
-                block, bc = rec[1], rec[3]
-                live_bytes += block
-                self._space.release(ptr)
-                if bc is not None:
-                    bc.released(block)
-                self._event("free", block, ptr, False, "drain")
-                victims.append((ptr, rec))
-            self._acc -= live_bytes << _SHIFT
-            self._held -= live_bytes
-        try:
-            self._release(victims)
-        finally:
-            if self._log is not None:
-                self._log.close()
-        return (len(live), live_bytes)
-
-    def close(self) -> None:
-        """Same as :meth:`drain`, discarding its result; idempotent."""
-        self.drain()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.drain()
-
-    # -- queries -----------------------------------------------------------------
-
-    def owns(self, ptr) -> bool:
-        """True if ``ptr`` is a live allocation handed out by this manager
-        (cached blocks are not live)."""
-        if self._parcel is not None:
-            self._settle()
-        return ptr in self._live            # one dict lookup: atomic
-
-    def size_of(self, ptr, default=_NO_DEFAULT) -> int:
-        """Requested size in bytes of a live allocation.  If ``ptr`` is not
-        live here: ``default`` when given, else ``KeyError``."""
-        if self._parcel is not None:
-            self._settle()
-        rec = self._live.get(ptr)           # one dict lookup: atomic
-        if rec is None:
-            if default is _NO_DEFAULT:
-                raise KeyError(ptr)
-            return default
-        return rec[0]
-
-    def sizes_of(self, ptrs) -> list:
-        """:meth:`size_of` of each pointer (None for one that is not live here)."""
-        if self._parcel is not None:
-            self._settle()
-        live = self._live
-        recs = [live.get(p) for p in ptrs]          # one dict lookup each: atomic
-        return [None if rec is None else rec[0] for rec in recs]
-
-    def block_size_of(self, ptr) -> int:
-        """Bytes held from the backend for a live allocation (under
-        ``binned`` at least the requested size); ``KeyError`` if ``ptr`` is
-        not live here."""
-        if self._parcel is not None:
-            self._settle()
-        rec = self._live.get(ptr)
-        if rec is None:
-            raise KeyError(ptr)
-        return rec[1]
-
-    def live_allocations(self) -> list:
-        """``[(ptr, requested bytes), ...]`` of the live allocations (blocks
-        being poisoned are no longer live); a snapshot, O(live blocks)."""
-        with self._lock:
-            if self._parcel is not None:
-                self._unpark_locked()
-            items = list(self._live.items())
-        return [(p, rec[0]) for p, rec in items]
-
-    @property
-    def stats(self) -> PoolStats:
-        """A consistent :class:`PoolStats` snapshot.  The counters and tables
-        are copied under the lock; gauges (per-bucket bytes and blocks in use
-        and cached) are then derived outside it, O(live + cached blocks)."""
-        with self._lock:
-            if self._parcel is not None:
-                self._unpark_locked()
-            cached = list(chain.from_iterable(fl.values() for fl in self._free.values()))
-            acc = self._acc
-            figures = dict(in_use=acc >> _SHIFT, hits=acc & _HITS, held=self._held,
-                           peak_in_use=self._peak_acc >> _SHIFT, peak_held=self._peak_held,
-                           foreign=self._foreign,
-                           live_blocks=len(self._live) + len(self._transit),
-                           cached_blocks=len(cached))
-            if self._stats_on:
-                counters = [(bc, bc.counts()) for bc in self._buckets.values()]
-                live = list(self._live.values())
-                live += self._transit.values()
-            else:
-                counters, live, cached = None, (), ()
-        return snapshot(counters=counters, live=live, cached=cached, **figures)
-
-    # -- event log ---------------------------------------------------------------
-
-    def flush_event_log(self) -> None:
-        """Write pending events and flush the event log file."""
-        if self._log is not None:
-            self._log.flush(sync=True)
-
-    def _event_hit(self, size, ptr, rec):
-        self._log.append({"op": "alloc", "size": size, "ptr": ptr, "hit": True,
-                          "block": rec[1], "dev": self._label, "t_ns": now_ns()})
-
-    def _event(self, op, size, ptr, hit, reason=None):
-        """Queue an event (called under the lock); no-op without a log."""
-        log = self._log
-        if log is not None:
-            ev = {"op": op, "size": size, "ptr": ptr, "hit": hit, "dev": self._label,
-                  "t_ns": now_ns()}
-            if reason is not None:
-                ev["reason"] = reason
-            log.append(ev)
-
-    # -- errors / test hooks -----------------------------------------------------
-
-    def _closed_error(self, op):
-        return LifecycleError(
-            f"{op} on the memory manager of device {self._label or '?'}, which is closed "
-            f"(drained when its device was deinitialised or closed)",
-            function=f"MemoryManager.{op}", device=self._label or None)
-
-    def _double_free_error(self, ptr):
-        return UnknownPointerError(
-            f"double free of device pointer {ptr:#x} on device {self._label or '?'}: it was "
-            f"already freed and the memory manager caches it",
-            function="MemoryManager.free", device=self._label or None)
-
-    def _unknown_error(self, ptr):
-        return UnknownPointerError(
-            f"free of device pointer {ptr:#x}, which is not a live allocation of the memory "
-            f"manager of device {self._label or '?'} (never handed out, or already freed)",
-            function="MemoryManager.free", device=self._label or None)
-
-    def _locks(self):
-        """The manager's locks (for tests that check none is left held)."""
-        locks = [self._lock]
-        if self._log is not None:
-            locks.append(self._log.lock())
-        return tuple(locks)
 
 
 class _BinnedManager(MemoryManager):

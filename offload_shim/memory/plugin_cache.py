@@ -3,29 +3,26 @@
 The pool's debug modes (``off-pool``, ``poison``) exist to expose
 use-after-free: a freed block must really go back to the device (or be
 poisoned) instead of waiting in a cache.  Some plugins run LLVM's
-``MemoryManagerTy`` themselves (abi-reference 1.9/1.10) and would keep the
-block anyway, so nothing would be exposed:
+``MemoryManagerTy`` themselves (``openmp/libomptarget/plugins/common/
+MemoryManager/MemoryManager.h``, LLVM 14/16) and would keep the block anyway,
+so nothing would be exposed.  Which plugins do, and when they set it up, the
+plugin says (:attr:`offload_shim.plugins.plugin.Plugin.own_memory_manager`):
 
-* LLVM 16 nextgen plugins (x86_64, cuda, amdgpu) create it in
-  ``GenericDeviceTy::init`` from ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``,
-  i.e. when a device initialises.  In a debug mode the device is
+* :data:`AT_DEVICE_INIT` -- the LLVM 16 nextgen plugins (x86_64, cuda,
+  amdgpu) create it in ``GenericDeviceTy::init`` from
+  ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``.  In a debug mode the device is
   initialised with the variable set to ``0`` (no manager for that device);
   the variable is restored right after ``init_device``.
-* LLVM 14/16 classic CUDA plugins create it in the ``DeviceRTLTy``
-  constructor, i.e. when the plugin is loaded.  That cannot be arranged
-  afterwards: a debug mode is refused unless the variable is ``0`` (it
-  must have been when the plugin was loaded).
-* Classic x86_64/amdgpu plugins, libgomp plugins and the bundled plugin have
-  no cache of their own (the binaries do not contain the variable's name).
-
-Which plugins read the variable is decided from the binary (its name among
-the file's bytes, as abi-reference 1.10 verified with ``strings``) and the
-generation (nextgen: at device init; otherwise: at load).
+* :data:`AT_LOAD` -- the LLVM 14/16 classic CUDA plugins create it in the
+  ``DeviceRTLTy`` constructor, i.e. when the plugin is loaded.  That cannot be
+  arranged afterwards: a debug mode is refused unless the variable is ``0``
+  (it must have been when the plugin was loaded).
+* None -- classic x86_64/amdgpu plugins, libgomp plugins, liboffload and the
+  bundled plugin.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import weakref
@@ -34,13 +31,12 @@ from .config import THRESHOLD_ENV
 
 __all__ = ["AT_DEVICE_INIT", "AT_LOAD", "own_cache", "acquire_device"]
 
-#: the plugin configures its own memory manager when a device initialises
+#: ``Plugin.own_memory_manager``: the plugin makes its own memory manager when a
+#: device initialises
 AT_DEVICE_INIT = "device-init"
 #: ... when the plugin is loaded
 AT_LOAD = "load"
 
-_NAME = THRESHOLD_ENV.encode()
-_reads: dict = {}                       # (path, size, mtime) -> bool
 # serialises the environment change around init_device (and the inits that
 # must not see it); the variable is process-wide
 _ENV_LOCK = threading.Lock()
@@ -49,30 +45,11 @@ _ENV_LOCK = threading.Lock()
 _cache_off: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _binary_reads_threshold(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    key = (path, st.st_size, st.st_mtime_ns)
-    hit = _reads.get(key)
-    if hit is None:
-        try:
-            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                hit = m.find(_NAME) >= 0
-        except (OSError, ValueError):
-            hit = False
-        _reads[key] = hit
-    return hit
-
-
 def own_cache(plugin):
     """When ``plugin`` sets up a memory manager of its own from
     ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``: :data:`AT_DEVICE_INIT`,
     :data:`AT_LOAD`, or None (it has none)."""
-    if plugin.abi != "llvm" or plugin.bundled or not _binary_reads_threshold(plugin.path):
-        return None
-    return AT_DEVICE_INIT if plugin.generation.endswith("nextgen") else AT_LOAD
+    return plugin.own_memory_manager          # the plugin layer knows (plugins/llvm.py)
 
 
 def acquire_device(plugin, index: int, debug) -> bool:

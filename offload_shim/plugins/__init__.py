@@ -1,3 +1,4 @@
 """The plugin layer: loading one plugin ``.so`` through one ABI (:mod:`.plugin`), where
-plugins are looked for (:mod:`.discovery`), child-process safety checks before an
-in-process ``dlopen`` (:mod:`.isolation`) and the bundled host plugin (:mod:`.hostplugin`)."""
+plugins are looked for (:mod:`.discovery`) and the bundled host plugin (:mod:`.hostplugin`).
+The child-process checks that run before an in-process ``dlopen`` are in
+:mod:`offload_shim.safety`."""

@@ -143,7 +143,7 @@ def candidates(paths=(), *, env=None, system: bool = True, bundled: bool = True)
         for p in system_plugin_paths(env):
             add(p, "system")
     if bundled:
-        from .hostplugin import bundled_plugin_path
+        from ..abi.native import bundled_plugin_path
         try:
             add(str(bundled_plugin_path()), "bundled")
         except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""The bundled C host plugin: where its files are, and its control API.
+"""The bundled C host plugin's control API (where its files are: :mod:`offload_shim.abi.native`).
 
 ``libosh_hostplugin.so`` (built from ``native/host_plugin.c``) is an OpenMP offload plugin
 for both the LLVM ``__tgt_rtl_*`` ABI (LLVM 16 nextgen shape) and the GCC 12
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import os
 
-# pathlib is imported where a Path is returned: the embedded runtime of every
-# `offload-shim run` finds its native files through this module (start-up time)
-
 from ..abi.hostctl import ControlAPI
+# where the bundled files are (:mod:`offload_shim.abi.native`), also importable from here
+from ..abi.native import (PLUGIN_FILENAME, SAMPLE_IMAGE_FILENAME, bundled_native_dir,
+                          bundled_plugin_path, native_dir, sample_image_path)
 
 __all__ = [
     "ABI_LLVM",
     "ABI_GOMP",
     "ABI_LIBOFFLOAD",
     "HostPluginControl",
+    "PLUGIN_FILENAME",
+    "SAMPLE_IMAGE_FILENAME",
     "bundled_native_dir",
     "native_dir",
     "bundled_plugin_path",
@@ -33,57 +35,6 @@ __all__ = [
 ABI_LLVM = 0
 ABI_GOMP = 1
 ABI_LIBOFFLOAD = 2
-
-PLUGIN_FILENAME = "libosh_hostplugin.so"
-SAMPLE_IMAGE_FILENAME = "libosh_sample_kernels.so"
-
-_NOT_BUILT = ("bundled host plugin not built: install the package with `pip install .` "
-              "or set OFFLOAD_SHIM_NATIVE_DIR")
-
-def native_dir() -> str:
-    """Directory holding the bundled native libraries, as a ``str``: ``$OFFLOAD_SHIM_NATIVE_DIR``
-    if set, else ``offload_shim/_native`` next to this module (where ``pip install .`` puts
-    them), else, when this module is imported from a source checkout that shadows an
-    installed copy, the installed distribution's ``offload_shim/_native``."""
-    env = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
-    if env:
-        return env
-    here = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_native")
-    if os.path.isdir(here):
-        return here
-    try:
-        from importlib.metadata import PackageNotFoundError, distribution
-        installed = os.fspath(distribution("offload-shim").locate_file("offload_shim/_native"))
-        if os.path.isdir(installed):
-            return installed
-    except (ImportError, PackageNotFoundError, OSError):
-        pass
-    return here
-
-
-def bundled_native_dir() -> pathlib.Path:
-    """:func:`native_dir` as a :class:`pathlib.Path`."""
-    import pathlib
-    return pathlib.Path(native_dir())
-
-
-def _bundled_file(name: str) -> pathlib.Path:
-    path = bundled_native_dir() / name
-    if not path.is_file():
-        raise FileNotFoundError(f"{_NOT_BUILT} (missing {path})")
-    return path
-
-
-def bundled_plugin_path() -> pathlib.Path:
-    """Path of ``libosh_hostplugin.so``; ``FileNotFoundError`` when it is not built."""
-    return _bundled_file(PLUGIN_FILENAME)
-
-
-def sample_image_path() -> pathlib.Path:
-    """Path of the sample offload image ``libosh_sample_kernels.so`` (kernels ``vec_add``,
-    ``axpy``, ``increment``, ``scale_by_global``; global ``double osh_scale = 3.0``);
-    ``FileNotFoundError`` when it is not built."""
-    return _bundled_file(SAMPLE_IMAGE_FILENAME)
 
 
 def _encode(name: str) -> bytes:
@@ -126,15 +77,6 @@ class HostPluginControl:
                 return out
             out.append(s)
             i += 1
-
-    def nop_entry_points(self) -> tuple:
-        """``(nop_alloc, nop_delete)``: the bound ctypes functions of
-        ``osh_host_nop_alloc`` / ``osh_host_nop_delete``, empty C functions
-        with the prototypes of ``__tgt_rtl_data_alloc`` / ``data_delete``
-        (native/osh_host_plugin.h).  Unchecked; ``nop_alloc`` returns a fixed
-        address that is not memory.  A pair of calls through them is the cost
-        floor of any plugin call from Python (``offload-shim bench``)."""
-        return self._fn["osh_host_nop_alloc"], self._fn["osh_host_nop_delete"]
 
     def nop_entry_points(self) -> tuple:
         """``(nop_alloc, nop_delete)``: the bound ctypes functions of

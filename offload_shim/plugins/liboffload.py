@@ -106,6 +106,7 @@ class LiboffloadPlugin(Plugin):
 
     abi = "liboffload"
     prefix = ""
+    default_alloc_kind = _ol.AllocType.DEVICE
 
     def __init__(self, path, lib, symbols):
         super().__init__(path, lib, symbols)
@@ -122,6 +123,8 @@ class LiboffloadPlugin(Plugin):
         self._host: OlDevice | None = None
         self._queues: dict[int, object] = {}
         self._queue_lock = threading.Lock()
+        if self.has("olMemRegister") and self.has("olMemUnregister"):
+            self.host_lock_entry_point = "olMemRegister"
 
     # -- the one error checker of this return convention ------------------------------
     def _check(self, res, function: str, dev: int | None = None, exc=PluginCallError,
@@ -335,7 +338,7 @@ class LiboffloadPlugin(Plugin):
                 return True
         return False
 
-    def load_image(self, dev: int, image) -> LoadedImage:
+    def _load_image_impl(self, dev: int, image) -> LoadedImage:
         """``olCreateProgram`` on compute device ``dev`` and ``olGetSymbol`` for
         every host entry: kernels map to their symbol handle, globals to the
         device address from ``olGetSymbolInfo`` (its size must cover the host
@@ -388,7 +391,7 @@ class LiboffloadPlugin(Plugin):
                 f"the host entry {e.size}", function="olGetSymbolInfo", device=self._label(dev))
         return TargetEntry(e.name, addr.value or 0, e.size)
 
-    def unload_image(self, dev: int, loaded: LoadedImage) -> None:
+    def _unload_image_impl(self, dev: int, loaded: LoadedImage) -> None:
         """``olDestroyProgram``; its symbols become invalid."""
         self._dev(dev)
         prog = getattr(loaded, "program", None)
@@ -398,7 +401,7 @@ class LiboffloadPlugin(Plugin):
         self._check(self._fn["olDestroyProgram"](prog), "olDestroyProgram", dev)
 
     # -- data ------------------------------------------------------------------------------
-    def alloc(self, dev: int, size: int, kind: int = _ol.AllocType.DEVICE) -> int:
+    def _alloc_impl(self, dev: int, size: int, kind: int) -> int:
         """``olMemAlloc(DEVICE)``; the address, or 0 when liboffload reports
         ``OUT_OF_RESOURCES`` (other errors raise PluginCallError).  ``kind``
         is an ``ol_alloc_type_t``."""
@@ -411,7 +414,7 @@ class LiboffloadPlugin(Plugin):
         self._check(res, "olMemAlloc", dev)
         return out.value or 0
 
-    def free(self, dev: int, ptr: int, kind: int = 0) -> None:
+    def _free_impl(self, dev: int, ptr: int, kind: int) -> None:
         """``olMemFree(ptr)`` (22: the address only)."""
         self._dev(dev)
         self._check(self._fn["olMemFree"](ptr), "olMemFree", dev)
@@ -421,19 +424,19 @@ class LiboffloadPlugin(Plugin):
         self._check(self._fn["olMemcpy"](q, dst, dst_dev, src, src_dev, size), "olMemcpy", dev)
         self._check(self._fn["olSyncQueue"](q), "olSyncQueue", dev)
 
-    def submit(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
+    def _submit_impl(self, dev: int, tgt: int, host_addr: int, size: int) -> None:
         """Host -> device: ``olMemcpy(queue, tgt, dev, host, host device, size)``
         then ``olSyncQueue``."""
         d = self._dev(dev)
         self._copy(dev, tgt, d._ptr, host_addr, self._host_ptr(), size)
 
-    def retrieve(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
+    def _retrieve_impl(self, dev: int, host_addr: int, tgt: int, size: int) -> None:
         """Device -> host: ``olMemcpy(queue, host, host device, tgt, dev, size)``
         then ``olSyncQueue``."""
         d = self._dev(dev)
         self._copy(dev, host_addr, self._host_ptr(), tgt, d._ptr, size)
 
-    def lock(self, dev: int, host_addr: int, size: int) -> int:
+    def _lock_impl(self, dev: int, host_addr: int, size: int) -> int:
         """``olMemRegister(dev, ptr, size, 0, &pinned)``: the pinned pointer to
         use for transfers.  MissingEntryPointError when not exported,
         PluginCallError on failure."""
@@ -446,13 +449,13 @@ class LiboffloadPlugin(Plugin):
                                   function="olMemRegister", device=self._label(dev))
         return out.value
 
-    def unlock(self, dev: int, host_addr: int) -> None:
+    def _unlock_impl(self, dev: int, host_addr: int) -> None:
         """``olMemUnregister(dev, ptr)``."""
         d = self._dev(dev)
         self._check(self._need("olMemUnregister")(d._ptr, host_addr), "olMemUnregister", dev)
 
     # -- launch ------------------------------------------------------------------------------
-    def launch(self, dev: int, entry: int, args, offsets=None) -> None:
+    def _launch_impl(self, dev: int, entry: int, args, offsets) -> None:
         """``olLaunchKernel`` of the kernel whose symbol handle is ``entry``
         (from :meth:`load_image`) with pointer-sized ``args`` (argument i =
         args[i] + offsets[i]) packed into the argument buffer (8 bytes each),

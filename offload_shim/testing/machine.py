@@ -44,7 +44,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
 from .. import errors as E
 from ..core.device import DeviceState
 from ..core.images import OffloadImage
-from ..plugins.plugin import load_plugin
+from ..plugins.loader import load_plugin
 from ..core.runtime import Runtime
 from . import strategies as S
 

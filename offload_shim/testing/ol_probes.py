@@ -181,7 +181,7 @@ def ol_create_queue_on_host_device(c):
 
 @_probe("olCreateProgram (x86-64 ELF image) on the host device")
 def ol_create_program_on_host_device(c):
-    from ..plugins.hostplugin import sample_image_path
+    from ..abi.native import sample_image_path
     o = _ctx(c)
     o.init()
     data = ctypes.create_string_buffer(sample_image_path().read_bytes())

@@ -428,10 +428,10 @@ def run_probe(path: str, abi: str | None, name: str, *, timeout: float = 60.0) -
     ``"accepted (...)"``, ``"returned N"``, ``"crash SIG..."`` (signal),
     ``"exit N"`` (the plugin exited the process), ``"hang"`` (timeout),
     ``"n/a"`` (entry point not exported)."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     family = load_plugin(path, abi=abi).abi
     cmd = [sys.executable, "-m", "offload_shim.testing.probes", str(path), abi or "-", name]
-    from ..plugins.isolation import run_child
+    from ..safety.children import run_child
     try:
         cp = run_child(cmd, timeout=timeout)      # private TMPDIR, leftovers removed
         out, err, rc = cp.stdout, cp.stderr, cp.returncode
@@ -501,7 +501,7 @@ def _is_setup_only(probe, calls) -> bool:
 def run_probes(path: str, abi: str | None = None, *, timeout: float = 60.0,
                progress=None) -> list[dict]:
     """Every probe of the plugin's ABI family, each in its own child."""
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     family = load_plugin(path, abi=abi).abi
     rows = []
     for p in probes_for(family):
@@ -512,7 +512,7 @@ def run_probes(path: str, abi: str | None = None, *, timeout: float = 60.0,
 
 
 def _child(path: str, abi: str | None, name: str) -> int:
-    from ..plugins.plugin import load_plugin
+    from ..plugins.loader import load_plugin
     plugin = load_plugin(path, abi=abi)
     probe = next(p for p in PROBES if p.name == name and p.abi == plugin.abi)
     ctl = None

@@ -43,7 +43,7 @@ def offload_plugin_path(request) -> str:
     bundled``; skips when it is not built)."""
     path = request.config.getoption("--offload-plugin")
     if path is None or path == "bundled":
-        from offload_shim.plugins.hostplugin import bundled_plugin_path
+        from offload_shim.abi.native import bundled_plugin_path
         try:
             return str(bundled_plugin_path())
         except FileNotFoundError as exc:

@@ -10,10 +10,10 @@ caller go on in-process.
 
 * :func:`verify_image` -- ``dlopen`` the image bytes (``RTLD_NOW |
   RTLD_LOCAL``, as the host plugins do) from a temporary file in a child;
-  verdicts are cached process-wide and across runs (:mod:`offload_shim.core.verdicts`)
+  verdicts are cached process-wide and across runs (:mod:`offload_shim.safety.verdicts`)
   by the SHA-256 of the bytes.
 * :func:`probe_plugin` -- load a plugin file in a child with
-  :func:`offload_shim.plugins.plugin.load_plugin` (``dlopen`` + symbol lookup + the
+  :func:`offload_shim.plugins.loader.load_plugin` (``dlopen`` + symbol lookup + the
   GOMP version/caps probes); verdicts are cached per ``(realpath, size,
   mtime)`` in the process and by the SHA-256 of the file across runs.
 * :func:`probe_library` -- ``dlopen`` a compiled OpenMP library in a child
@@ -21,27 +21,28 @@ caller go on in-process.
 
 All raise a typed :class:`~offload_shim.errors.OffloadError`; they never
 let the bytes or the file reach this process.  Every child runs through
-:func:`run_child`: a private ``TMPDIR``, its process group killed whatever
+:func:`~offload_shim.safety.children.run_child`: a private ``TMPDIR``, its process group killed whatever
 ends the wait (a timeout, Ctrl-C, SIGTERM), and what it leaves removed
-(:class:`~offload_shim.plugins.leftovers.ChildScope`).
+(:class:`~offload_shim.safety.children.ChildScope`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 
-# subprocess and plugins/leftovers are imported where they are used (start-up time of
+# subprocess and .children are imported where they are used (start-up time of
 # `offload-shim run`, whose embedded runtime reaches load_plugin)
 
-from ..core import verdicts as _verdicts
+from . import verdicts as _verdicts
 from ..errors import InvalidImageError, LibraryLoadError, PluginDlopenError
 
-#: the modules whose code decides the verdicts stored across runs (core/verdicts.py)
-_CHECKERS = ("offload_shim.plugins.isolation",)
-_PLUGIN_CHECKERS = ("offload_shim.plugins.isolation", "offload_shim.plugins.plugin",
+#: the modules whose code decides the verdicts stored across runs (safety/verdicts.py)
+_CHECKERS = ("offload_shim.safety.isolation",)
+_PLUGIN_CHECKERS = ("offload_shim.safety.isolation", "offload_shim.plugins.loader",
+                    "offload_shim.plugins.plugin", "offload_shim.plugins.llvm",
+                    "offload_shim.plugins.gomp", "offload_shim.plugins.liboffload",
                     "offload_shim.abi.tgt_rtl", "offload_shim.abi.gomp",
                     "offload_shim.abi.liboffload")
 
@@ -54,95 +55,6 @@ LDSO_EXIT = 127        # ld.so's _dl_signal_error / assertion exits use 127
 _lock = threading.Lock()
 _image_verdicts: dict[str, str | None] = {}        # sha256 -> None (ok) or message
 _plugin_verdicts: dict[tuple[str, int, int], tuple[str, str] | None] = {}
-
-
-def signal_name(rc: int) -> str:
-    """``SIGSEGV`` for a child return code of -11."""
-    try:
-        return signal.Signals(-rc).name
-    except ValueError:
-        return f"signal {-rc}"
-
-
-def stop_child(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` and its process group (it was started in a session of
-    its own) and reap it; SIGINT and SIGTERM wait until it is done."""
-    from .leftovers import signals_deferred
-    with signals_deferred():
-        _stop_child(proc)
-
-
-def _stop_child(proc: subprocess.Popen) -> None:
-    import subprocess
-    try:                                  # the group: also grandchildren still running
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        if proc.poll() is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
-
-
-def check_timeout(value, name: str = "timeout") -> float:
-    """``value`` as a finite number of seconds > 0, as the command line's
-    ``--timeout`` takes.  Raises TypeError naming ``name`` for a value that is
-    not a real number (a str, a bool), ValueError for zero, a negative number,
-    NaN or infinity (the child-process wait cannot take it)."""
-    import math
-    import numbers
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-    return float(value)
-
-
-def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
-              merge_stderr: bool = False, scope: ChildScope | None = None,
-              cwd: str | None = None) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``
-    that leaves nothing behind: the child runs in a session of its own with
-    stdin from /dev/null and a private ``TMPDIR`` (``scope``, default a new
-    :class:`ChildScope`); whatever ends the wait -- the child's exit, the
-    ``timeout`` (TimeoutExpired is raised, as ``subprocess.run`` does),
-    KeyboardInterrupt, a SIGTERM turned into an exception -- its process group
-    is killed and reaped, then the scope removes the child's leftovers
-    (libomp segment, image copies, the private folder).  ``merge_stderr``:
-    stderr into stdout."""
-    import subprocess
-    from .leftovers import ChildScope
-    own = scope is None
-    sc = ChildScope() if own else scope
-    proc = None
-    try:
-        if own:
-            sc.__enter__()
-        # (signals are not held back around Popen: the child would inherit the mask)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                                text=True, errors="replace", env=sc.env(env), cwd=cwd,
-                                start_new_session=True)
-        sc.track(proc.pid)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            stop_child(proc)
-            out, err = proc.communicate()
-            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    finally:
-        if proc is not None:
-            sc.track(proc.pid)                # (again: an interrupt may have come first)
-            stop_child(proc)                  # the child and its group (grandchildren)
-            if proc.returncode != 0:          # it may have left children of its own
-                sc.stop_strays()
-        if own:
-            sc.cleanup()
 
 
 def _tail(text: str, limit: int = 400) -> str:
@@ -164,6 +76,7 @@ sys.exit(0)          # a normal exit also runs the image's destructors
 
 def _run_image_child(data: bytes) -> str | None:
     import subprocess
+    from .children import run_child, signal_name
     import tempfile
     fd, path = tempfile.mkstemp(prefix="osh_verify_", suffix=".so")
     try:
@@ -228,7 +141,7 @@ def image_verdict_cached(data: bytes) -> bool:
 _PLUGIN_CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from offload_shim.plugins.plugin import load_plugin
+from offload_shim.plugins.loader import load_plugin
 from offload_shim.errors import OffloadError
 try:
     load_plugin(sys.argv[2], abi=(sys.argv[3] or None), probe=False)
@@ -246,6 +159,7 @@ def _package_root() -> str:
 
 def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, str] | None:
     import subprocess                   # children only when a verdict is not known
+    from .children import run_child, signal_name
     try:
         proc = run_child([sys.executable, "-P", "-c", _PLUGIN_CHILD, _package_root(),
                           real, abi or ""], timeout=timeout)
@@ -266,7 +180,7 @@ def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, 
 
 def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = None) -> None:
     """Load the plugin file ``real`` (a real path) in a child process the way
-    :func:`~offload_shim.plugins.plugin.load_plugin` does, once per ``(realpath,
+    :func:`~offload_shim.plugins.loader.load_plugin` does, once per ``(realpath,
     size, mtime)`` per process.  Raises PluginDlopenError when the child
     dies (``.dlerror`` names the signal or the exit status); typed failures
     (not a plugin, dlopen error) are left to the in-process load, which
@@ -276,6 +190,7 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
     :data:`PLUGIN_TIMEOUT_S`); past it the plugin is refused as hung
     (``.dlerror == "hung"``; a hang is not cached, a later call may wait
     longer)."""
+    from .children import check_timeout
     timeout = check_timeout(PLUGIN_TIMEOUT_S if timeout is None else timeout)
     st = os.stat(real)
     key = (real, st.st_size, st.st_mtime_ns)
@@ -301,7 +216,7 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
 
 def plugin_known_good(path: str, abi: str | None = None) -> bool:
     """True when an earlier process loaded the plugin file at ``path`` (same bytes,
-    same checking code) with :func:`~offload_shim.plugins.plugin.load_plugin` and got
+    same checking code) with :func:`~offload_shim.plugins.loader.load_plugin` and got
     a plugin (:func:`remember_good_plugin`): ``offload-shim run`` then skips its own
     test load of ``--plugin`` files.  False when unknown or unreadable."""
     try:
@@ -319,81 +234,6 @@ def remember_good_plugin(path: str, abi: str | None = None) -> None:
     except OSError:
         return
     _verdicts.put("plugin-load", _PLUGIN_CHECKERS, content, {"ok": True})
-
-
-# -- a program in the foreground --------------------------------------------------------
-
-def run_program(argv: list[str], env: dict, *, executable: str | None = None) -> int:
-    """Run ``argv`` in the foreground as ``exec`` would -- the same stdin,
-    stdout, stderr and process group (a terminal's Ctrl-C reaches it
-    directly) -- with a private ``TMPDIR``, and wait; then remove what it left
-    (its libomp segment, image copies no process has open, the private
-    folder) and end like it: its exit status is returned, and a
-    death by a signal is repeated on this process (the caller's caller sees
-    the same status as after ``exec``).  ``executable`` (default ``argv[0]``): a
-    name without ``/`` is looked up in ``PATH`` as ``execvp`` does.  While waiting,
-    SIGINT and SIGQUIT are ignored here (the program has them, as with a shell),
-    SIGTERM and SIGHUP sent to this process are passed on to the program.  Raises
-    OSError (with the errno of ``execve``: ENOENT, EACCES, ENOEXEC...) when the
-    program cannot be started.
-
-    The program is started with ``posix_spawn`` (the C library's ``vfork`` +
-    ``exec``), its signal dispositions reset to the defaults (SIG_IGN would be
-    inherited through exec; Python ignores SIGPIPE and SIGXFSZ), no file
-    descriptor closed: nothing of ``subprocess`` is needed on this path, which
-    every ``offload-shim run`` takes."""
-    from .leftovers import ChildScope
-    executable = argv[0] if executable is None else executable
-    scope = ChildScope(prefix="osh_run_")
-    scope.__enter__()
-    pid = None
-    status = None                          # the wait status once reaped
-    passed = (signal.SIGTERM, signal.SIGHUP)
-    ignored = (signal.SIGINT, signal.SIGQUIT)
-    old = {s: signal.getsignal(s) for s in passed + ignored}
-    try:
-        for s in ignored:
-            signal.signal(s, signal.SIG_IGN)
-        spawn = os.posix_spawn if "/" in executable else os.posix_spawnp
-        pid = spawn(executable, list(argv), scope.env(env), setsigdef=_DEFAULT_SIGNALS)
-        scope.track(pid)
-
-        def forward(signum, frame):
-            if status is None:             # never signal a pid already reaped (reuse)
-                try:
-                    os.kill(pid, signum)
-                except ProcessLookupError:
-                    pass
-        for s in passed:
-            signal.signal(s, forward)
-        status = os.waitpid(pid, 0)[1]     # retried after a forwarded signal (PEP 475)
-        rc = os.waitstatus_to_exitcode(status)
-    finally:
-        if pid is not None and status is None:     # interrupted by an exception
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            status = os.waitpid(pid, 0)[1]
-        for s, h in old.items():
-            signal.signal(s, h)
-        if pid is None or os.waitstatus_to_exitcode(status) < 0:
-            scope.stop_strays()            # what a killed program had started
-        scope.cleanup()
-    if rc < 0:
-        sig = -rc
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)          # die the way the program did
-    return rc
-
-
-#: reset to SIG_DFL in a program ``run_program`` starts: the launcher's own
-#: handlers and ignores (SIGINT/SIGQUIT ignored while waiting; Python's SIGPIPE and
-#: SIGXFSZ ignores, which ``subprocess``'s ``restore_signals`` resets)
-_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP,
-                    signal.SIGPIPE, signal.SIGXFSZ)
 
 
 # -- compiled libraries ---------------------------------------------------------------
@@ -446,6 +286,7 @@ def probe_library(path: str, *, timeout: float = PLUGIN_TIMEOUT_S) -> None:
 
 def _run_library_child(real: str, timeout: float) -> tuple[str, str] | None:
     import subprocess
+    from .children import run_child, signal_name
     try:
         proc = run_child([sys.executable, "-P", "-c", _LIBRARY_CHILD, _package_root(), real],
                          timeout=timeout)

@@ -23,7 +23,7 @@ Two kinds of leftovers come from code we do not control:
   child removes the child's own (:func:`remove_kmp_segment`).
 
 A parent that runs work in child processes wraps them in a
-:class:`ChildScope`: each child gets a private ``TMPDIR`` (removed with
+:class:`~offload_shim.safety.children.ChildScope`: each child gets a private ``TMPDIR`` (removed with
 everything in it afterwards) and, whatever ended the child, the scope removes
 the child's libomp segment and the ``/tmp/tmpfile_*`` copies that appeared
 while it ran and that no process of this user still has open or mapped.
@@ -31,10 +31,8 @@ while it ran and that no process of this user still has open or mapped.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import struct
 import threading
 import time
@@ -44,7 +42,7 @@ import time
 
 __all__ = ["LLVM_COPY_GLOB", "WATCHED", "before_load", "llvm_copies", "kmp_segment_files",
            "mapped_copies", "unlink_mapped_copies", "unlink_new_copies", "removed_copies", "held",
-           "kmp_segments", "remove_kmp_segment", "sweep", "dead_kmp_segments", "ChildScope"]
+           "kmp_segments", "remove_kmp_segment", "sweep", "dead_kmp_segments", "process_state"]
 
 #: where the LLVM x86_64 plugins put their image copies (hard-coded template)
 LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
@@ -465,10 +463,9 @@ def sweep(paths, *, settle_s: float = 0.5) -> list[str]:
     return out
 
 
-_SCOPES_VAR = "OSH_CHILD_SCOPES"
-
-
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
+    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``Z``...), ``X`` when
+    the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
@@ -479,7 +476,7 @@ def _state(pid: int) -> str:
 def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     """libomp segments in /dev/shm of this user whose process is gone (or a
     zombie: killed, not yet reaped).  ``ignore``: paths not to look at (a
-    :class:`ChildScope` skips the segments that were there before it: /dev/shm of
+    :class:`~offload_shim.safety.children.ChildScope` skips the segments that were there before it: /dev/shm of
     a busy machine can hold hundreds of dead processes' segments, one
     ``/proc/PID/stat`` read each)."""
     out = []
@@ -491,144 +488,8 @@ def dead_kmp_segments(ignore=frozenset()) -> list[str]:
                 continue
         except OSError:
             continue
-        if _state(int(m.group(1))) in ("Z", "X"):          # gone, or a zombie (killed)
+        if process_state(int(m.group(1))) in ("Z", "X"):          # gone, or a zombie (killed)
             out.append(path)
     return out
 
 
-@contextlib.contextmanager
-def signals_deferred():
-    """Hold SIGINT and SIGTERM back while the block runs (main thread; a
-    no-op elsewhere): a cleanup half done because Ctrl-C landed in it would
-    leave what it was removing.  A signal that arrives meanwhile is delivered
-    when the block ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _tagged_processes(needle: bytes) -> list[int]:
-    """Live processes of this user whose ``OSH_CHILD_SCOPES`` holds ``needle``
-    (``b":<tag>"``; the variable's value is read with a leading ':')."""
-    uid = os.getuid()
-    me = os.getpid()
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        i = env.find(_SCOPES_VAR.encode() + b"=")
-        if i < 0:
-            continue
-        value = b":" + env[i + len(_SCOPES_VAR) + 1:].split(b"\0", 1)[0] + b":"
-        if needle + b":" in value and _state(int(entry.name)) != "Z":
-            out.append(int(entry.name))
-    return out
-
-
-class ChildScope:
-    """The leftovers of child processes, removed whatever ended them.
-
-    ``with ChildScope() as scope:`` start children with ``env=scope.env()``
-    (a private ``TMPDIR``) and tell the scope their pids
-    (:meth:`track`).  On exit: the private folder is removed with all in it,
-    each tracked child's libomp segment is removed, and so are the segments
-    and ``/tmp/tmpfile_*`` copies that appeared meanwhile and whose process
-    is gone (segments) or that no process of this user has open or mapped
-    (copies): a killed child or grandchild cannot remove its own.
-    ``prefix``: of the private folder's name.
-
-    Every process started with :meth:`env` -- and every process those start
-    -- carries the scope's tag in ``OSH_CHILD_SCOPES``; :meth:`stop_strays`
-    kills those still running after a child ended abnormally (grandchildren
-    in sessions of their own, which a process-group kill does not reach)."""
-
-    def __init__(self, prefix: str = "osh_child_"):
-        self.prefix = prefix
-        self.tmpdir: str | None = None
-        self.tag = f"{os.getpid()}.{id(self):x}.{time.monotonic_ns():x}"
-        self.pids: list[int] = []
-        self._before: set[str] = set()
-        self._kmp_before: set[str] = set()
-
-    def __enter__(self) -> "ChildScope":
-        with signals_deferred():
-            self._before = llvm_copies()
-            self._kmp_before = kmp_segment_files()
-            import tempfile
-            self.tmpdir = tempfile.mkdtemp(prefix=self.prefix)
-        return self
-
-    def env(self, base: dict | None = None) -> dict:
-        """``base`` (default ``os.environ``) with ``TMPDIR`` set to the private
-        folder and the scope's tag added to ``OSH_CHILD_SCOPES``."""
-        env = dict(os.environ if base is None else base)
-        env["TMPDIR"] = self.tmpdir
-        tags = [t for t in env.get(_SCOPES_VAR, "").split(":") if t]
-        env[_SCOPES_VAR] = ":".join(tags + [self.tag])
-        return env
-
-    def stop_strays(self, grace_s: float = 2.0) -> list[int]:
-        """SIGKILL every live process of this user that carries the scope's tag
-        (started by a child, directly or not) and wait up to ``grace_s`` for
-        them to go; returns their pids (remembered for their libomp segments)."""
-        needle = f":{self.tag}".encode()
-        strays = []
-        for pid in _tagged_processes(needle):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                strays.append(pid)
-            except OSError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while strays and time.monotonic() < deadline:
-            if not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in strays):
-                break
-            time.sleep(0.02)
-        self.pids.extend(strays)
-        return strays
-
-    def track(self, pid: int) -> None:
-        """Remember a child's pid (for its libomp segment)."""
-        self.pids.append(pid)
-
-    def cleanup(self) -> None:
-        """Remove the leftovers now (the children must have ended); SIGINT and
-        SIGTERM wait until it is done."""
-        with signals_deferred():
-            self._cleanup()
-
-    def _cleanup(self) -> None:
-        for pid in self.pids:
-            remove_kmp_segment(pid)
-        self.pids.clear()
-        # grandchildren (killed with the child's process group) have pids we never saw:
-        # the segments that appeared meanwhile and whose process is gone
-        for seg in dead_kmp_segments(ignore=self._kmp_before):
-            try:
-                os.unlink(seg)
-            except OSError:
-                pass
-        sweep(llvm_copies() - self._before)
-        if self.tmpdir:
-            try:
-                os.rmdir(self.tmpdir)       # the usual case: the children left it empty
-            except OSError:
-                import shutil
-                shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()

@@ -2,9 +2,9 @@
 
 Some checks exist only because a file could be hostile: the structural ELF checks
 of an offload image (:func:`offload_shim.elf.machine`), the test ``dlopen`` of an
-image in a child process (:func:`offload_shim.plugins.isolation.verify_image`) and
+image in a child process (:func:`offload_shim.safety.isolation.verify_image`) and
 the probe of a plugin file in a child process
-(:func:`offload_shim.plugins.isolation.probe_plugin`).  Their outcome depends only
+(:func:`offload_shim.safety.isolation.probe_plugin`).  Their outcome depends only
 on the bytes checked and on the code that checks them, so it is stored here under
 
     sha256(kind, fingerprint of the checking code, sha256 of the bytes)
