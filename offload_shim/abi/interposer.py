@@ -509,7 +509,11 @@ def frame_pointer_args(v: memoryview) -> tuple:
                  for k, t in enumerate(protos))
 
 
-__all__ = ["API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP_TABLES",
+#: libomp ``kmp_target_offload_kind`` (``__kmpc_get_target_offload``'s answer: the
+#: ``OMP_TARGET_OFFLOAD`` policy)
+TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
+
+__all__ = ["TGT_DEFAULT", "TGT_DISABLED", "TGT_MANDATORY", "API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP_TABLES",
            "API_INTEROP", "API_IS_ACCESSIBLE", "API_LOCK", "API_MAPPED_PTR",
            "API_RECORD_REPLAY", "API_UID_FROM_DEVICE", "IOP_DEVICE_INFO", "IOP_FORWARD",
            "IOP_OP_CALLBACK", "IOP_OP_DESTROY", "IOP_OP_DEVICE_INFO", "IOP_OP_GET",

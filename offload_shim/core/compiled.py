@@ -33,7 +33,8 @@ from array import array
 from collections.abc import Sequence
 
 from ..errors import KernelNotFoundError, LifecycleError, OffloadError, UnknownPointerError
-from .device_state import DeviceState as _DeviceState, OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY
+from .device_state import (DeviceState as _DeviceState, OWN_LAUNCHES as _OWN_LAUNCHES,
+                           READY as _READY, check_size as _check_size)
 
 __all__ = ["CompiledCodeForms", "DeviceLease", "KernelLauncher"]
 
@@ -121,7 +122,6 @@ class CompiledCodeForms:
         On an error the ones already allocated are freed again and the error is
         raised (same errors as :meth:`alloc`)."""
         if self._state is not _READY:
-            from .device import _check_size    # the size checks before a lazy init
             for size in sizes:
                 _check_size(size)
             self._ready()
@@ -182,7 +182,6 @@ class CompiledCodeForms:
         :meth:`DeviceLease.release` (the interposer's cheap path: the device memory
         of a kernel construct's temporary rows).  Same errors as :meth:`alloc`."""
         if self._state is not _READY:
-            from .device import _check_size    # the size checks before a lazy init
             for size in sizes:
                 _check_size(size)
             self._ready()

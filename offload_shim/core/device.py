@@ -36,7 +36,8 @@ from ..errors import (DeviceInitError, KernelNotFoundError, LifecycleError, Offl
                      OutOfDeviceMemoryError, UnknownPointerError)
 from ..abi.buffers import host_view as _host_view, new_buffer
 from .compiled import CompiledCodeForms, DeviceLease, KernelLauncher
-from .device_state import OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY, DeviceState
+from .device_state import (MAX_SIZE, OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY,
+                           DeviceState, check_size as _check_size)
 from .device_images import DeviceImages, _LoadedOnDevice
 from .images import AddressMap, OffloadImage
 
@@ -58,8 +59,6 @@ def _pointer_args(args, what: str = "argument") -> list[int]:
     return out
 
 
-#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
-MAX_SIZE = (1 << 63) - 1
 
 
 def _copy_size(host_len: int, offset, nbytes) -> int:
@@ -87,13 +86,6 @@ def _always_open() -> None:
     return None
 
 
-def _check_size(size) -> None:
-    """``Device.alloc``'s checks of ``size``, run before a lazy init (a bad
-    size never initialises the device; the pool checks again)."""
-    if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
-        raise TypeError(f"size must be an int (bytes), not {type(size).__name__}")
-    if size < 0 or size > MAX_SIZE:
-        raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")
 
 
 class _PluginCallGuard:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import threading
 
-__all__ = ["DeviceState", "READY", "OWN_LAUNCHES", "own_launches"]
+__all__ = ["DeviceState", "MAX_SIZE", "READY", "OWN_LAUNCHES", "check_size", "own_launches"]
 
 
 class DeviceState(enum.Enum):
@@ -26,3 +26,16 @@ OWN_LAUNCHES = threading.local()
 def own_launches(image_id: int) -> int:
     """Launches of image ``image_id`` the calling thread is inside now."""
     return OWN_LAUNCHES.__dict__.get(image_id, 0)
+
+
+#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
+MAX_SIZE = (1 << 63) - 1
+
+
+def check_size(size) -> None:
+    """``Device.alloc``'s checks of ``size``, run before a lazy init (a bad
+    size never initialises the device; the pool checks again)."""
+    if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
+        raise TypeError(f"size must be an int (bytes), not {type(size).__name__}")
+    if size < 0 or size > MAX_SIZE:
+        raise ValueError(f"allocation size {size} outside 0..2**63-1 bytes")

@@ -291,7 +291,7 @@ def _draw_items(rng, prog_arrays, types, f: Features) -> tuple[MapItem, ...]:
             via, struct_used = "struct", True
         t = rng.choice(types)
         always = t in ("to", "from", "tofrom") and rng.random() < 0.2
-        items.append(MapItem(a, t, always, via, via == "struct" and rng.random() < 0.5))
+        items.append(MapItem(a, t, always, via, via == "struct" and rng.random() < 0.3))
     return tuple(items)
 
 

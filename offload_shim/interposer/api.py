@@ -354,8 +354,7 @@ def _interop_get22(ip, targetsync: int, ndeps: int) -> int:
     default one without devices included: ``OffloadPolicy``), else wait for the depend
     clauses of a targetsync request; the object is ``omp_interop_none`` (the LLVM 16
     plugins select no foreign runtime, as 22.1's own x86_64 host plugin)."""
-    from .interface import TGT_DISABLED
-    if ip.policy() == TGT_DISABLED:
+    if ip.policy() == _abi.TGT_DISABLED:
         return 0
     return _abi.IOP_WAIT if targetsync and ndeps else 0
 

@@ -46,8 +46,8 @@ from .profile import RuntimeProfile
 from .rtl import Registrations, RequiresConflict
 
 OFFLOAD_DEVICE_DEFAULT = -1
-#: libomp ``kmp_target_offload_kind``
-TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
+#: libomp ``kmp_target_offload_kind`` (abi/interposer.py)
+TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = _abi.TGT_DISABLED, _abi.TGT_DEFAULT, _abi.TGT_MANDATORY
 _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
 #: ``KernelArgsTy::Flags`` bit 1, ``IsCUDA`` (LLVM 20+ omptarget.h): a kernel-language
 #: launch whose arguments are one packed buffer
