@@ -719,8 +719,24 @@ def test_a_raw_pin_whose_memory_was_replaced_is_refused_in_child(bundled_path, r
 def test_cuda_host_register():
     if not pm.cuda_driver_available():
         pytest.skip("no CUDA driver (cuda-python missing or cuInit failed)")
+    """The backend registers the pages with the driver and unregisters them: while
+    pinned the driver itself refuses to register them again (712,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); afterwards it has nothing to
+    unregister there (713, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)."""
     be = pm.CudaHostRegisterBackend(0)
+    drv = be._drv
     buf = page_buf(4)
-    be.lock(addr_of(buf), 4 * PAGE)
-    be.unlock(addr_of(buf), 4 * PAGE)
-    be.close()
+    a = addr_of(buf)
+    try:
+        be.lock(a, 4 * PAGE)
+        assert be.registrations() == [(a, a + 4 * PAGE, 1)]
+        with be._primary():
+            err, = drv.cuMemHostRegister(a + PAGE, PAGE, 0)
+        assert err == drv.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, err
+        be.unlock(a, 4 * PAGE)
+        assert be.registrations() == []
+        with be._primary():
+            err, = drv.cuMemHostUnregister(a)
+        assert err == drv.CUresult.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, err
+    finally:
+        be.close()
