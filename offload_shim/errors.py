@@ -197,6 +197,20 @@ class PinnedRangeError(PinnedMemoryError, ValueError):
         self.size = size
 
 
+class StalePinError(PinnedRangeError):
+    """A pin of a range inside (or overlapping) a pin of a raw address whose
+    memory was unmapped, or replaced by a new mapping, after it was pinned:
+    the kernel no longer holds that lock, so the registry counts no reference
+    on it (CUDA refuses the same case with
+    ``CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED``, 712).  Unpin the stale pin,
+    then pin the new memory.  ``.address``, ``.size`` (bytes): the request;
+    ``.pinned``: ``(address, size)`` of the stale pin."""
+
+    def __init__(self, message: str, *, pinned: tuple = (0, 0), **kw):
+        super().__init__(message, **kw)
+        self.pinned = pinned
+
+
 class MemlockLimitError(PinnedMemoryError, MemoryError):
     """Locking would exceed (or did hit) ``RLIMIT_MEMLOCK`` (``ulimit -l``).
     ``.limit``, ``.requested``, ``.locked`` are bytes (``limit`` None =

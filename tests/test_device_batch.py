@@ -86,7 +86,8 @@ def test_alloc_many_gives_back_what_it_took_on_error(dev):
 def test_plugin_batch_takes_lists_and_flat_arrays(dev):
     d, _img = dev
     if batch.call4(0, 0, []) is None:
-        pytest.skip("libosh_batch.so not built")
+        pytest.fail("libosh_batch.so (the project's batch library, native/) is not built "
+                    "or does not load: scripts/setup.sh builds it")
     p = d.alloc(24)
     b, a = _buf([4, 5, 6])
     d.plugin.submit_many(d.index, array("Q", [p, a, 8, p + 8, a + 8, 16]))
@@ -288,3 +289,33 @@ def test_launch_entry_by_target_address(dev):
     d.retrieve_raw(a, p, 16)
     assert list(b) == [3, 4]
     d.free(p)
+
+
+def test_a_gomp_kernel_launcher_refuses_offsets_of_another_count(bundled_path, ctl):
+    """A launcher of a GOMP device (whose launch adds offsets to arguments pairwise and
+    would run with a spare offset) refuses 3 offsets for 2 arguments, and 2 for 3, before
+    the plugin: the kernel does not run and the data is unchanged."""
+    from offload_shim.plugins.loader import load_plugin
+    with osh.Runtime([load_plugin(bundled_path, abi="gomp")]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        d = rt.devices[0]
+        d.init()
+        entry = d.translate(img.host_address("increment"))
+        launch = d.kernel_launcher(entry, 2)
+        p = d.alloc(16)
+        b, a = _buf([1, 2])
+        d.submit_raw(p, a, 16)
+        runs = ctl.call_count("GOMP_OFFLOAD_run")
+        for args, offsets in (([p, 2], [0, 0, 0]), ([p, 2, 0], [0, 0]), ([p], [0, 0])):
+            with pytest.raises(ValueError, match="2 arguments and offsets expected"):
+                launch(args, offsets)
+        assert ctl.call_count("GOMP_OFFLOAD_run") == runs
+        d.retrieve_raw(a, p, 16)
+        assert list(b) == [1, 2]
+        launch([p, 2], [0, 0])                          # the right counts run
+        assert ctl.call_count("GOMP_OFFLOAD_run") == runs + 1
+        d.retrieve_raw(a, p, 16)
+        assert list(b) == [2, 3]
+        d.free(p)
+        rt.unregister_image(img)

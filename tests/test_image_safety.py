@@ -180,3 +180,33 @@ def test_fuzz_bundled_plugin(bundled_path):
 
 def test_fuzz_llvm16_nextgen(nextgen16):
     _fuzz([(nextgen16, None)], seed=20240602)
+
+
+def _cut(data: bytes, size: int) -> bytes:
+    """``data`` (an ELF64 file) cut to ``size`` bytes, its section header table (at the
+    end of the file, past the segments) dropped: e_shoff, e_shnum, e_shstrndx = 0."""
+    import struct
+    out = bytearray(data[:size])
+    struct.pack_into("<Q", out, 0x28, 0)
+    struct.pack_into("<HH", out, 0x3C, 0, 0)
+    return bytes(out)
+
+
+def test_a_segment_that_runs_past_the_end_of_the_file_is_refused(sample_bytes):
+    """A real image cut inside its last loadable segment: the segment's offset is still
+    in the file, its end is not; the image is refused before anything maps it (a loader
+    would map bytes that are not there).  Cut exactly at the segment's end it passes the
+    check."""
+    import io
+    from elftools.elf.elffile import ELFFile
+    segs = [s for s in ELFFile(io.BytesIO(sample_bytes)).iter_segments()
+            if s["p_type"] in ("PT_LOAD", "PT_TLS", "PT_DYNAMIC")]
+    end = max(s["p_offset"] + s["p_filesz"] for s in segs)
+    last = [s for s in segs if s["p_offset"] + s["p_filesz"] == end]
+    assert last and all(s["p_offset"] < end - 1 for s in last)
+    assert elf.machine(_cut(sample_bytes, end)) == "EM_X86_64"       # all of it there
+    cut = _cut(sample_bytes, end - 1)                                 # one byte short
+    with pytest.raises(osh.InvalidImageError, match="extends past the end of the file"):
+        elf.machine(cut)
+    with pytest.raises(osh.InvalidImageError, match="extends past the end of the file"):
+        osh.OffloadImage(cut, _entries(), name="cut")

@@ -11,6 +11,7 @@ own must also say so in one line and exit 130 (SIGINT) / 143 (SIGTERM).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -198,51 +199,74 @@ def test_run_library_crash_is_one_line_naming_the_library(tmp_path):
     assert "SIGSEGV" in lines[0], lines[0]
 
 
-def test_the_watch_sees_leftovers_and_orphans():
-    """The check above can fail: a command that leaves a file in /tmp that it had open,
-    a libomp-style segment of its own pid, something in its TMPDIR, and a process of its
-    own still running is reported on each count."""
+def test_the_watch_sees_leftovers_and_orphans(tmp_path):
+    """The check above can fail: a command that leaves a file it had open in a watched
+    folder, a libomp-style segment of its own pid, something in its TMPDIR, and a process
+    of its own still running is reported on each count.  The watched folders are
+    private (stand-ins for /tmp and /dev/shm), so what other processes on the machine
+    leave there cannot change the outcome."""
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir()
+    shm.mkdir()
     code = textwrap.dedent("""
         import os, subprocess, sys, tempfile, time
-        # not named like an image copy: other test sessions on the machine sweep idle
-        # /tmp/tmpfile_* files that appeared while they ran (tests/conftest.py)
-        name = "/tmp/osh_watch_probe_" + os.urandom(3).hex()
+        tmp, shm = sys.argv[1:3]
+        name = os.path.join(tmp, "osh_watch_probe")
         with open(name, "w") as f:
             f.write("x")
             time.sleep(1.0)                 # open long enough to be seen (polled)
-        seg = f"/dev/shm/__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}"
-        if os.path.exists(seg):     # a dead process of another run had this pid
-            seg = "stale"
-        else:
-            open(seg, "w").close()
+        seg = os.path.join(shm, f"__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}")
+        open(seg, "w").close()
         tempfile.mkstemp()
         subprocess.Popen(["sleep", "30"], start_new_session=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(name, seg)
     """)
-    w, res = _watch([sys.executable, "-c", code])
+    w = Watch([sys.executable, "-c", code, str(tmp), str(shm)], tmp=str(tmp), shm=str(shm))
+    res = w.run()
     assert res.returncode == 0, res.stderr
     name, seg = res.stdout.split()
+    foreign = shm / f"__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}"
+    foreign.touch()                     # another pid's segment in the folder: not counted
+    problems = w.problems(grace_s=0.5)
+    text = "\n".join(problems)
+    assert "processes still running" in text and "sleep" in text
+    assert "left in its TMPDIR" in text
+    assert name in text and seg in text and str(foreign) not in text
+    assert len(problems) == 4, problems
+
+
+def test_the_watch_does_not_take_a_reused_pid_for_its_own(tmp_path):
+    """A pid of the command's that another process takes after the command's process
+    ended is not the command's: its files and the segment it makes do not count, and it
+    is neither reported nor killed as an orphan.  Stands in for the reuse by rewriting
+    the recorded start time of the (ended) command's pid to that of a live process of
+    this test."""
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir()
+    shm.mkdir()
+    w = Watch([sys.executable, "-c", "pass"], tmp=str(tmp), shm=str(shm))
+    res = w.run()
+    assert res.returncode == 0, res.stderr
+    ended = time.time()
+    time.sleep(0.05)
+    other = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
     try:
-        problems = w.problems(grace_s=0.5)
-        text = "\n".join(problems)
-        assert "processes still running" in text and "sleep" in text
-        assert "left in its TMPDIR" in text
-        assert name in text
-        if seg == "stale":
-            # a segment under this pid was there before the command: the watch rightly
-            # does not count it (shared machines keep hundreds of dead runs' segments)
-            assert len(problems) == 3, problems
-        else:
-            assert seg in text
-            assert len(problems) == 4, problems
+        from leftover_watch import _stat
+        # as if `other` had taken the pid of a process of the command's, seen gone at
+        # `ended`: its start time is not the recorded one
+        w.pids.add(other.pid)
+        w.starts[other.pid] = "0"
+        w.gone[other.pid] = ended
+        seg = shm / f"__KMP_REGISTERED_LIB_{other.pid}_{os.getuid()}"
+        seg.touch()
+        assert _stat(str(other.pid))[1] != "0"
+        assert other.pid not in w.tagged_alive()
+        assert w.problems(grace_s=0.2) == []
+        assert other.poll() is None                     # not killed
     finally:
-        for p in (name, seg) if seg != "stale" else (name,):
-            try:
-                import os
-                os.unlink(p)
-            except OSError:
-                pass
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.llvm16
@@ -299,14 +323,23 @@ def test_sweep_removes_an_idle_file_written_long_ago_without_waiting(tmp_path):
     assert not old.exists()
 
 
-def test_sweep_waits_for_a_young_idle_file_and_spares_one_rewritten_meanwhile(tmp_path):
-    import threading
+def test_sweep_waits_for_a_young_idle_file_and_spares_one_rewritten_meanwhile(
+        tmp_path, monkeypatch):
+    """The rewrite lands while the sweep waits for the young files to settle, whatever
+    the machine's load (a timer thread could fire after the sweep's re-check)."""
     import time
+    import types
     from offload_shim.safety import leftovers
     young, busy = tmp_path / "young", tmp_path / "rewritten"
     young.write_bytes(b"x")
     busy.write_bytes(b"x")
-    threading.Timer(0.3, lambda: busy.write_bytes(b"yy")).start()   # its writer goes on
+
+    def sleep(s):                       # the sweep's wait: its writer goes on meanwhile
+        time.sleep(s / 2)               # past the file system's coarse mtime clock
+        busy.write_bytes(b"yy")
+        time.sleep(s / 2)
+    monkeypatch.setattr(leftovers, "time", types.SimpleNamespace(
+        time=time.time, time_ns=time.time_ns, sleep=sleep))
     t0 = time.monotonic()
     assert leftovers.sweep({str(young), str(busy)}, settle_s=0.8) == [str(young)]
     assert time.monotonic() - t0 >= 0.5          # it waited until the young file was settled
@@ -335,36 +368,38 @@ def test_sweep_spares_files_another_process_has_open_or_mapped(tmp_path):
         holder.communicate("")
 
 
-def test_dead_kmp_segments_skips_the_ignored_ones():
-    import os
+def test_dead_kmp_segments_skips_the_ignored_ones(tmp_path, monkeypatch):
+    """In a private stand-in for /dev/shm: a dead process's segment is found, unless
+    ignored; a live process's (this one's) is not."""
     from offload_shim.safety import leftovers
+    monkeypatch.setattr(leftovers, "SHM_DIR", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    seg = f"/dev/shm/__KMP_REGISTERED_LIB_{dead}_{os.getuid()}"
-    if os.path.exists(seg):
-        pytest.skip("a segment of that pid is there already")
+    seg = str(tmp_path / f"__KMP_REGISTERED_LIB_{dead}_{os.getuid()}")
+    live = str(tmp_path / f"__KMP_REGISTERED_LIB_{os.getpid()}_{os.getuid()}")
     open(seg, "w").close()
-    try:
-        assert seg in leftovers.dead_kmp_segments()
-        assert seg not in leftovers.dead_kmp_segments(ignore={seg})
-    finally:
-        os.unlink(seg)
+    open(live, "w").close()
+    assert leftovers.kmp_segments(int(dead))[0] == seg
+    assert leftovers.dead_kmp_segments() == [seg]
+    assert leftovers.dead_kmp_segments(ignore={seg}) == []
 
 
-def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(monkeypatch):
+def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(
+        monkeypatch, tmp_path):
     """unlink_new_copies: a /tmp/tmpfile_* written before this process could load anything
     (another run's leftover; a busy /tmp holds hundreds) is set aside from its st_mtime, with
-    no dlopen(RTLD_NOLOAD) -- which opens the file; a young one is still asked about."""
-    import os
+    no dlopen(RTLD_NOLOAD) -- which opens the file; a young one is still asked about.  In a
+    private stand-in for /tmp (other test sessions on the machine sweep idle copies there)."""
     import secrets
     from offload_shim.abi import libc
     from offload_shim.safety import leftovers
     asked = []
     monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: asked.append(p) or False)
+    monkeypatch.setattr(leftovers, "COPY_DIR", str(tmp_path))
 
     def copy_like():            # the plugins' mkstemp("/tmp/tmpfile_XXXXXX") names
         while True:
-            path = "/tmp/tmpfile_" + secrets.token_hex(3)
+            path = str(tmp_path / "tmpfile_") + secrets.token_hex(3)
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
                 return path
@@ -385,8 +420,7 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
         asked.clear()
         try:
             leftovers.unlink_new_copies(before)
-            # (other processes' copies made meanwhile may be asked about too)
-            assert newer in asked and not {old, young} & set(asked), asked
+            assert asked == [newer], asked
         finally:
             os.unlink(newer)
     finally:
@@ -398,20 +432,33 @@ def test_new_copy_check_asks_the_loader_only_about_copies_written_since_start(mo
 # -- the copy a load made, from inotify events (no listing of /tmp per load) ---------------
 
 def _copy_like():
-    """A file named like the plugins' mkstemp("/tmp/tmpfile_XXXXXX") copies."""
+    """A file named like an image copy (the plugins' mkstemp("/tmp/tmpfile_XXXXXX")) in
+    ``leftovers.COPY_DIR``, which the tests below point at a private folder: other test
+    sessions on the machine sweep idle copies in /tmp."""
     import os
     import secrets
+    from offload_shim.safety import leftovers
     while True:
-        path = "/tmp/tmpfile_" + secrets.token_hex(3)
+        path = os.path.join(leftovers.COPY_DIR, "tmpfile_" + secrets.token_hex(3))
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             return path
 
 
 @pytest.fixture
-def watched(monkeypatch):
-    """A fresh watch for the test (the process-wide one is put back afterwards); a
-    listing of /tmp fails the test."""
+def private_copy_dir(monkeypatch, tmp_path):
+    """``leftovers.COPY_DIR`` (/tmp) pointed at a private folder for the test."""
+    from offload_shim.safety import leftovers
+    d = tmp_path / "copies"
+    d.mkdir()
+    monkeypatch.setattr(leftovers, "COPY_DIR", str(d))
+    return str(d)
+
+
+@pytest.fixture
+def watched(monkeypatch, private_copy_dir):
+    """A fresh watch for the test (the process-wide one is put back afterwards) of a
+    private stand-in for /tmp; a listing of it fails the test."""
     from offload_shim.safety import leftovers
     monkeypatch.setattr(leftovers, "_watch", leftovers._CopyWatch())
     monkeypatch.setattr(leftovers, "_pending", set())
@@ -480,7 +527,7 @@ def test_overlapping_watched_loads_wait_for_each_other(watched, monkeypatch):
             os.unlink(copy)
 
 
-def test_without_inotify_or_after_lost_events_tmp_is_listed(monkeypatch):
+def test_without_inotify_or_after_lost_events_tmp_is_listed(monkeypatch, private_copy_dir):
     import os
     from offload_shim.abi import libc
     from offload_shim.safety import leftovers
@@ -497,6 +544,7 @@ def test_without_inotify_or_after_lost_events_tmp_is_listed(monkeypatch):
     assert leftovers.before_load() is not leftovers.WATCHED       # not tried again
     # events lost (queue overflow): every copy not set aside is looked at
     monkeypatch.undo()
+    monkeypatch.setattr(leftovers, "COPY_DIR", private_copy_dir)
     monkeypatch.setattr(leftovers, "_pending", set())
     monkeypatch.setattr(libc, "library_loaded", lambda p, **kw: p in made)
     watch = leftovers._CopyWatch()

@@ -613,14 +613,130 @@ def test_everything_after_close_is_a_lifecycle_error(bundled_path):
     assert reg.ranges() == []
 
 
+# -- a raw-address pin whose memory was unmapped and mapped again --------------------------
+
+_REMAP = """
+import ctypes, json, mmap, os, tempfile
+import offload_shim as osh
+from offload_shim.memory import pinned as pm
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+RW, ANON, FIXED = 3, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, 0x10
+N = 4 * mmap.PAGESIZE
+
+def remap(addr, fd=-1):
+    assert libc.munmap(addr, N) == 0
+    flags = (ANON if fd < 0 else mmap.MAP_SHARED) | FIXED
+    assert libc.mmap(addr, N, RW, flags, fd, 0) == addr
+    ctypes.memset(addr, 1, N)                     # touched: resident, like the old pages
+
+def probe(reg, dom, fd=-1):
+    out = {"counts": reg.pin_backend(dom).counts_memlock}
+    a = libc.mmap(None, N, RW, ANON, -1, 0)
+    ctypes.memset(a, 1, N)
+    v0 = pm.vmlck_bytes()
+    out["refs"] = reg.pin(a, N, device=dom).refs
+    out["locked"] = pm.vmlck_bytes() - v0
+    remap(a, fd)
+    out["locked_after_remap"] = pm.vmlck_bytes() - v0
+    out["is_pinned"] = reg.is_pinned(a, N, device=dom)
+    out["listed"] = [r.refs for r in reg.ranges(dom) if r.address == a]
+    made = []
+    for key, args in (("again", (a, N)), ("nested", (a + mmap.PAGESIZE, mmap.PAGESIZE))):
+        try:
+            out[key] = reg.pin(*args, device=dom).refs
+            made.append(args)
+        except osh.PinnedRangeError as e:
+            out[key] = [type(e).__name__, e.address == args[0], e.size == args[1], str(e)]
+    out["unpin"] = reg.unpin(a, N, device=dom)
+    for args in made:
+        reg.unpin(*args, device=dom)
+    out["fresh"] = reg.pin(a, N, device=dom).refs
+    out["fresh_locked"] = pm.vmlck_bytes() - v0
+    reg.unpin(a, N, device=dom)
+    out["end_locked"] = pm.vmlck_bytes() - v0
+    libc.munmap(a, N)
+    return out
+
+res = {}
+with osh.Runtime(PLUGINS) as rt:
+    reg = rt.pinned_memory
+    first = {}
+    for dev in rt.devices:                        # the first device of each plugin
+        first.setdefault(dev.plugin.path, dev)
+    for dev in [None, *first.values()]:
+        name = "process" if dev is None else dev.label
+        res[name + ":anon"] = probe(reg, dev)
+        with tempfile.TemporaryFile() as f:
+            f.truncate(N)
+            res[name + ":file"] = probe(reg, dev, f.fileno())
+print(json.dumps(res))
+"""
+
+
+def test_a_raw_pin_whose_memory_was_replaced_is_refused_in_child(bundled_path, request):
+    """A raw address pinned, its memory unmapped without an unpin, new memory
+    (anonymous, or a file) mapped at the same address with MAP_FIXED: the kernel
+    holds no lock on the new pages (VmLck back to where it was), so the registry
+    must not count a second reference on the dead pin nor report it pinned: the
+    pin is refused with StalePinError (a PinnedRangeError); after the stale pin
+    is unpinned, the new memory pins normally.  Backends: mlock (process), the
+    bundled plugin's data_lock (mlock), the LLVM 16 nextgen plugin's (locks
+    nothing: the mapping's identity from /proc/self/maps tells the file apart)."""
+    plugins = [bundled_path]
+    try:
+        plugins.append(request.getfixturevalue("nextgen16"))
+    except pytest.skip.Exception:
+        pass
+    cp = run_child(f"PLUGINS = {plugins!r}\n" + _REMAP)
+    assert cp.returncode == 0, cp.stderr
+    res = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert len(res) == 2 * (1 + len(plugins))
+    for name, r in res.items():
+        counts = r["counts"]                        # False: the nextgen plugin locks nothing
+        tracked = counts or name.endswith(":file")   # what /proc can tell apart
+        assert r["refs"] == 1 and r["fresh"] == 1, (name, r)
+        if counts:
+            assert r["locked"] == 4 * PAGE and r["fresh_locked"] == 4 * PAGE, (name, r)
+            assert r["locked_after_remap"] == 0 and r["end_locked"] == 0, (name, r)
+        if tracked:
+            assert r["is_pinned"] is False and r["listed"] == [] and r["unpin"] == 0, (name, r)
+            for key in ("again", "nested"):
+                kind, addr_ok, size_ok, msg = r[key]
+                assert kind == "StalePinError" and addr_ok and size_ok, (name, r)
+                assert "unmapped" in msg and "unpin" in msg, (name, r)
+        else:                       # same extent, anonymous: /proc shows the same mapping
+            assert r["is_pinned"] is True and r["again"] == 2 and r["unpin"] == 2, (name, r)
+    assert sum(not r["counts"] for r in res.values()) == 2 * (len(plugins) - 1)
+
+
 # -- CUDA -------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 def test_cuda_host_register():
     if not pm.cuda_driver_available():
         pytest.skip("no CUDA driver (cuda-python missing or cuInit failed)")
+    """The backend registers the pages with the driver and unregisters them: while
+    pinned the driver itself refuses to register them again (712,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); afterwards it has nothing to
+    unregister there (713, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)."""
     be = pm.CudaHostRegisterBackend(0)
+    drv = be._drv
     buf = page_buf(4)
-    be.lock(addr_of(buf), 4 * PAGE)
-    be.unlock(addr_of(buf), 4 * PAGE)
-    be.close()
+    a = addr_of(buf)
+    try:
+        be.lock(a, 4 * PAGE)
+        assert be.registrations() == [(a, a + 4 * PAGE, 1)]
+        with be._primary():
+            err, = drv.cuMemHostRegister(a + PAGE, PAGE, 0)
+        assert err == drv.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, err
+        be.unlock(a, 4 * PAGE)
+        assert be.registrations() == []
+        with be._primary():
+            err, = drv.cuMemHostUnregister(a)
+        assert err == drv.CUresult.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, err
+    finally:
+        be.close()

@@ -48,6 +48,31 @@ def test_last_release_with_a_device_held_deinits_the_device_first(plugin, ctl):
     assert plugin.initialized is False and plugin.users == 0
 
 
+def test_an_acquire_after_a_failed_last_deinit_device_does_not_init_the_plugin_again(
+        plugin, ctl):
+    """The last ``release`` with a device still held deinitialises it first; when that
+    ``deinit_device`` fails, ``release`` raises before ``deinit_plugin``: the plugin is
+    still initialised with no user.  The next ``acquire`` takes a user without a second
+    ``init_plugin`` (the bundled plugin refuses one: double init), and the device,
+    deinitialised by hand here, lets the last ``release`` end the plugin cleanly."""
+    plugin.acquire()
+    plugin.acquire_device(0)
+    before = ctl.call_counts(ORDER)
+    ctl.fail_nth("__tgt_rtl_deinit_device", 1)
+    with pytest.raises(osh.PluginCallError):
+        plugin.release()
+    assert plugin.users == 0 and plugin.initialized and ctl.is_plugin_initialized()
+    assert ctl.is_device_initialized(ABI_LLVM, 0)           # its deinit failed
+    plugin.acquire()
+    assert _delta(ctl, before)["__tgt_rtl_init_plugin"] == 0
+    assert plugin.users == 1 and ctl.is_plugin_initialized()
+    plugin._deinit_device(0)
+    plugin.release()
+    assert _delta(ctl, before) == {"__tgt_rtl_init_plugin": 0, "__tgt_rtl_init_device": 0,
+                                   "__tgt_rtl_deinit_device": 2, "__tgt_rtl_deinit_plugin": 1}
+    assert not ctl.is_plugin_initialized() and plugin.initialized is False
+
+
 def test_release_that_is_not_the_last_keeps_plugin_and_devices(plugin, ctl):
     plugin.acquire()
     plugin.acquire()

@@ -14,10 +14,13 @@ import time
 from collections import defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import offload_shim as osh
 from offload_shim.errors import LifecycleError, OutOfDeviceMemoryError, UnknownPointerError
 from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV, MemoryManager
+from offload_shim.memory.manager import OOM_LADDERS
 from offload_shim.memory.fake import FakeBackend
 from offload_shim.plugins.loader import load_plugin
 
@@ -377,3 +380,104 @@ def test_threads_hit_one_device_while_another_trims_deinits_and_closes(bundled_p
     for p, seq in seqs.items():
         assert seq == ["a", "f"] * (len(seq) // 2), f"{p:#x}: {seq}"
     assert dev.state is osh.DeviceState.CLOSED
+
+
+# -- OOM while a fitting block is cached (pytorch #189504) ------------------------
+
+_FIT = 600          # the request; cached non-fitting blocks hold less than it in all
+
+
+@settings(max_examples=80, deadline=None)
+@given(policy=st.sampled_from(["exact", "binned"]), oom=st.sampled_from(OOM_LADDERS),
+       cached=st.lists(st.sampled_from([48, 96, 160]), max_size=3),
+       points=st.lists(st.integers(0, 11), max_size=3, unique=True),
+       larger=st.booleans())
+def test_a_fitting_block_freed_at_any_point_of_the_oom_ladder_is_used(
+        policy, oom, cached, points, larger):
+    """A request misses the cache, the backend (full: capacity = what the pool
+    holds) returns 0 and the OOM ladder runs.  Helper threads, one per entry of
+    ``points``, each hold a block that fits the request (binned: also a larger
+    one of its class) and free it when the requesting thread reaches that point
+    of the ladder: the entry or exit of one of its backend calls (the first
+    allocation, each release, each retry).  A fitting block freed before the
+    ladder ends must serve the request (no OutOfDeviceMemoryError with it
+    cached), and the books balance: what the pool holds is what the backend
+    holds, every block freed exactly once.  Without a free the OOM is real (the
+    cached blocks hold less than the request) and is raised."""
+    fb = FakeBackend()
+    requester = threading.current_thread()
+    armed = [False]
+    seen = [0]
+    helpers = {}                # point -> (go, done) events of the helper freeing there
+
+    def point():
+        if armed[0] and threading.current_thread() is requester:
+            k = seen[0]
+            seen[0] += 1
+            if k in helpers:
+                go, done = helpers[k]
+                go.set()
+                assert done.wait(60), "helper did not free its block"
+
+    def balloc(size):
+        point()
+        ptr = fb.alloc(size)
+        point()
+        return ptr
+
+    def bfree(ptr):
+        point()
+        fb.free(ptr)
+        point()
+
+    mm = MemoryManager(balloc, bfree, policy=policy, oom=oom, threshold=4096, debug="")
+    fit = _FIT + 8 if larger and policy == "binned" else _FIT
+    if fit != _FIT:
+        assert mm._sizes.size_class(fit) == mm._sizes.size_class(_FIT)
+    for p in [mm.allocate(n) for n in cached]:
+        mm.free(p)
+    held = [mm.allocate(fit) for _ in points]
+    fb.capacity = fb.held_bytes         # the device is full: nothing more without a release
+    freed = []
+
+    def helper(i):
+        go, done = helpers[points[i]]
+        go.wait(120)
+        mm.free(held[i])
+        freed.append(held[i])
+        done.set()
+
+    for k in points:
+        helpers[k] = (threading.Event(), threading.Event())
+    threads = [threading.Thread(target=helper, args=(i,)) for i in range(len(points))]
+    for t in threads:
+        t.start()
+    armed[0] = True
+    try:
+        ptr = mm.allocate(_FIT)
+        error = None
+    except OutOfDeviceMemoryError as e:
+        ptr, error = 0, e
+    finally:
+        armed[0] = False
+        for go, _ in helpers.values():
+            go.set()
+        for t in threads:
+            t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    fired = [k for k in points if k < seen[0]]
+    if fired:
+        assert error is None, f"OOM with a fitting block freed at ladder point(s) {fired}: {error}"
+    else:
+        assert error is not None and error.cached == 0 and error.in_use == fit * len(points)
+    if ptr:
+        assert mm.size_of(ptr) == _FIT and fb.live.get(ptr) in (_FIT, fit)
+        mm.free(ptr)
+    s = mm.stats
+    assert s.bytes_in_use == 0 and s.live_blocks == 0
+    assert s.bytes_total == fb.held_bytes == sum(fb.live.values())
+    assert s.backend_allocs - s.backend_frees == s.cached_blocks == len(fb.live)
+    assert mm.drain() == (0, 0)
+    assert fb.live == {} and fb.errors == []
+    assert_unlocked(mm)
+

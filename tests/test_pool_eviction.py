@@ -366,11 +366,12 @@ def test_fewest_oldest_against_brute_force(sizes, need):
 def test_oom_ladders_report_released_bytes_and_retries():
     from offload_shim.memory.oom import free_all, incremental
 
-    def ladder(cached, succeed_at):
+    def ladder(cached, succeed_at, reuse_at=0):
         """Callables over a cache of ``cached`` block sizes (largest released
-        first); the ``succeed_at``-th retry returns a pointer (0: never)."""
+        first); the ``succeed_at``-th retry returns a pointer (0: never), the
+        ``reuse_at``-th search of the cache finds a fitting block (0: never)."""
         cache = sorted(cached)
-        calls = {"retry": 0, "all": 0}
+        calls = {"retry": 0, "all": 0, "reuse": 0}
 
         def release_all():
             calls["all"] += 1
@@ -384,20 +385,32 @@ def test_oom_ladders_report_released_bytes_and_retries():
         def retry():
             calls["retry"] += 1
             return 0x1000 if calls["retry"] == succeed_at else 0
-        return (release_all, release_largest, retry), calls
+
+        def reuse():
+            calls["reuse"] += 1
+            return 0x2000 if calls["reuse"] == reuse_at else 0
+        return (release_all, release_largest, retry, reuse), calls
 
     args, calls = ladder([100, 200, 300], 0)
-    assert free_all(*args) == (0, 600, 1) and calls == {"retry": 1, "all": 1}
+    assert free_all(*args) == (0, False, 600, 1)
+    assert calls == {"retry": 1, "all": 1, "reuse": 1}
     args, calls = ladder([], 1)
-    assert free_all(*args) == (0x1000, 0, 1)
+    assert free_all(*args) == (0x1000, False, 0, 1)
+    args, calls = ladder([100], 1, reuse_at=1)        # a fitting block freed meanwhile
+    assert free_all(*args) == (0x2000, True, 100, 0) and calls["retry"] == 0
     args, calls = ladder([100, 200, 300], 2)
-    assert incremental(*args) == (0x1000, 500, 2) and calls == {"retry": 2, "all": 0}
+    assert incremental(*args) == (0x1000, False, 500, 2)
+    assert calls == {"retry": 2, "all": 0, "reuse": 2}
     args, calls = ladder([100, 200, 300], 0)
-    assert incremental(*args) == (0, 600, 3) and calls["retry"] == 3
+    assert incremental(*args) == (0, False, 600, 3) and calls["retry"] == calls["reuse"] == 3
+    args, calls = ladder([100, 200, 300], 0, reuse_at=2)   # searched after each release
+    assert incremental(*args) == (0x2000, True, 500, 1) and calls["retry"] == 1
     args, calls = ladder([], 0)
-    assert incremental(*args) == (0, 0, 1) and calls["retry"] == 1
+    assert incremental(*args) == (0, False, 0, 1) and calls["retry"] == calls["reuse"] == 1
     args, calls = ladder([], 1)
-    assert incremental(*args) == (0x1000, 0, 1)
+    assert incremental(*args) == (0x1000, False, 0, 1)
+    args, calls = ladder([], 1, reuse_at=1)
+    assert incremental(*args) == (0x2000, True, 0, 0) and calls["retry"] == 0
 
 
 def test_largest_first_stops_as_soon_as_the_need_is_met():

@@ -186,11 +186,19 @@ def stop(at_exit: bool = False) -> None:
             ip.abandon()
             report["abandoned"] = busy
             report["errors"] = list(ip.errors)
-            report["leaks"] = {}
+            held = {}               # a construct still runs: its rows are in use, not leaked
         else:
+            # counted before Interposer.close() frees the rows' memory and rt.close()
+            # the rest (both silently, as libomptarget does)
+            held = ip.leaks()
             st["cm"].__exit__(None, None, None)      # Interposer.close()
             report["errors"] = list(ip.errors)
-            report["leaks"] = {k: list(v) for k, v in rt.close().items()}
+            rt.close()
+        report["leaks"] = {dev: [sum(n for n, _ in kinds.values()),
+                                 sum(b for _, b in kinds.values())]
+                           for dev, kinds in held.items()}
+        report["leaks_by_kind"] = {dev: {k: list(v) for k, v in kinds.items()}
+                                   for dev, kinds in held.items()}
         report["calls"] = call_counts()
         report["gomp"] = ip.gomp.report()
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise

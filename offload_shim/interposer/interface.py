@@ -226,6 +226,35 @@ class Interposer:
         dm = self._mappers.get(device)
         return dm.snapshot() if dm is not None else []
 
+    def leaks(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Device memory the program still holds, per initialised device:
+        ``{device label: {"mapped": (rows, bytes), "allocated": (blocks, bytes)}}``
+        (bytes as requested), only devices that hold some.  ``mapped``: the device
+        memory of mapping-table rows left behind (``target enter data`` without its
+        ``exit data``); ``allocated``: every other live allocation of the device's
+        pool (``omp_target_alloc`` and the ``llvm_omp_target_alloc_*`` routines
+        without their free).  Call it before :meth:`close`, which frees the rows'
+        memory (libomptarget 16 ``DeviceTy::deinit``/``~DeviceTy`` frees both
+        silently; ``offload-shim run --report`` counts them from here)."""
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        rows: dict[object, set[int]] = {}
+        for dm in self.device_mappers():
+            rows.setdefault(dm.device, set()).update(
+                e.alloc for e in dm.snapshot() if e.alloc and not e.leased)
+        for dev in self.devices:
+            pool = dev.pool if dev.initialized else None
+            live = pool.live_allocations() if pool is not None else []
+            if not live:
+                continue
+            mapped = rows.get(dev, set())
+            kinds = {"mapped": [0, 0], "allocated": [0, 0]}
+            for ptr, size in live:
+                k = kinds["mapped" if ptr in mapped else "allocated"]
+                k[0] += 1
+                k[1] += size
+            out[dev.label] = {k: tuple(v) for k, v in kinds.items()}
+        return out
+
     # -- lifecycle ------------------------------------------------------------------
     def _install(self) -> None:
         construct = self._construct_error

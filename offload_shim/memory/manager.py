@@ -564,7 +564,11 @@ class MemoryManager(PoolQueries, CacheRelease):
         with self._guard:
             ptr = self._balloc(size)
             if not ptr:
-                ptr = self._out_of_memory(size, bucket)
+                ptr, reused = self._out_of_memory(size, bucket, pooled)
+                if reused:                  # a cached block, booked as a hit
+                    if self._log is not None:
+                        self._log.flush()
+                    return ptr
             elif type(ptr) is not int:
                 ptr = operator.index(ptr)
             with self._lock:
@@ -616,26 +620,69 @@ class MemoryManager(PoolQueries, CacheRelease):
             self._log.append({"op": "alloc", "size": size, "ptr": ptr, "hit": False,
                               "block": size, "dev": self._label, "t_ns": now_ns()})
 
-    def _out_of_memory(self, size, bucket):
-        """The backend returned 0 for ``size`` bytes: run the OOM ladder;
-        raise OutOfDeviceMemoryError when it ends without memory."""
-        ptr, released, retries = self._ladder(
+    def _out_of_memory(self, size, bucket, pooled):
+        """The backend returned 0 for ``size`` bytes: run the OOM ladder
+        (:mod:`.oom`), which searches the cache again after each release
+        step; ``(ptr, reused)``, ``reused`` when ``ptr`` is a cached block
+        (booked as a hit) rather than backend memory.  Before raising
+        OutOfDeviceMemoryError the cache is searched once more, under the
+        same lock that reads the error's figures, so a fitting block freed
+        by another thread at any point of the ladder is never left cached
+        behind an OOM.  ``pooled`` False (a bypass): nothing cached fits."""
+        reuse = (lambda: self._reuse_cached(size)) if pooled else (lambda: 0)
+        ptr, reused, released, retries = self._ladder(
             self._release_all_cached, self._release_largest_cached,
-            lambda: self._retry(size, bucket))
+            lambda: self._retry(size, bucket), reuse)
         if ptr:
-            return ptr if type(ptr) is int else operator.index(ptr)
+            return (ptr if type(ptr) is int else operator.index(ptr)), reused
         with self._lock:
-            in_use = self._acc >> _SHIFT
-            cached = self._held - in_use
+            ptr = self._reuse_locked(size) if pooled else 0
+            if not ptr:
+                in_use = self._acc >> _SHIFT
+                cached = self._held - in_use
+        if ptr:
+            return ptr, True
         if self._log is not None:
             self._log.flush()
         raise OutOfDeviceMemoryError(
             f"out of device memory on device {self._label or '?'}: requested {size} bytes; "
             f"the backend returned no memory, also after the {self._oom!r} ladder released "
             f"{released} cached bytes and retried {retries} time(s); now {cached} bytes cached, "
-            f"{in_use} bytes in use",
+            f"{in_use} bytes in use, none of them a block that fits",
             requested=size, cached=cached, in_use=in_use, device=self._label or None,
             function="MemoryManager.allocate")
+
+    def _reuse_cached(self, size):
+        """OOM ladder step: a cached block that fits ``size`` bytes, taken as
+        a hit; 0 if none."""
+        with self._lock:
+            return self._reuse_locked(size)
+
+    def _reuse_locked(self, size):
+        """(Lock held.)  What the hit path of :meth:`allocate` does, for the
+        OOM ladder: take a cached block that fits ``size`` bytes (exact: of
+        that size, the least recently freed; binned: of that size, else the
+        smallest larger one of its class, the most recently freed) and book
+        it as live and as a hit; 0 if none is cached.  The manager's closed
+        state needs no check: drain empties the free lists."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        fl = self._free.get(size)
+        binned = self._index is not None
+        if not fl and binned:
+            fl = self._index.larger(size, self._free)
+        if not fl:
+            return 0
+        ptr, rec = fl.popitem(last=binned)
+        if rec[0] != size:
+            rec = (size,) + rec[1:]
+        self._live[ptr] = rec
+        self._acc = acc = self._acc + rec[4]    # bytes in use and the hit
+        if acc > self._peak_acc:
+            self._peak_acc = acc | _HITS
+        if self._log is not None:
+            self._event_hit(size, ptr, rec)
+        return ptr
 
     def _retry(self, size, bucket):
         if self._stats_on or self._log is not None:

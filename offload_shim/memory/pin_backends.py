@@ -45,7 +45,7 @@ CAP_IPC_LOCK = 14
 __all__ = ["PAGE", "PinBackend", "MlockBackend", "PluginLockBackend", "OlMemRegisterBackend",
            "GompPageLockedBackend", "CudaHostRegisterBackend", "select_backend",
            "vmlck_bytes", "memlock_limit", "has_cap_ipc_lock", "check_memlock",
-           "cuda_driver_available", "is_cuda_plugin"]
+           "cuda_driver_available", "is_cuda_plugin", "mapping_identity", "span_locked"]
 
 
 # -- process facts -------------------------------------------------------------
@@ -91,6 +91,84 @@ def _page_span(addr: int, size: int) -> tuple[int, int]:
     start = addr - addr % PAGE
     end = -(-(addr + size) // PAGE) * PAGE
     return start, end
+
+
+# -- what lies under a pin -------------------------------------------------------
+
+def _vma_header(line: str):
+    """(start, end, offset, dev, inode) of a ``/proc/self/maps`` (or smaps
+    header) line; None for an smaps field line ("Rss:", "VmFlags:"...)."""
+    if line[0] not in "0123456789abcdef":
+        return None
+    fields = line.split(None, 5)
+    start, _, end = fields[0].partition("-")
+    return int(start, 16), int(end, 16), int(fields[2], 16), fields[3], int(fields[4])
+
+
+def mapping_identity(addr: int, size: int) -> tuple | None:
+    """What is mapped under the pages of ``[addr, +size)``, from
+    ``/proc/self/maps``: ``((start, end, dev, inode, file offset at start),
+    ...)``, each mapping clipped to the page span, pieces that continue one
+    another (a mapping split by ``mlock``/``mprotect``) merged, a hole shown
+    as a gap; None when the file cannot be read.  Unmapping the range, or
+    mapping a file or another extent there, changes it; an anonymous mapping
+    replaced by one of the same extent does not (the kernel shows both as
+    offset 0, inode 0: ``fs/proc/task_mmu.c`` ``show_map_vma``)."""
+    start, end = _page_span(addr, size)
+    pieces: list[list] = []
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                s, e, off, dev, inode = _vma_header(line)
+                if e <= start:
+                    continue
+                if s >= end:
+                    break
+                cs = max(s, start)
+                off = off + (cs - s) if inode else 0
+                last = pieces[-1] if pieces else None
+                if (last is not None and last[1] == cs and last[2:4] == [dev, inode]
+                        and (not inode or last[4] + (cs - last[0]) == off)):
+                    last[1] = min(e, end)
+                else:
+                    pieces.append([cs, min(e, end), dev, inode, off])
+    except (OSError, ValueError, IndexError):
+        return None
+    return tuple(tuple(p) for p in pieces)
+
+
+def span_locked(addr: int, size: int) -> bool | None:
+    """True when every page of ``[addr, +size)`` lies in a mapping the kernel
+    holds locked (``VM_LOCKED``: ``lo`` in its ``VmFlags`` in
+    ``/proc/self/smaps``, ``fs/proc/task_mmu.c`` ``show_smap_vma_flags``, set
+    by ``mlock``/``mlockall``); False when a page is unmapped or its mapping
+    is not locked; None when ``/proc/self/smaps`` cannot be read.  Reads the
+    whole file (a few ms in a large process)."""
+    start, end = _page_span(addr, size)
+    covered = start
+    vma = None
+    try:
+        with open("/proc/self/smaps") as fh:
+            for line in fh:
+                if line.startswith("VmFlags:"):
+                    if vma is None:
+                        continue
+                    if vma[0] > covered or "lo" not in line.split()[1:]:
+                        return False
+                    covered = vma[1]
+                    if covered >= end:
+                        return True
+                    vma = None
+                    continue
+                head = _vma_header(line)
+                if head is None:
+                    continue
+                if head[0] >= end:
+                    break
+                vma = head[:2] if head[1] > start else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return False
 
 
 def _limit_error(what: str, requested: int, *, errno: int | None = None) -> MemlockLimitError:

@@ -30,6 +30,24 @@ other intersection -- partial overlap, or a new range that *contains* a pinned
 one -- raises :class:`~offload_shim.errors.PinnedRangeError`.  Unpinning a
 range that is not pinned and pinning 0 bytes raise the same error.
 
+Stale pins: a pin of a buffer object keeps its memory mapped (the buffer
+export holds it), a pin of a raw ``int`` address does not.  When its memory
+is unmapped without an unpin and new memory is mapped at that address, the
+kernel holds no lock on the new pages, so a pin there must not count a
+reference on the dead one.  Each raw pin records what the kernel shows for
+its pages: for a backend that locks with ``mlock``, their ``VM_LOCKED`` state
+(:func:`~offload_shim.memory.pin_backends.span_locked`), else the mapping's
+identity (:func:`~offload_shim.memory.pin_backends.mapping_identity`:
+extent, device, inode, file offset).  A pin, :meth:`PinnedRegistry.is_pinned`,
+:meth:`PinnedRegistry.ranges` and :meth:`PinnedRegistry.bytes_pinned` check
+it again; a pin whose memory changed is stale: never reported, new pins that
+touch it raise :class:`~offload_shim.errors.StalePinError`, and unpinning it
+removes it.  (An anonymous mapping replaced by one of the same extent is
+invisible in ``/proc/self/maps``, so for a backend that does not ``mlock``
+-- ``cuMemHostRegister``, which refuses a second registration itself (712),
+``olMemRegister`` of GPU plugins -- only unmapped, resized or file-backed
+replacements are caught.)
+
 ``RLIMIT_MEMLOCK``: before a backend that counts against it (``mlock``, the
 bundled plugin, ``mlockall``) locks, the soft limit is compared with the bytes
 already locked (``VmLck`` of ``/proc/self/status``) plus the page span asked
@@ -53,11 +71,12 @@ from collections import namedtuple
 
 from ..abi import buffers as _buffers
 from ..errors import (LifecycleError, MemlockLimitError, OffloadError, PinnedMemoryError,
-                      PinnedRangeError)
+                      PinnedRangeError, StalePinError)
 from .pin_backends import (_PROCESS, _REGISTRIES, PAGE, CudaHostRegisterBackend,
                            GompPageLockedBackend, MlockBackend, OlMemRegisterBackend, PinBackend,
                            PluginLockBackend, _page_span, check_memlock, cuda_driver_available,
-                           has_cap_ipc_lock, memlock_limit, select_backend, vmlck_bytes)
+                           has_cap_ipc_lock, mapping_identity, memlock_limit, select_backend,
+                           span_locked, vmlck_bytes)
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
@@ -107,8 +126,12 @@ class PinnedRange(namedtuple("PinnedRange", "address size refs nested backend de
         return self.address + self.size
 
 
+#: ``_Entry.ident`` of a raw pin whose backend mlocks: its pages must stay VM_LOCKED
+_LOCKED = "locked"
+
+
 class _Entry:
-    __slots__ = ("start", "size", "own", "nested", "keep", "host_block")
+    __slots__ = ("start", "size", "own", "nested", "keep", "host_block", "ident", "stale")
 
     def __init__(self, start: int, size: int):
         self.start, self.size = start, size
@@ -116,6 +139,8 @@ class _Entry:
         self.nested: dict[tuple[int, int], int] = {}
         self.keep: dict[tuple[int, int], list] = {}
         self.host_block = False
+        self.ident = None       # raw pins: what must still be true of its pages (_held)
+        self.stale = False
 
     @property
     def end(self) -> int:
@@ -281,6 +306,15 @@ class PinnedRegistry:
             self._check_open()
             dom = self._domain(device)
             hits = dom.find(addr, n)
+            for e in hits:
+                if not self._held(dom, e):
+                    raise StalePinError(
+                        f"pin of [{addr:#x}, +{n}){' on ' + dom.label if dom.label else ''}: "
+                        f"it touches the pin of raw address range [{e.start:#x}, +{e.size}), "
+                        f"whose memory was unmapped (or mapped anew) since without an unpin; "
+                        f"the kernel no longer holds that lock.  unpin [{e.start:#x}, "
+                        f"+{e.size}) first, then pin the new memory", address=addr, size=n,
+                        pinned=(e.start, e.size), device=dom.label)
             if len(hits) == 1 and hits[0].start <= addr and addr + n <= hits[0].end:
                 e = hits[0]
                 key = (addr, n)
@@ -305,9 +339,33 @@ class PinnedRegistry:
             e = _Entry(addr, n)
             e.own = 1
             e.host_block = host_block
+            if keep is None and not host_block:     # a raw address: nothing keeps it mapped
+                e.ident = _LOCKED if be.counts_memlock else mapping_identity(addr, n)
             e.keep[(addr, n)] = [keep]
             dom.insert(e)
             return self._snap(dom, e)
+
+    @staticmethod
+    def _held(dom: _Domain, e: _Entry) -> bool:
+        """(Registry lock held.)  False when ``e`` is a raw pin whose memory
+        changed since it was pinned (module docstring, "Stale pins"); it is
+        then marked stale for good.  True while the kernel's state cannot be
+        read."""
+        if e.stale:
+            return False
+        if e.ident is None:
+            return True
+        if e.ident is _LOCKED:
+            held = span_locked(e.start, e.size) is not False
+        else:
+            now = mapping_identity(e.start, e.size)
+            held = now is None or now == e.ident
+        if not held:
+            e.stale = True
+            log.warning("pin of [%#x, +%d)%s is stale: its memory was unmapped or mapped "
+                        "anew without an unpin", e.start, e.size,
+                        f" on {dom.label}" if dom.label else "")
+        return held
 
     def unpin(self, buf, size: int | None = None, *, device=None) -> int:
         """Drop one reference of a pinned range (same arguments as :meth:`pin`;
@@ -380,23 +438,26 @@ class PinnedRegistry:
 
     def ranges(self, device=...) -> list[PinnedRange]:
         """Pinned ranges, sorted; ``device`` filters (None = process domain;
-        omitted = all)."""
+        omitted = all).  Stale pins (module docstring) are left out."""
         with self._lock:
             out = []
             for key, dom in self._domains.items():
                 if device is not ... and key is not device:
                     continue
-                out.extend(self._snap(dom, dom.entries[s]) for s in dom.starts)
+                out.extend(self._snap(dom, dom.entries[s]) for s in dom.starts
+                           if self._held(dom, dom.entries[s]))
             return out
 
     def is_pinned(self, addr: int, size: int = 1, *, device=None) -> bool:
-        """True when [addr, addr+size) lies inside one pinned range of ``device``."""
+        """True when [addr, addr+size) lies inside one pinned range of ``device``
+        (not a stale one: module docstring)."""
         with self._lock:
             dom = self._domains.get(device)
             if dom is None:
                 return False
             hits = dom.find(addr, size)
-            return len(hits) == 1 and hits[0].start <= addr and addr + size <= hits[0].end
+            return (len(hits) == 1 and hits[0].start <= addr and addr + size <= hits[0].end
+                    and self._held(dom, hits[0]))
 
     def bytes_pinned(self) -> dict[str, int]:
         """{backend name: bytes of pinned ranges} (range sizes, not pages)."""
@@ -404,6 +465,8 @@ class PinnedRegistry:
             out: dict[str, int] = {}
             for dom in self._domains.values():
                 for e in dom.entries.values():
+                    if not self._held(dom, e):
+                        continue
                     name = dom.backend.name if e.host_block else dom.reg_backend.name
                     out[name] = out.get(name, 0) + e.size
             return out

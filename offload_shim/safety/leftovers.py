@@ -47,6 +47,11 @@ __all__ = ["LLVM_COPY_GLOB", "WATCHED", "before_load", "llvm_copies", "kmp_segme
 #: where the LLVM x86_64 plugins put their image copies (hard-coded template)
 LLVM_COPY_GLOB = "/tmp/tmpfile_??????"
 _KMP_GLOB = "/dev/shm/__KMP_REGISTERED_LIB_*"
+#: the folders :func:`llvm_copies`, :func:`unlink_new_copies` (listing and inotify
+#: watch), the libomp segment functions look in; tests point them at a private folder, so that what other
+#: processes on the machine do in /tmp and /dev/shm cannot change their outcome
+COPY_DIR = "/tmp"
+SHM_DIR = "/dev/shm"
 
 
 def _listing(directory: str, match) -> list:
@@ -70,12 +75,12 @@ def llvm_copies() -> set[str]:
     """The ``/tmp/tmpfile_XXXXXX`` files there now (:data:`LLVM_COPY_GLOB`): one
     ``scandir``, no ``stat``.  The plugin layer takes it before a load and gives it to
     :func:`unlink_new_copies` after."""
-    return {e.path for e in _listing("/tmp", _is_copy)}
+    return {e.path for e in _listing(COPY_DIR, _is_copy)}
 
 
 def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
-    return {e.path for e in _listing("/dev/shm",
+    return {e.path for e in _listing(SHM_DIR,
                                      lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
 _KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
 _COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
@@ -151,7 +156,7 @@ class _CopyWatch:
 
     def _mask(self, mask: int) -> bool:
         from ..abi import libc
-        wd, _err = libc.inotify_add_watch(self.fd, "/tmp", mask | libc.IN_ONLYDIR)
+        wd, _err = libc.inotify_add_watch(self.fd, COPY_DIR, mask | libc.IN_ONLYDIR)
         return wd >= 0
 
     def start(self) -> bool:
@@ -211,7 +216,7 @@ class _CopyWatch:
                     start = i + _EVENT.size
                     name = buf[start:start + n].split(b"\0", 1)[0].decode(errors="replace")
                     if _is_copy(name):
-                        names.add("/tmp/" + name)
+                        names.add(os.path.join(COPY_DIR, name))
                 i += _EVENT.size + n
             if len(buf) <= _READ_SIZE - _EVENT_MAX:
                 return lost
@@ -300,7 +305,7 @@ def unlink_new_copies(before=None) -> list[str]:
         if out is not None:
             return out
         before = None                            # events lost: look at every copy
-    names = {(e.path, e.inode()) for e in _listing("/tmp", _is_copy)
+    names = {(e.path, e.inode()) for e in _listing(COPY_DIR, _is_copy)
              if before is None or e.path not in before}
     with _lock:
         _foreign.intersection_update(names)
@@ -362,8 +367,8 @@ def removed_copies() -> list[str]:
 def kmp_segments(pid: int) -> list[str]:
     """libomp's registration segment names of process ``pid``: LLVM 12+ uses
     ``__KMP_REGISTERED_LIB_<pid>_<uid>``, older ones ``__KMP_REGISTERED_LIB_<pid>``."""
-    return [f"/dev/shm/__KMP_REGISTERED_LIB_{pid}_{os.getuid()}",
-            f"/dev/shm/__KMP_REGISTERED_LIB_{pid}"]
+    return [f"{SHM_DIR}/__KMP_REGISTERED_LIB_{pid}_{os.getuid()}",
+            f"{SHM_DIR}/__KMP_REGISTERED_LIB_{pid}"]
 
 
 def remove_kmp_segment(pid: int) -> bool:
