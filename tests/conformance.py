@@ -31,6 +31,14 @@ Variants of one run, each compared with its reference
 * ``lib``: ``python support/host.py lib.so`` as is vs under ``offload-shim run``;
 * ``run-library``: ``offload-shim run-library --call osh_program_run`` vs the ``lib``
   reference.
+
+A program whose own runtime loses data where a later release fixed it (a bug of
+:data:`offload_shim.interposer.profile.FIXED_UPSTREAM`, which offload_shim does not
+reproduce) is listed in :data:`FIXED_UPSTREAM` for that compiler: its reference shows
+the bug, and the harnesses check instead that the run under ``offload-shim run`` gives
+the fixed result -- the same program's under libomptarget 22.1
+(:func:`fixed_reference`) -- and that its report names the bug
+(:func:`check_fixed_upstream`).
 """
 
 from __future__ import annotations
@@ -44,10 +52,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offload_shim.cli.compare import Outcome, run_outcome
+from offload_shim.cli.compare import Comparison, Outcome, run_outcome, run_shim_outcome
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
@@ -199,6 +208,71 @@ def _clang_version(name: str) -> int:
     return int(m.group(1))
 
 
+#: (program, clang version) -> id of the bug of that release's libomptarget the
+#: program shows (offload_shim.interposer.profile.FIXED_UPSTREAM; docs/conformance.md
+#: "Fixed upstream"): expected, labelled differences from the reference
+FIXED_UPSTREAM: dict[tuple[str, int], str] = {
+    ("fixed_upstream_padding.c", 16): "partial-struct-padding",
+    ("fixed_upstream_struct_copy.c", 16): "struct-copy-over-attached-pointer",
+    ("fixed_upstream_mapper.c", 16): "struct-copy-over-attached-pointer",
+    ("fixed_upstream_mapper.c", 19): "struct-copy-over-attached-pointer",
+    ("fixed_upstream_always.c", 16): "always-pointer-member-reattach",
+    ("fixed_upstream_always.c", 19): "always-pointer-member-reattach",
+}
+
+_fixed_lock = threading.Lock()
+_fixed_runs: dict[tuple[str, str], Outcome | str] = {}
+
+
+def fixed_reference(name: str, label: str) -> Outcome | str:
+    """The fixed result of program ``name``'s run ``label``: the executable built by
+    clang-22 run as is (libomptarget 22.1, which has none of the bugs of
+    :data:`FIXED_UPSTREAM`); or why it cannot be had (a string: clang-22 or its
+    runtime missing, a build error).  Built and run once per session."""
+    key = (name, label)
+    with _fixed_lock:
+        if key in _fixed_runs:
+            return _fixed_runs[key]
+        import clang_toolchains as ct
+        tc = Toolchain.of(ct.toolchain_fields(ct.CLANG22))
+        why = tc.missing()
+        if why:
+            _fixed_runs[key] = f"{tc.name}: {why}"
+            return _fixed_runs[key]
+        prog = next(p for p in programs() if p.name == name)
+        b = build(prog, tc, tc.identity(), cache_root(), library=False)
+        if b.error:
+            _fixed_runs[key] = f"{name} does not build with {tc.name}:\n{b.error}"
+            return _fixed_runs[key]
+        run = next(r for r in prog.runs if r.label == label)
+        _fixed_runs[key] = run_outcome([str(b.exe), *run.args],
+                                       env=tc.env(dict(os.environ, **run.env)))
+        return _fixed_runs[key]
+
+
+def check_fixed_upstream(name: str, version: int, ref: Outcome, got: Outcome,
+                         fixed: Outcome) -> None:
+    """Assert what a :data:`FIXED_UPSTREAM` run must show: the release's profile lists
+    the bug, the reference (``ref``) still shows it (differs from ``got``), the run
+    under ``offload-shim run`` (``got``) gives the fixed exit status and stdout
+    (``fixed``, :func:`fixed_reference`) and its report names the bug and nothing
+    else, and ``offload-shim compare`` labels the difference known."""
+    from offload_shim.interposer.profile import profile_for
+    bug = FIXED_UPSTREAM[(name, version)]
+    assert bug in profile_for(version).fixed_upstream, (bug, version)
+    assert ref.key() != got.key(), (
+        f"the reference no longer shows {bug}: {ref.render()}")
+    assert (got.status, got.stdout) == (fixed.status, fixed.stdout), (
+        f"\nfixed (libomptarget 22.1): exit {fixed.status}\n" + "\n".join(fixed.stdout)
+        + f"\noffload-shim run: exit {got.status}\n" + "\n".join(got.stdout)
+        + f"\n--- offload-shim stderr:\n{got.stderr[-3000:]}")
+    assert set(got.fixed_upstream) == {bug} and got.fixed_upstream[bug] >= 1, \
+        got.fixed_upstream
+    c = Comparison([name], ref, got)
+    assert c.verdict == "known" and c.known[0].startswith(
+        f"known: fixed upstream ({bug}: "), c.known
+
+
 def stderr_lines(outcome: Outcome) -> list[str]:
     """All of ``outcome``'s stderr, line by line, normalised (``stderr: exact``
     programs)."""
@@ -320,7 +394,7 @@ def outcomes(built: Built, run: Run, tc: Toolchain, timeout: float = 120.0) -> d
     if "exe" in built.program.modes:
         argv = [str(built.exe), *run.args]
         res["exe"] = (run_outcome(argv, env=base, timeout=timeout),
-                      run_outcome(argv, env=_shim_env(base, tc), timeout=timeout))
+                      run_shim_outcome(argv, env=_shim_env(base, tc), timeout=timeout))
     if "lib" in built.program.modes:
         argv = [sys.executable, str(SUPPORT / "host.py"), str(built.lib), *run.args]
         ref = run_outcome(argv, env=base, timeout=timeout)
@@ -350,12 +424,13 @@ def run_all_exe(builts: dict[str, Built], tc: Toolchain, jobs: int = 2,
         base = tc.env(dict(os.environ, **run.env))
         argv = [str(b.exe), *run.args]
         return (run_outcome(argv, env=base, timeout=timeout),
-                run_outcome(argv, env=_shim_env(base, tc), timeout=timeout))
+                run_shim_outcome(argv, env=_shim_env(base, tc), timeout=timeout))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         tasks = {(name, run.label): pool.submit(one, b, run)
                  for name, b in builts.items() if not b.error for run in b.program.runs}
         return {k: f.result() for k, f in tasks.items()}
 
 
-__all__ = ["CLANG16", "Built", "Program", "Run", "Toolchain", "VARIANTS", "build",
-           "build_all", "outcomes", "programs", "run_all", "run_all_exe", "stderr_lines"]
+__all__ = ["CLANG16", "FIXED_UPSTREAM", "Built", "Program", "Run", "Toolchain", "VARIANTS",
+           "build", "build_all", "check_fixed_upstream", "fixed_reference", "outcomes",
+           "programs", "run_all", "run_all_exe", "stderr_lines"]

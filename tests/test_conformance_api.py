@@ -134,6 +134,56 @@ def test_compare_json_and_a_difference():
     assert "-  embed=no" in data["diff"] and "+  embed=1" in data["diff"]
 
 
+def test_compare_labels_a_bug_fixed_upstream():
+    """A clang-16 program whose own runtime (libomptarget 16) loses data where upstream
+    fixed the bug: compare exits 3 and names the bug (the offload-shim run's report);
+    the same program built by clang-22 agrees (exit 0)."""
+    import conformance as cf
+    p = next(p for p in cf.programs() if p.name == "fixed_upstream_padding.c")
+    for cc, want in ((ct.CLANG16, 3), (ct.CLANG22, 0)):
+        if cc.missing():
+            pytest.skip(cc.missing())
+        exe = cc.build(p.path)
+        r = _run("compare", "--json", str(exe))
+        assert r.returncode == want, r.stdout + r.stderr
+        data = json.loads(r.stdout)
+        if want == 0:
+            assert (data["verdict"], data["known"]) == ("same", [])
+            continue
+        assert data["verdict"] == "known" and data["same"] is False
+        from offload_shim.interposer.profile import FIXED_UPSTREAM
+        assert data["known"] == [FIXED_UPSTREAM["partial-struct-padding"].label()]
+        assert data["known"][0].startswith("known: fixed upstream (partial-struct-padding: ")
+        assert data["offload_shim"]["fixed_upstream"]["partial-struct-padding"] >= 1
+        assert data["reference"]["fixed_upstream"] == {}
+        r = _run("compare", str(exe))
+        assert r.returncode == 3
+        assert "== different, known: fixed upstream (partial-struct-padding: " in r.stdout
+        assert "-  host s.a=1 s.b=2 s.d=4" in r.stdout        # the diff all the same
+
+
+def test_comparison_verdicts():
+    """Comparison.known / verdict: a label only for a difference, only for ids of
+    FIXED_UPSTREAM; a run killed at the timeout is never "known"."""
+    from offload_shim.cli.compare import Comparison, Outcome
+    a = Outcome(0, ["x"], [])
+    b = Outcome(0, ["y"], [], fixed_upstream={"always-pointer-member-reattach": 2})
+    c = Comparison(["p"], a, b)
+    assert c.verdict == "known"
+    from offload_shim.interposer.profile import FIXED_UPSTREAM
+    fix = FIXED_UPSTREAM["always-pointer-member-reattach"].fix
+    assert "PR #149036" in fix
+    assert c.known == [f"known: fixed upstream (always-pointer-member-reattach: {fix})"]
+    same = Outcome(0, ["x"], [], fixed_upstream={"always-pointer-member-reattach": 1})
+    assert (Comparison(["p"], a, same).verdict, Comparison(["p"], a, same).known) == \
+        ("same", [])
+    odd = Outcome(0, ["y"], [], fixed_upstream={"no-such-bug": 1})
+    assert Comparison(["p"], a, odd).verdict == "different"
+    late = Outcome("timeout", [], [], fixed_upstream={"partial-struct-padding": 1})
+    assert Comparison(["p"], a, late).verdict == "timeout"
+    assert Comparison(["p"], a, late).known == []
+
+
 def test_compare_bad_input():
     r = _run("compare", "/nonexistent/program")
     assert r.returncode == 2 and "no such program" in r.stderr

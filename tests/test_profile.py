@@ -260,3 +260,56 @@ def test_entry_points_are_the_libraries(p):
     base, new = _exports(_LIBS[16]), _exports(_LIBS[p.major])
     assert p.new_entry_points == new - base
     assert p.dropped_entry_points == base - new
+
+
+# -- the bugs of a release offload_shim does not reproduce --------------------------------
+def test_fixed_upstream_bugs_are_described_and_tested():
+    """Every id a profile lists is in FIXED_UPSTREAM with what is lost, the upstream fix
+    (a PR, or the file and function) and a program of tests/programs/ that the
+    conformance harness runs with a compiler of that release as a labelled, expected
+    difference (conformance.FIXED_UPSTREAM); docs/conformance.md has a section for
+    each."""
+    import conformance as cf
+    names = {p.name for p in cf.programs()}
+    doc = DOC.read_text()
+    section = doc[doc.index("# Fixed upstream: where offload_shim follows the fix"):]
+    for bug, f in prof.FIXED_UPSTREAM.items():
+        assert f.id == bug and len(f.what) > 40
+        assert re.search(r"PR #\d+|\.cpp ", f.fix), f.fix
+        assert f.program in names
+        assert f"`{bug}`" in section and f.program in section
+        assert f.label() == f"known: fixed upstream ({bug}: {f.fix})"
+    for p in PROFILES:
+        assert set(p.fixed_upstream) <= set(prof.FIXED_UPSTREAM)
+        assert len(set(p.fixed_upstream)) == len(p.fixed_upstream)
+        for bug in p.fixed_upstream:
+            assert any(b == bug and v == p.major for (_n, v), b in cf.FIXED_UPSTREAM.items()), \
+                (p.release, bug)
+    for (name, version), bug in cf.FIXED_UPSTREAM.items():
+        assert name in names and bug in prof.profile_for(version).fixed_upstream
+        prog = next(q for q in cf.programs() if q.name == name)
+        assert version in prog.compilers and prog.modes == ("exe",)
+    assert LIBOMPTARGET_22.fixed_upstream == ()
+
+
+def test_note_fixed_upstream_counts_only_the_releases_bugs():
+    from offload_shim.interposer.mapping import DeviceMapper
+    for p in PROFILES:
+        dm = DeviceMapper(None, profile=lambda p=p: p)
+        for bug in prof.FIXED_UPSTREAM:
+            assert dm.note_fixed_upstream(bug) == (bug in p.fixed_upstream)
+        dm.note_fixed_upstream("partial-struct-padding")
+        assert dm.fixed_upstream == {b: 2 if b == "partial-struct-padding" else 1
+                                     for b in p.fixed_upstream}
+
+
+def test_padding_is_noticed_where_16_would_find_it_mapped():
+    """MappingTable.in_padding: a range meeting the padding before a padded row (where
+    libomptarget 16's row begins), and nothing else."""
+    from offload_shim.interposer.mapping import MappingTable
+    t = MappingTable()
+    t.padded[0x1004] = 4                    # a row from 0x1004, padded by 4 bytes
+    assert t.in_padding(0x1000, 4) and t.in_padding(0x1000, 0) and t.in_padding(0x1003, 1)
+    assert t.in_padding(0xffe, 4)           # partly below: 16 refuses (extension)
+    assert not t.in_padding(0x1004, 4) and not t.in_padding(0xffc, 4)
+    assert not t.in_padding(0x1008, 0)

@@ -17,7 +17,12 @@ normalised.  Shown with each result but not compared: offload_shim's own lines
 does not know) and the rest of stderr, what the program itself wrote.  Both results and
 a unified diff are printed; exit status 0 only when they
 agree, 1 when they differ or a run was killed at ``--timeout``, 2 when the program
-cannot be run.  Each run has a private ``TMPDIR`` and a session of its own; what it
+cannot be run, 3 when they differ and the run under ``offload-shim run`` met a
+data-losing bug of the program's libomptarget release that offload_shim does not
+reproduce (it follows the upstream fix: the ``fixed_upstream`` counts of its
+``--report``, :data:`offload_shim.interposer.profile.FIXED_UPSTREAM`): the difference is
+labelled ``known: fixed upstream (ID: FIX)`` instead of ``DIFFERENT`` (the run may
+still differ in other ways: the diff is printed all the same).  Each run has a private ``TMPDIR`` and a session of its own; what it
 leaves (image copies, libomp segments, processes) is removed, also after a timeout,
 Ctrl-C or SIGTERM.
 
@@ -35,6 +40,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 
 ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -63,13 +69,16 @@ class Outcome:
     ``"timeout"``), ``stdout`` lines and ``diagnostics`` (the runtime's stderr lines),
     both normalised and compared; shown but not compared: ``own`` (offload_shim's own
     stderr lines, :data:`OWN_LINE`) and ``program_stderr`` (every other stderr line:
-    what the program itself wrote); ``stderr``: the raw stderr."""
+    what the program itself wrote); ``stderr``: the raw stderr; ``fixed_upstream``
+    (runs under ``offload-shim run`` with a report, :func:`run_shim_outcome`): the
+    report's ``fixed_upstream`` counts, id -> times met (not compared)."""
     status: int | str
     stdout: list[str]
     diagnostics: list[str]
     stderr: str = field(default="", repr=False)
     own: list[str] = field(default_factory=list)
     program_stderr: list[str] = field(default_factory=list)
+    fixed_upstream: dict = field(default_factory=dict)
 
     @classmethod
     def from_output(cls, status, stdout: str, stderr: str) -> "Outcome":
@@ -138,6 +147,36 @@ def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
                                p.stderr.decode(errors="replace"))
 
 
+def run_shim_outcome(argv, *, env: dict, timeout: float = 120.0, cwd=None,
+                     isolated: bool = False) -> Outcome:
+    """:func:`run_outcome` of a run under ``offload-shim run`` (``env`` made by
+    :func:`offload_shim.cli.run.run_environment`) with its report (``--report``)
+    written to a file of this process's temporary directory and removed afterwards:
+    the Outcome's ``fixed_upstream`` is the report's (empty when the program wrote no
+    report: killed, or ended before the runtime stopped).  Raises KeyError when
+    ``env`` is no such environment, and what :func:`run_outcome` raises."""
+    opts = json.loads(env["OFFLOAD_SHIM_RUN_OPTIONS"])
+    fd, path = tempfile.mkstemp(prefix="osh-report-", suffix=".json")
+    os.close(fd)
+    try:
+        opts["report"] = path
+        env = dict(env, OFFLOAD_SHIM_RUN_OPTIONS=json.dumps(opts))
+        out = run_outcome(argv, env=env, timeout=timeout, cwd=cwd, isolated=isolated)
+        try:
+            with open(path) as f:
+                report = json.load(f)
+        except (OSError, ValueError):
+            report = {}
+        found = report.get("fixed_upstream") if isinstance(report, dict) else None
+        out.fixed_upstream = dict(found) if isinstance(found, dict) else {}
+        return out
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def shim_environment(*, plugins=(), bundled=False, policy=None, base=None) -> dict:
     """The environment of a run under ``offload-shim run`` (see
     :func:`offload_shim.cli.run.run_environment`)."""
@@ -162,6 +201,29 @@ class Comparison:
         """Both runs finished and agree (two runs killed at the timeout do not)."""
         return not self.timed_out and self.reference.key() == self.shim.key()
 
+    @property
+    def known(self) -> list[str]:
+        """When the runs finished and differ: the labels (``known: fixed upstream
+        (ID: FIX)``, :meth:`~offload_shim.interposer.profile.FixedUpstream.label`) of
+        the bugs of the program's release that the ``offload-shim run`` run met and
+        did not reproduce (its ``fixed_upstream`` counts), which explain a difference;
+        otherwise empty."""
+        if self.same or self.timed_out or not self.shim.fixed_upstream:
+            return []
+        from ..interposer.profile import FIXED_UPSTREAM
+        return [FIXED_UPSTREAM[b].label() for b in sorted(self.shim.fixed_upstream)
+                if b in FIXED_UPSTREAM]
+
+    @property
+    def verdict(self) -> str:
+        """``"same"``, ``"known"`` (they differ and :attr:`known` names why),
+        ``"different"`` or ``"timeout"`` (nothing compared)."""
+        if self.timed_out:
+            return "timeout"
+        if self.same:
+            return "same"
+        return "known" if self.known else "different"
+
     def diff(self) -> list[str]:
         return list(difflib.unified_diff(self.reference.render(), self.shim.render(),
                                          "reference", "offload-shim run", lineterm=""))
@@ -172,12 +234,13 @@ def compare(argv, *, env=None, plugins=(), bundled=False, policy=None,
     """Run ``argv`` as is and under ``offload-shim run``; ``env`` is the base
     environment of both (default: this process's); ``timeout``: seconds per run;
     ``isolated``: see :func:`run_outcome` (``offload-shim compare`` leaves nothing
-    behind, also when interrupted)."""
+    behind, also when interrupted).  The ``offload-shim run`` run writes its report
+    (:func:`run_shim_outcome`): :attr:`Comparison.known`."""
     base = dict(os.environ if env is None else env)
     ref = run_outcome(argv, env=base, timeout=timeout, isolated=isolated)
-    got = run_outcome(argv, env=shim_environment(plugins=plugins, bundled=bundled,
-                                                 policy=policy, base=base), timeout=timeout,
-                      isolated=isolated)
+    got = run_shim_outcome(argv, env=shim_environment(plugins=plugins, bundled=bundled,
+                                                      policy=policy, base=base),
+                           timeout=timeout, isolated=isolated)
     return Comparison(list(argv), ref, got)
 
 
@@ -201,6 +264,7 @@ def cmd_compare(args) -> int:
         return 2
     if args.json:
         print(json.dumps({"argv": c.argv, "same": c.same, "timed_out": c.timed_out,
+                          "verdict": c.verdict, "known": c.known,
                           "reference": {k: v for k, v in asdict(c.reference).items()
                                         if k != "stderr"},
                           "offload_shim": {k: v for k, v in asdict(c.shim).items()
@@ -213,19 +277,24 @@ def cmd_compare(args) -> int:
             print("\n".join(o.render() + o.render_context()))
         if c.timed_out:
             print(f"== NOT COMPARED: a run took longer than --timeout {args.timeout:g} s")
+        elif c.same:
+            print("== same: exit status, stdout and diagnostics agree")
+        elif c.known:
+            print("== different, " + "; ".join(c.known) + ":")
         else:
-            print("== " + ("same: exit status, stdout and diagnostics agree" if c.same
-                           else "DIFFERENT:"))
+            print("== DIFFERENT:")
         if not c.same and not c.timed_out:
             print("\n".join(c.diff()))
-    return 0 if c.same else 1
+    return {"same": 0, "known": 3}.get(c.verdict, 1)
 
 
 def register_cli(subparsers) -> None:
     from .common import positive_float
     p = subparsers.add_parser(
         "compare", help="run a program under its real OpenMP runtime and under "
-        "offload-shim run; print both results and a diff (exit 0 when they agree)")
+        "offload-shim run; print both results and a diff (exit 0 when they agree, 3 "
+        "when a bug of the program's runtime that upstream fixed explains the "
+        "difference)")
     p.add_argument("--plugin", action="append", default=[], help="plugin path for the "
                    "offload-shim run (repeatable; default: as libomptarget 16 chooses)")
     p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
@@ -242,4 +311,4 @@ def register_cli(subparsers) -> None:
 
 
 __all__ = ["Comparison", "DIAGNOSTIC", "Outcome", "compare", "normalise", "run_outcome",
-           "shim_environment"]
+           "run_shim_outcome", "shim_environment"]

@@ -114,6 +114,7 @@ def cmd_run_library(args) -> int:
         out["mappings_after_close"] = sum(len(ip.mappings(i)) for i in range(len(ip.devices)))
         out["errors"] = list(ip.errors)
         out["gomp"] = ip.gomp.report()
+        out["fixed_upstream"] = ip.fixed_upstream()
         out["compilers"] = ip.compilers()    # refined by launches
         ok = out["registered_after_close"] == 0 and not ip.errors
     out["calls"] = call_counts()

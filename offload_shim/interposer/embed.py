@@ -25,7 +25,9 @@ program that links libomptarget 16 -- 19.1 and 22.1 have no such variable),
 written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
 and under ``gomp`` the GCC side: registrations and unregistrations, each construct with
 where it ran and why, and on the host device every mapping with address, size and map
-kind).  GCC-built code unregisters its images from destructors; one that runs after
+kind; ``fixed_upstream``: id -> count of the data-losing bugs of the program's
+libomptarget release that constructs met and offload_shim did not reproduce,
+:data:`offload_shim.interposer.profile.FIXED_UPSTREAM`).  GCC-built code unregisters its images from destructors; one that runs after
 :func:`stop` (a linked library's, or any after an exit handler of a plugin stopped the
 runtime early) is counted by :func:`late_gomp_unregister`, which writes the report again.
 Nothing here runs at import time.
@@ -201,6 +203,7 @@ def stop(at_exit: bool = False) -> None:
                                    for dev, kinds in held.items()}
         report["calls"] = call_counts()
         report["gomp"] = ip.gomp.report()
+        report["fixed_upstream"] = ip.fixed_upstream()
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise
         report.setdefault("errors", []).append(f"stop: {type(exc).__name__}: {exc}")
         sys.stderr.write(f"offload_shim: error while stopping: {exc}\n")

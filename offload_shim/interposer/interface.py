@@ -694,6 +694,19 @@ class Interposer:
         with self._mappers_lock:
             return list(self._mappers.values())
 
+    def fixed_upstream(self) -> dict[str, int]:
+        """How many times constructs met each data-losing bug of the program's
+        release that offload_shim does not reproduce (ids of
+        :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM`, summed over the
+        devices: :meth:`DeviceMapper.note_fixed_upstream`); empty when none was
+        met."""
+        out: dict[str, int] = {}
+        for dm in self.device_mappers():
+            with dm.lock:
+                for bug, n in dm.fixed_upstream.items():
+                    out[bug] = out.get(bug, 0) + n
+        return dict(sorted(out.items()))
+
     @property
     def registration_lock(self):
         """The lock every registration, unregistration and ``requires`` takes

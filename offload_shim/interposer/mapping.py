@@ -161,13 +161,21 @@ class MappingTable:
     construct in flight, kept out of the table while nobody else looks.  Every look-up
     first *publishes* them (each reservation's ``publish(table)`` inserts its rows as
     ordinary :class:`MapEntry` rows), so what a look-up sees is what libomptarget's
-    table would hold."""
+    table would hold.
+
+    ``padded``: host begin -> padding bytes of each row made with a partial-struct
+    padding, kept only for a program whose release registers that padding as mapped
+    host memory (``partial-struct-padding`` in its profile's ``fixed_upstream``), so
+    that a look-up libomptarget 16 would have resolved into the padding is noticed
+    (:meth:`DeviceMapper.note_fixed_upstream`); a row leaves it when it leaves the
+    table."""
 
     def __init__(self):
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
         self.private: list = []
+        self.padded: dict[int, int] = {}
 
     def publish(self) -> None:
         """Insert the rows of every reservation (see the class docstring)."""
@@ -259,7 +267,16 @@ class MappingTable:
         if self.shadow:
             for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
                 del self.shadow[addr]
+        if self.padded and found:
+            self.padded.pop(entry.begin, None)
         return found
+
+    def in_padding(self, hp: int, size: int) -> bool:
+        """Whether host ``[hp, hp+size)`` (``hp`` itself for size 0) meets the
+        padding before a row of :attr:`padded`: memory libomptarget 16 would have
+        found mapped (``targetDataBegin`` moved the row's begin back by it)."""
+        end = hp + (size or 1)
+        return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
 
     def clear(self) -> None:
         for e in self.entries:
@@ -267,6 +284,7 @@ class MappingTable:
         self.entries.clear()
         self._begins.clear()
         self.shadow.clear()
+        self.padded.clear()
 
     def __len__(self):
         return len(self.entries)
@@ -318,6 +336,9 @@ class DeviceMapper:
         self.cv = threading.Condition(self.lock)
         self.waiting = 0
         self.lib_key = None
+        #: id of a :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM` bug -> how
+        #: many times a construct met it (:meth:`note_fixed_upstream`)
+        self.fixed_upstream: dict[str, int] = {}
 
     @property
     def usm(self) -> bool:
@@ -330,6 +351,20 @@ class DeviceMapper:
 
     def _info(self, flags: int, text: str) -> None:
         diag.info(flags, self.number, text)
+
+    def note_fixed_upstream(self, bug: str) -> bool:
+        """A construct met ``bug`` (an id of
+        :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM`), where this mapper
+        follows the upstream fix: counted in :attr:`fixed_upstream` when the
+        program's release has the bug (its profile's ``fixed_upstream``), so that
+        ``offload-shim run --report`` and ``offload-shim compare`` can name why the
+        program's own runtime gives another result.  Prints nothing.  Returns
+        whether it was counted."""
+        if bug not in self.profile.fixed_upstream:
+            return False
+        with self.lock:
+            self.fixed_upstream[bug] = self.fixed_upstream.get(bug, 0) + 1
+        return True
 
     # -- row states ------------------------------------------------------------------
     def wait_ready(self, ent: MapEntry) -> None:
@@ -389,6 +424,9 @@ class DeviceMapper:
                     continue
                 break
             r = TargetPointer(entry=ent)
+            if table.padded and not (contained or before or after) \
+                    and table.in_padding(hp, size):
+                self.note_fixed_upstream("partial-struct-padding")
             if contained or ((before or after) and implicit):
                 if update_ref:
                     ent.inc(hold)
@@ -430,6 +468,12 @@ class DeviceMapper:
                 ent = mine = MapEntry(base, hp, hp + size, 0, 0, 0 if hold else 1,
                                       1 if hold else 0, name=name)
                 ent.pending = True
+                if padding and "partial-struct-padding" in self.profile.fixed_upstream:
+                    # libomptarget 16 registers [hp - padding, hp + size): a row in
+                    # the padding would make it fail ("explicit extension")
+                    if any(table.lookup(hp - padding, padding)[1:]):
+                        self.note_fixed_upstream("partial-struct-padding")
+                    table.padded[hp] = padding
                 table.insert(ent)
                 r.entry = ent
             else:
@@ -458,7 +502,12 @@ class DeviceMapper:
                            f"Name={diag.name_of(name)}")
             if r.tgt and not r.is_host and to and (r.is_new or always) and size:
                 try:
-                    self.to_device(hp, r.tgt, size, r.entry)
+                    if self.to_device(hp, r.tgt, size, r.entry):
+                        # attached pointers written again after the copy: the
+                        # release may leave the host pointer there (profile)
+                        self.note_fixed_upstream(
+                            "always-pointer-member-reattach" if always
+                            else "struct-copy-over-attached-pointer")
                 except OffloadError:
                     diag.report("Copying data to device failed.")
                     r.tgt = 0
@@ -508,6 +557,8 @@ class DeviceMapper:
                            f"HoldRefCount={MapEntry.count_str(ent.hold)}"
                            f"{action if hold else ''}")
                 return r
+            if self.table.padded and self.table.in_padding(hp, size):
+                self.note_fixed_upstream("partial-struct-padding")
         if self.usm:
             return TargetPointer(tgt=hp, is_host=True, present=False)
         return TargetPointer(tgt=hp, present=False)
@@ -599,12 +650,15 @@ class DeviceMapper:
         with self.lock:
             return [(a, v) for a, v in shadow.items() if hp <= a < hp + size]
 
-    def to_device(self, hp, tgt, size, entry=None) -> None:
-        """Copy host -> device, keeping attached device pointers inside the range."""
+    def to_device(self, hp, tgt, size, entry=None) -> int:
+        """Copy host -> device, keeping attached device pointers inside the range
+        (written again after the copy); returns how many there were."""
         self.submit(tgt, hp, size, entry)
-        for _addr, (_hv, taddr, tval) in self._shadows_in(hp, size):
+        shadows = self._shadows_in(hp, size)
+        for _addr, (_hv, taddr, tval) in shadows:
             cell = _abi.HostCell(tval)
             self.submit(taddr, cell.address, 8)
+        return len(shadows)
 
     def from_device(self, hp, tgt, size, entry=None) -> None:
         """Copy device -> host, restoring host pointer values the device copy carries

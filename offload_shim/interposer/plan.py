@@ -19,7 +19,8 @@ module serves the frames:
 * **the cheap path** handles the maps compilers emit most -- ``to``, ``from``,
   ``tofrom``, ``alloc``/``release``, ``implicit``, ``target_param`` and by-value
   literals, sizes above 0, no user-defined mapper, no shadow (attached) pointer in
-  the device's table, ``requires`` without unified shared memory -- with the
+  the device's table (nor a partial-struct padding a libomptarget 16 program's table
+  would count as mapped: ``MappingTable.padded``), ``requires`` without unified shared memory -- with the
   semantics of :mod:`.omptarget` / :mod:`.launch` / :mod:`.mapping` (libomptarget 16
   ``targetDataBegin`` / ``targetDataEnd`` / ``targetDataUpdate`` / ``target``).
   Anything else, and any construct whose lookups or allocations do not go the plain
@@ -370,7 +371,7 @@ class FastPath:
         dm = self._mapper(dev, v[3])
         if isinstance(dm, int):
             return dm                       # host fallback or fatal: decided by the check
-        if dm.table.shadow:
+        if dm.table.shadow or dm.table.padded:
             return None
         if kind == KERNEL:
             got = self._launcher(plan, dm, v[4], v[14])

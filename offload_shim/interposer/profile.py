@@ -205,6 +205,19 @@ class RuntimeProfile(FieldsRepr):
         "dropped_entry_points":
             "Names 16's ``libomptarget.so.16`` exports that this release does not "
             "(``nm -D --defined-only``).",
+        "fixed_upstream":
+            "The bugs of this release that lose or corrupt a program's data, that a "
+            "later release fixed, and that offload_shim does not reproduce (it "
+            "follows the fix for every program): ids of :data:`FIXED_UPSTREAM`, "
+            "which names each one's upstream source and fix (16: the partial-struct "
+            "padding registered as mapped host memory, omptarget.cpp "
+            "``targetDataBegin``; a struct copy over an attached pointer, the shape "
+            "of llvm-project PR #70821; an ``always`` copy of a struct whose pointer "
+            "member is attached; 19.1: the last two, 22.1: none, it attaches again "
+            "after the copy, PR #149036).  Where a construct "
+            "meets one of them, ``offload-shim run --report`` counts it under "
+            "``fixed_upstream`` (:meth:`~offload_shim.interposer.mapping."
+            "DeviceMapper.note_fixed_upstream`).",
     }
 
     def __init__(self, **fields):
@@ -298,6 +311,66 @@ class RuntimeProfile(FieldsRepr):
         return self.any_entry_version or version == 1
 
 
+class FixedUpstream(FieldsRepr):
+    """One data-losing bug of a libomptarget release that a later release fixed:
+    ``id`` (short, stable: the key of :data:`FIXED_UPSTREAM` and of the
+    ``fixed_upstream`` counts of ``offload-shim run --report``), ``what`` (what the
+    buggy release does and what the program loses), ``fix`` (where upstream fixed it:
+    pull request, release, file and function) and ``program`` (the conformance
+    program of tests/programs/ that shows it)."""
+    _fields = ("id", "what", "fix", "program")
+    __slots__ = _fields
+
+    def __init__(self, id: str, what: str, fix: str, program: str) -> None:
+        self.id, self.what, self.fix, self.program = id, what, fix, program
+
+    def label(self) -> str:
+        """``"known: fixed upstream (ID: FIX)"``, the words ``offload-shim compare``
+        gives a difference this bug explains."""
+        return f"known: fixed upstream ({self.id}: {self.fix})"
+
+
+#: the data-losing bugs offload_shim does not reproduce, by id (docs/conformance.md
+#: "Fixed upstream: where offload_shim follows the fix"); each profile's
+#: :attr:`RuntimeProfile.fixed_upstream` names those of its release
+FIXED_UPSTREAM: dict[str, FixedUpstream] = {f.id: f for f in (
+    FixedUpstream(
+        "partial-struct-padding",
+        "the alignment padding before the combined entry of a partially mapped struct "
+        "is registered as mapped host memory (targetDataBegin moves HstPtrBegin back "
+        "by the padding): an unmapped member inside the padding is found present, "
+        "never copied either way -- the region reads device garbage, its writes are "
+        "lost (and omp_target_is_present says 1)",
+        "after LLVM 16 (19.1 has it): omptarget.cpp targetDataBegin keeps the padding "
+        "on the device side only (TgtPadding passed to getTargetPointer); upstream "
+        "test openmp/libomptarget/test/mapping/padding_not_mapped.c",
+        "fixed_upstream_padding.c"),
+    FixedUpstream(
+        "struct-copy-over-attached-pointer",
+        "the first copy to the device of a struct whose pointer member is attached "
+        "(clang 16 copies the struct's members after attaching the pointer for "
+        "map(to: s.p[:n]) map(to: s), the shape of llvm-project PR #70821; a declare "
+        "mapper's struct component, always or not, is copied again while the "
+        "struct's count is 1) "
+        "writes the host pointer over the attached device pointer and it is not "
+        "attached again: the region writes through the host address and the writes "
+        "to the pointee are lost",
+        "clang codegen PR #75642 (LLVM 18) copies the struct before attaching (the "
+        "runtime attempt PR #70821 was closed); libomptarget 22 attaches again after "
+        "the copy (ATTACH map type, PR #149036)",
+        "fixed_upstream_struct_copy.c"),
+    FixedUpstream(
+        "always-pointer-member-reattach",
+        "map(always, to: s) of a struct whose pointer member is attached to a mapped "
+        "pointee copies the host pointer over the attached device pointer and does "
+        "not attach it again: the region writes through the host address and the "
+        "writes to the pointee are lost (through a declare mapper the struct "
+        "component carries no always bit: struct-copy-over-attached-pointer)",
+        "libomptarget 22 re-attaches after the copy (ATTACH map type, llvm-project "
+        "PR #149036; clang PR #153683)",
+        "fixed_upstream_always.c"),
+)}
+
 _REGIONS_16 = {(0, False): "Entering OpenMP data region",
                (0, True): "Entering OpenMP data region",
                (1, False): "Exiting OpenMP data region",
@@ -339,7 +412,9 @@ LIBOMPTARGET_16 = RuntimeProfile(
     requires_from_entries=False, requires_fatal=_REQ_16, register_requires_message=None,
     any_entry_version=False, mapped_ptr_reports=True, interop=INTEROP_FORWARD,
     new_entry_points=frozenset(),
-    dropped_entry_points=frozenset())
+    dropped_entry_points=frozenset(),
+    fixed_upstream=("partial-struct-padding", "struct-copy-over-attached-pointer",
+                    "always-pointer-member-reattach"))
 
 #: ``libomp5-19`` / ``libomp-19-dev`` 19.1.7 (unpacked into .cache/llvm19)
 LIBOMPTARGET_19 = RuntimeProfile(
@@ -353,7 +428,9 @@ LIBOMPTARGET_19 = RuntimeProfile(
     requires_fatal=_REQ_19, register_requires_message=_REQ_REMOVED,
     any_entry_version=False, mapped_ptr_reports=False, interop=INTEROP_DEVICE_INFO,
     new_entry_points=_NEW_19,
-    dropped_entry_points=frozenset())
+    dropped_entry_points=frozenset(),
+    fixed_upstream=("struct-copy-over-attached-pointer",
+                    "always-pointer-member-reattach"))
 
 #: ``libomp-22-dev`` / ``liboffload-22`` 22.1.8 (unpacked into .cache/liboffload22)
 LIBOMPTARGET_22 = RuntimeProfile(
@@ -368,7 +445,8 @@ LIBOMPTARGET_22 = RuntimeProfile(
     requires_fatal=_REQ_19, register_requires_message=_REQ_REMOVED,
     any_entry_version=True, mapped_ptr_reports=False, interop=INTEROP_PREFERENCE,
     new_entry_points=_NEW_22,
-    dropped_entry_points=frozenset())
+    dropped_entry_points=frozenset(),
+    fixed_upstream=())
 
 #: every profile, oldest first
 PROFILES: tuple[RuntimeProfile, ...] = (LIBOMPTARGET_16, LIBOMPTARGET_19, LIBOMPTARGET_22)
@@ -408,7 +486,7 @@ def detect(addr: int | None = None) -> RuntimeProfile:
     return profile_for(major)
 
 
-__all__ = ["INTEROP_DEVICE_INFO", "INTEROP_FORWARD", "INTEROP_PREFERENCE", "LIBOMPTARGET_16", "LIBOMPTARGET_19", "LIBOMPTARGET_22", "OMP_REQ_DYNAMIC_ALLOCATORS",
+__all__ = ["FIXED_UPSTREAM", "FixedUpstream", "INTEROP_DEVICE_INFO", "INTEROP_FORWARD", "INTEROP_PREFERENCE", "LIBOMPTARGET_16", "LIBOMPTARGET_19", "LIBOMPTARGET_22", "OMP_REQ_DYNAMIC_ALLOCATORS",
            "OMP_REQ_NONE", "OMP_REQ_REVERSE_OFFLOAD", "OMP_REQ_UNDEFINED",
            "OMP_REQ_UNIFIED_ADDRESS", "OMP_REQ_UNIFIED_SHARED_MEMORY", "PROFILES",
            "REGION_BEGIN", "REGION_END", "REGION_UPDATE", "RuntimeProfile", "detect",
