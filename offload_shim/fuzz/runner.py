@@ -159,10 +159,12 @@ class Campaign:
     # -- one program ---------------------------------------------------------------------
     def _one(self, prog, runs, deadline) -> None:
         refs = {}
+        known: set[str] = set()
         for tc, exe, arg in runs:
             ref = self._outcome(exe, arg, False)
             got = self._outcome(exe, arg, True)
             refs[tc.name] = ref
+            known |= set(got.fixed)
             if ref.key() != got.key():
                 again = self._outcome(exe, arg, False)
                 # a known bug of the reference first: it may itself make the reference
@@ -179,13 +181,17 @@ class Campaign:
         keys = {name: o.key() for name, o in refs.items()}
         if len(set(keys.values())) > 1:
             outputs = {f"{name} reference": o.render() for name, o in refs.items()}
-            self._found("runtimes", [tc for tc, _e, _a in runs], prog, outputs, deadline)
+            if known:
+                outputs["fixed upstream"] = sorted(known)
+            self._found("runtimes", [tc for tc, _e, _a in runs], prog, outputs, deadline,
+                        shrink=not known)
 
-    def _found(self, cls, tcs, prog, outputs, deadline) -> None:
+    def _found(self, cls, tcs, prog, outputs, deadline, shrink=True) -> None:
         d = Divergence(cls, [tc.name for tc in tcs], prog.seed, "", outputs,
                        original_steps=prog.count_steps())
         small = prog
-        if self.shrink and cls != "nondeterministic":
+        # a known bug (fixed upstream) is not shrunk again: the time goes to new programs
+        if self.shrink and shrink and cls not in ("nondeterministic", "fixed_upstream"):
             pred = self._predicate(cls, tcs)
             small, _calls = reduce(prog, pred, deadline=min(deadline, time.monotonic() + 90))
             d.minimized = small is not prog
