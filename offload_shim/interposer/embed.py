@@ -107,15 +107,36 @@ def _start() -> None:
         opts = options()
         plugins = opts.get("plugins") or []
         bundled = bool(opts.get("bundled"))
-        rt = osh.Runtime(plugins or default_plugins(), bundled=bundled)
-        cm = osh.interpose(rt, policy=opts.get("policy"),
-                           gomp_host_device=bool(opts.get("gomp_host_device")))
+        rec = None
+        if opts.get("record"):                  # run --record TRACE (offload_shim.trace)
+            from ..trace import record
+            rec = record.start(opts["record"], argv=_argv())
         try:
-            ip = cm.__enter__()
-        except BaseException:
-            rt.close()
+            rt = osh.Runtime(plugins or default_plugins(), bundled=bundled,
+                             pool=rec.pool_options() if rec is not None else None)
+            cm = osh.interpose(rt, policy=opts.get("policy"),
+                               gomp_host_device=bool(opts.get("gomp_host_device")))
+            try:
+                ip = cm.__enter__()
+            except BaseException:
+                rt.close()
+                raise
+            if rec is not None:
+                rec.attach(rt, ip)
+        except BaseException as exc:
+            if rec is not None:
+                record.stop(error=f"{type(exc).__name__}: {exc}")
             raise
         _state = {"runtime": rt, "cm": cm, "interposer": ip, "options": opts}
+
+
+def _argv() -> list[str]:
+    """This process's command line (``/proc/self/cmdline``; [] where unreadable)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
 
 
 def default_plugins() -> list[str]:
@@ -175,6 +196,10 @@ def stop(at_exit: bool = False) -> None:
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise
         report.setdefault("errors", []).append(f"stop: {type(exc).__name__}: {exc}")
         sys.stderr.write(f"offload_shim: error while stopping: {exc}\n")
+    if opts.get("record"):
+        from ..trace import record
+        record.stop(errors=report.get("errors", []), leaks=report.get("leaks", {}),
+                    abandoned=report.get("abandoned", []))
     global _stopped
     _stopped = {"report": report, "path": opts.get("report"), "gomp": ip.gomp}
     _write_report(report, opts.get("report"))
