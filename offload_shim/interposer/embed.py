@@ -100,6 +100,10 @@ def start(python_host: bool = False) -> None:
 
 def _start() -> None:
     global _state
+    if os.environ.get("OSH_HR_PROF"):
+        import cProfile
+        globals()["_prof"] = cProfile.Profile()
+        _prof.enable()
     with _lock:
         if _state is not None:
             return
@@ -200,6 +204,8 @@ def stop(at_exit: bool = False) -> None:
         from ..trace import record
         record.stop(errors=report.get("errors", []), leaks=report.get("leaks", {}),
                     abandoned=report.get("abandoned", []))
+    if globals().get("_prof"):
+        _prof.disable(); _prof.dump_stats(os.environ["OSH_HR_PROF"])
     global _stopped
     _stopped = {"report": report, "path": opts.get("report"), "gomp": ip.gomp}
     _write_report(report, opts.get("report"))

@@ -31,7 +31,8 @@ class EventLog:
     A target object with an ``annotate(event) -> event`` method (the runtime trace's
     :class:`~offload_shim.trace.format.TraceWriter`) gets each event passed through it
     when it is queued: in the thread that caused it, under the manager's lock, so it
-    must be cheap and never block."""
+    must be cheap and never block; one with a ``write_event(event)`` method is given
+    the events instead of their JSON lines."""
 
     __slots__ = ("_pending", "_lock", "_file", "_owned", "append")
 
@@ -60,12 +61,15 @@ class EventLog:
             return
         with self._lock:
             f = self._file
+            put = getattr(f, "write_event", None)
             while True:
                 try:
                     ev = pending.popleft()
                 except IndexError:
                     break
-                if f is not None:
+                if put is not None:
+                    put(ev)
+                elif f is not None:
                     f.write(json.dumps(ev, separators=(",", ":")) + "\n")
             if sync and f is not None:
                 f.flush()

@@ -15,21 +15,22 @@ runtime, as instance attributes that call the original:
 * each ``Plugin``'s ``submit``, ``retrieve``, ``submit_many``, ``retrieve_many`` and
   ``launch``: ``copy`` (direction, bytes, device address) and ``launch`` (kernel name,
   argument count, the construct's teams and threads);
-* the interposer's construct callbacks (``FastPath`` ``slow_data`` / ``slow_kernel``):
-  ``construct`` with each map entry's size, map type and reference counts after the
-  construct, its return code and duration.
+* each ``Plugin``'s ``launcher`` (the cheap path's repeated launches): ``launch``;
+* the interposer's constructs (``FastPath`` ``_serve`` / ``_general``, the frame of
+  each): ``construct`` with each map entry's size, map type and reference counts after
+  the construct, its return code, the path that did it and its duration.
 
 Nothing of this exists when not recording: ``run`` without ``--record`` installs no
-hook, so its cost there is nil.  While recording, the interposer's cheap path
-(:class:`~offload_shim.interposer.plan.FastPath`) is turned off, so every construct
-takes the general code (the path ``OFFLOAD_SHIM_NO_PLAN=1`` takes; same results, the
-same pool calls one by one), and the pool runs with an event log (its batched hit
-path is off, as for any event log).  ``benchmarks/`` measures what that costs
+hook, so its cost there is nil.  While recording, the pool runs with an event log:
+its batched hit path and the parked frees of the interposer's cheap path are off, as
+for any event log (the same blocks are handed out, one call at a time).  ``benchmarks/`` measures what that costs
 (docs/trace-format.md, "Overhead").
 
-Events are written by the thread that caused them, when it caused them (a construct
-when it returns, after the events it caused), each line in one ``write``: a program
-that crashes or is killed leaves a trace of everything up to the line in flight.
+Events are written by the thread that caused them: outside a construct each as it
+happens, inside one all together with the construct's own line when it returns (one
+``write``; :meth:`TraceWriter.hold <offload_shim.trace.format.TraceWriter.hold>`): a
+program that crashes or is killed leaves a trace of everything but the constructs in
+flight.
 """
 
 from __future__ import annotations
@@ -105,8 +106,7 @@ class Recorder:
 
     def attach(self, runtime, interposer=None) -> None:
         """Install the hooks on ``runtime`` (its plugins and devices, also devices made
-        later) and ``interposer`` (its construct callbacks; its cheap path is turned
-        off while attached)."""
+        later) and ``interposer`` (its constructs)."""
         self._rt, self._ip = runtime, interposer
         w = self.writer
         ev = w.event
@@ -156,8 +156,6 @@ class Recorder:
                     delattr(obj, name)
                 except AttributeError:
                     pass
-        if self._ip is not None and getattr(self, "_fast_was", None) is not None:
-            self._ip.fast.enabled = self._fast_was
 
     def close(self, **end) -> None:
         """Detach and write the ``end`` line.  Idempotent."""
@@ -208,12 +206,27 @@ class Recorder:
         name = plugin.name
         here = self._here
 
-        def copy(direction, tgt_of):
+        put = self.writer.line
+        heads: dict = {}                    # (dev, direction) -> the line's first part
+        tid = threading.get_native_id
+        now = time.monotonic_ns
+
+        def head(dev, direction):
+            h = heads.get((dev, direction))
+            if h is None:
+                h = heads[(dev, direction)] = (
+                    '{"op":"copy","dev":' + _json_str(f"{name}:{dev}")
+                    + f',"dir":"{direction}"')
+            return h
+
+        # copy lines are formatted here (the most frequent event): the same text as
+        # TraceWriter.event({"op": "copy", "dev", "dir", "size", "tgt", "tid", "t_ns"})
+        def copy(direction, tgt_at):
             def make(orig):
                 def one(dev, a, b, size):
                     orig(dev, a, b, size)
-                    ev({"op": "copy", "dev": f"{name}:{dev}", "dir": direction,
-                        "size": int(size), "tgt": int(tgt_of(a, b))})
+                    put(f'{head(dev, direction)},"size":{int(size)},'
+                        f'"tgt":{int((a, b)[tgt_at])},"tid":{tid()},"t_ns":{now()}}}\n')
                 return one
             return make
 
@@ -221,10 +234,9 @@ class Recorder:
             def make(orig):
                 def many(dev, ops):
                     orig(dev, ops)
-                    label = f"{name}:{dev}"
-                    for a, b, size in _triples(ops):
-                        ev({"op": "copy", "dev": label, "dir": direction,
-                            "size": int(size), "tgt": int((a, b)[tgt_at])})
+                    h, t, ns = head(dev, direction), tid(), now()
+                    put("".join(f'{h},"size":{int(x[2])},"tgt":{int(x[tgt_at])},'
+                                f'"tid":{t},"t_ns":{ns}}}\n' for x in _triples(ops)))
                 return many
             return make
 
@@ -239,11 +251,28 @@ class Recorder:
                     "t_ns": t0, "dur_ns": time.monotonic_ns() - t0})
             return launch
 
-        self._patch(plugin, "submit", copy("h2d", lambda tgt, host: tgt))
-        self._patch(plugin, "retrieve", copy("d2h", lambda host, tgt: tgt))
+        self._patch(plugin, "submit", copy("h2d", 0))
+        self._patch(plugin, "retrieve", copy("d2h", 1))
         self._patch(plugin, "submit_many", copies("h2d", 0))
         self._patch(plugin, "retrieve_many", copies("d2h", 1))
         self._patch(plugin, "launch", launch)
+
+        def launcher(orig):
+            def launcher(dev, entry, nargs):
+                run = orig(dev, entry, nargs)
+                label = f"{name}:{dev}"
+
+                def launch(args, offsets=None):
+                    t0 = time.monotonic_ns()
+                    run(args, offsets)
+                    c = getattr(here, "construct", None)
+                    ev({"op": "launch", "dev": label,
+                        "kernel": self._kernel_name(plugin, dev, entry), "nargs": len(args),
+                        "teams": c[0] if c else None, "threads": c[1] if c else None,
+                        "t_ns": t0, "dur_ns": time.monotonic_ns() - t0})
+                return launch
+            return launcher
+        self._patch(plugin, "launcher", launcher)
 
     def _kernel_name(self, plugin, dev: int, entry: int) -> str | None:
         key = (id(plugin), dev, entry)
@@ -258,69 +287,99 @@ class Recorder:
 
     # -- constructs --------------------------------------------------------------------
     def _hook_interposer(self, ip) -> None:
+        """Every construct reaches :meth:`FastPath.on_construct
+        <offload_shim.interposer.plan.FastPath.on_construct>` as a frame, and is done
+        by its cheap path (``_serve``, not None) or by the general code
+        (``_general``): both are wrapped, the frame read after the construct."""
         from ..abi import interposer as _abi
-        nowait = _abi.DATA_NOWAIT
         fast = ip.fast
-        self._fast_was = fast.enabled
-        fast.enabled = False                # every construct takes the general code
         ev = self.writer.event
+        hold, release = self.writer.hold, self.writer.release
         here = self._here
+        head, kernel_kind = _abi.FRAME_HEAD, _abi.FRAME_KERNEL
+        kinds = {_abi.FRAME_BEGIN: "begin", _abi.FRAME_END: "end",
+                 _abi.FRAME_UPDATE: "update", kernel_kind: "kernel"}
 
-        def rows(dev_id, m):
-            """Reference counts of each map entry's row after the construct."""
-            num = dev_id if dev_id >= 0 else ip._default_device()
-            dm = ip._mappers.get(num)
-            out = []
-            for i in range(m.n):
-                e = None
-                if dm is not None and m.args[i]:
-                    with dm.lock:
-                        e = dm.table.find(m.args[i])
-                        rc = None if e is None else (
-                            ["inf" if e.infinite else e.dyn, e.hold])
+        def maps_of(v, kind, n):
+            """(args, sizes, types) of the construct's map entries."""
+            if v[_abi.FRAME_COPIED]:
+                return (v[head + n:head + 2 * n].tolist(),
+                        [x - (1 << 64) if x >> 63 else x
+                         for x in v[head + 2 * n:head + 3 * n].tolist()],
+                        v[head + 3 * n:head + 4 * n].tolist())
+            if kind == kernel_kind:
+                m = _abi.kernel_map_args(v[_abi.FRAME_KARGS])[0]
+            else:
+                ptrs = _abi.frame_pointer_args(v)
+                m = _abi.MapArgs(n, *ptrs[:4], None, None)
+            return m.args, m.sizes, m.types
+
+        def record(v, kind, rc, t0, path):
+            n = v[_abi.FRAME_N]
+            dev = v[_abi.FRAME_DEV]
+            dev = dev - (1 << 64) if dev >> 63 else dev
+            e = {"op": "construct", "kind": kinds.get(kind, str(kind)), "device": dev,
+                 "n": n, "maps": None, "rc": rc, "path": path, "t_ns": t0,
+                 "dur_ns": time.monotonic_ns() - t0}
+            if kind == kernel_kind:
+                e["teams"] = _s32(v[_abi.FRAME_TEAMS])
+                e["threads"] = _s32(v[_abi.FRAME_THREADS])
+            else:
+                e["nowait"] = bool(v[_abi.FRAME_HOST_PTR])
+            try:
+                args, sizes, types = maps_of(v, kind, n)
+                num = dev if dev >= 0 else ip._default_device()
+                e["device"] = num
+                dm = ip._mappers.get(num)
+                maps = []
+                if dm is None:
+                    maps = [[size, t, None, None] for size, t in zip(sizes, types)]
                 else:
-                    rc = None
-                out.append({"size": m.sizes[i], "type": m.types[i], "rc": rc})
-            return num, out
+                    find = dm.table.find
+                    with dm.lock:
+                        for hp, size, t in zip(args, sizes, types):
+                            row = find(hp) if hp else None
+                            if row is None:
+                                maps.append([size, t, None, None])
+                            else:
+                                maps.append([size, t, "inf" if row.infinite else row.dyn,
+                                             row.hold])
+                e["maps"] = maps
+            except Exception as exc:  # noqa: BLE001 - the construct's result stands
+                e["maps_error"] = f"{type(exc).__name__}: {exc}"
+            ev(e)
 
-        def data(orig):
-            def slow_data(kind, loc, dev_id, n, bases, args, sizes, types, names,
-                          mappers):
-                t0 = time.monotonic_ns()
-                rc = orig(kind, loc, dev_id, n, bases, args, sizes, types, names, mappers)
-                try:
-                    m = _abi.MapArgs(n, bases, args, sizes, types, None, None)
-                    num, maps = rows(dev_id, m)
-                except Exception as exc:  # noqa: BLE001 - the construct's result stands
-                    num, maps = dev_id, [{"error": str(exc)}]
-                ev({"op": "construct", "kind": _KINDS.get(kind & ~nowait, str(kind)),
-                    "nowait": bool(kind & nowait), "device": num, "n": int(n),
-                    "maps": maps, "rc": rc, "t_ns": t0,
-                    "dur_ns": time.monotonic_ns() - t0})
-                return rc
-            return slow_data
+        def wrap(path):
+            def make(orig):
+                def construct(v, kind):
+                    t0 = time.monotonic_ns()
+                    if kind == kernel_kind:
+                        here.construct = (_s32(v[_abi.FRAME_TEAMS]),
+                                          _s32(v[_abi.FRAME_THREADS]))
+                    hold()
+                    try:
+                        rc = orig(v, kind)
+                        if rc is not None:
+                            record(v, kind, rc, t0, path)
+                    finally:
+                        here.construct = None
+                        release()
+                    return rc
+                return construct
+            return make
 
-        def kernel(orig):
-            def slow_kernel(loc, dev_id, teams, threads, host_ptr, kargs):
-                t0 = time.monotonic_ns()
-                here.construct = (teams, threads)
-                try:
-                    rc = orig(loc, dev_id, teams, threads, host_ptr, kargs)
-                finally:
-                    here.construct = None
-                try:
-                    m = _abi.kernel_map_args(kargs)[0]
-                    num, maps = rows(dev_id, m)
-                except Exception as exc:  # noqa: BLE001 - unknown layouts fail in orig
-                    num, maps = dev_id, [{"error": str(exc)}]
-                ev({"op": "construct", "kind": "kernel", "device": num, "n": len(maps),
-                    "teams": teams, "threads": threads, "maps": maps, "rc": rc,
-                    "t_ns": t0, "dur_ns": time.monotonic_ns() - t0})
-                return rc
-            return slow_kernel
+        self._patch(fast, "_serve", wrap("cheap"))
+        self._patch(fast, "_general", wrap("general"))
 
-        self._patch(fast, "_slow_data", data)
-        self._patch(fast, "_slow_kernel", kernel)
+
+def _s32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >> 31 else x
+
+
+def _json_str(text: str) -> str:
+    import json
+    return json.dumps(text)
 
 
 def _triples(ops):
