@@ -81,6 +81,9 @@ def test_recorded_program_replays_with_the_same_counts_under_every_policy(tmp_pa
     assert (proc.returncode, proc.stdout) == (real.returncode, real.stdout), proc.stderr
     t = read_trace(trace)
     assert t.complete and not t.truncated
+    # every line, however the recorder formats it, is the canonical JSON of its event
+    for line in trace.read_text().splitlines(keepends=True):
+        assert encode(json.loads(line)) == line
     s = summary(t)
     allocs, copies, launches = EXPECTED[name]
     assert (s["allocs"], s["frees"], s["copies"], s["launches"]) == \
@@ -225,6 +228,16 @@ def test_read_trace_skips_a_cut_line_and_refuses_other_files(tmp_path):
     odd.write_text(text.replace('"op":"alloc"', '"op":"teleport"'))
     with pytest.raises(TraceError, match="line 2"):
         read_trace(odd)
+
+
+def test_a_second_process_of_the_run_writes_its_own_trace(tmp_path):
+    first = TraceWriter(tmp_path / "t.jsonl", exclusive=True)
+    second = TraceWriter(tmp_path / "t.jsonl", exclusive=True)   # as a child would
+    assert first.path == str(tmp_path / "t.jsonl")
+    assert second.path == f"{tmp_path / 't.jsonl'}.{os.getpid()}"
+    first.close()
+    second.close()
+    assert read_trace(first.path).complete and read_trace(second.path).complete
 
 
 # -- replay of written traces ----------------------------------------------------------

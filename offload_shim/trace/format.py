@@ -52,7 +52,8 @@ class TraceError(ValueError):
 
 
 class TraceWriter:
-    """Writes a trace to ``path`` (created or truncated; ``OSError`` if it cannot be).
+    """Writes a trace to ``path`` (created or truncated; ``OSError`` if it cannot be;
+    ``exclusive``: if ``path`` exists, ``path.<pid>`` instead).
 
     :meth:`event` writes one event line at once (one ``os.write`` of the whole line:
     nothing is buffered in the process, so a crash or ``SIGKILL`` loses at most the
@@ -61,10 +62,19 @@ class TraceWriter:
     :meth:`annotate` stamps its events with the thread that caused them.
     Thread-safe."""
 
-    def __init__(self, path, header: dict | None = None):
+    def __init__(self, path, header: dict | None = None, *, exclusive: bool = False):
         self.path = os.fspath(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                           0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        if exclusive:
+            # another process of the same run (a child that offloads too) made ``path``
+            # first: this one writes ``path.<pid>``
+            try:
+                self._fd = os.open(self.path, flags | os.O_EXCL, 0o644)
+            except FileExistsError:
+                self.path = f"{self.path}.{os.getpid()}"
+                self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
+        else:
+            self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
         self._lock = threading.Lock()
         self._local = threading.local()
         self.lines = 0

@@ -56,10 +56,12 @@ def active() -> "Recorder | None":
 
 def start(path, argv=None) -> "Recorder":
     """Open the trace at ``path`` and make this process's recorder (``OSError`` if the
-    file cannot be created).  Call :meth:`Recorder.attach` once the runtime and the
-    interposer exist."""
+    file cannot be created).  ``offload-shim run --record`` removes ``path`` before the
+    program starts, so the first process of the run that starts the runtime writes
+    ``path``; another one (a child that offloads too) writes ``path.<pid>``.  Call
+    :meth:`Recorder.attach` once the runtime and the interposer exist."""
     global _active
-    rec = Recorder(path, argv=argv)
+    rec = Recorder(path, argv=argv, exclusive=True)
     _active = rec
     return rec
 
@@ -82,12 +84,14 @@ class Recorder:
     a trace.  ``path``: the trace file; ``argv``: the program's command line (in the
     header)."""
 
-    def __init__(self, path, argv=None):
+    def __init__(self, path, argv=None, *, exclusive: bool = False):
         self.writer = TraceWriter(path, {"argv": list(argv or []),
-                                         "python": sys.version.split()[0]})
+                                         "python": sys.version.split()[0]},
+                                  exclusive=exclusive)
         self._undo: list = []
         self._here = threading.local()
-        self._names: dict = {}              # (plugin id, dev, entry) -> kernel name
+        self._names: dict = {}              # (plugin id, dev, entry) -> kernel name JSON
+        self._labels: dict = {}             # (plugin name, dev) -> label JSON
         self._devices: dict = {}            # (plugin id, dev) -> Device
         self._hooked: set = set()
         self._rt = self._ip = None
@@ -240,15 +244,21 @@ class Recorder:
                 return many
             return make
 
+        def launch_line(dev, entry, nargs, t0):
+            # the same text as TraceWriter.event({"op": "launch", "dev", "kernel",
+            # "nargs", "teams", "threads", "t_ns", "dur_ns", "tid"})
+            c = getattr(here, "construct", None)
+            put(f'{{"op":"launch","dev":{self._label(name, dev)},'
+                f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":{nargs},'
+                f'"teams":{c[0] if c else "null"},"threads":{c[1] if c else "null"},'
+                f'"t_ns":{t0},"dur_ns":{now() - t0},"tid":{tid()}}}\n')
+
         def launch(orig):
             def launch(dev, entry, args, offsets=None):
-                t0 = time.monotonic_ns()
+                t0 = now()
                 orig(dev, entry, args, offsets)
-                c = getattr(here, "construct", None)
-                ev({"op": "launch", "dev": f"{name}:{dev}",
-                    "kernel": self._kernel_name(plugin, dev, entry), "nargs": len(args),
-                    "teams": c[0] if c else None, "threads": c[1] if c else None,
-                    "t_ns": t0, "dur_ns": time.monotonic_ns() - t0})
+                if not getattr(here, "launcher", False):    # else the launcher logs it
+                    launch_line(dev, entry, len(args), t0)
             return launch
 
         self._patch(plugin, "submit", copy("h2d", 0))
@@ -260,30 +270,41 @@ class Recorder:
         def launcher(orig):
             def launcher(dev, entry, nargs):
                 run = orig(dev, entry, nargs)
-                label = f"{name}:{dev}"
 
                 def launch(args, offsets=None):
-                    t0 = time.monotonic_ns()
-                    run(args, offsets)
-                    c = getattr(here, "construct", None)
-                    ev({"op": "launch", "dev": label,
-                        "kernel": self._kernel_name(plugin, dev, entry), "nargs": len(args),
-                        "teams": c[0] if c else None, "threads": c[1] if c else None,
-                        "t_ns": t0, "dur_ns": time.monotonic_ns() - t0})
+                    # a family's default launcher calls Plugin.launch (hooked too)
+                    t0 = now()
+                    here.launcher = True
+                    try:
+                        run(args, offsets)
+                    finally:
+                        here.launcher = False
+                    launch_line(dev, entry, len(args), t0)
                 return launch
             return launcher
         self._patch(plugin, "launcher", launcher)
 
-    def _kernel_name(self, plugin, dev: int, entry: int) -> str | None:
+    def _kernel_name(self, plugin, dev: int, entry: int) -> str:
+        """The JSON text of the name of the kernel at ``entry`` (``null`` if unknown)."""
         key = (id(plugin), dev, entry)
         name = self._names.get(key)
         if name is None:
             d = self._devices.get((id(plugin), dev))
+            name = "null"
             for kname, cands in dict(getattr(d, "_kernels", {})).items():
                 if any(c[0] == entry for c in cands):
-                    name = self._names[key] = kname
+                    name = _json_str(kname)
                     break
+            self._names[key] = name
         return name
+
+    def _label(self, plugin_name: str, dev: int) -> str:
+        """The JSON text of a device label."""
+        key = (plugin_name, dev)
+        j = self._labels.get(key)
+        if j is None:
+            j = self._labels[key] = _json_str(f"{plugin_name}:{dev}")
+        return j
 
     # -- constructs --------------------------------------------------------------------
     def _hook_interposer(self, ip) -> None:
@@ -314,40 +335,51 @@ class Recorder:
                 m = _abi.MapArgs(n, *ptrs[:4], None, None)
             return m.args, m.sizes, m.types
 
+        put = self.writer.line
+        tid = threading.get_native_id
+        default = ip._default_device
+        mappers = ip._mappers
+        heads = {k: f'{{"op":"construct","kind":"{name}"' for k, name in kinds.items()}
+
+        # the construct line is formatted here (one per construct): the same text as
+        # TraceWriter.event({"op", "kind", "device", "n", "maps", "rc", "path", "t_ns",
+        # "dur_ns", "teams"/"threads" or "nowait", "tid"}) -- tests/test_trace.py
         def record(v, kind, rc, t0, path):
             n = v[_abi.FRAME_N]
             dev = v[_abi.FRAME_DEV]
             dev = dev - (1 << 64) if dev >> 63 else dev
-            e = {"op": "construct", "kind": kinds.get(kind, str(kind)), "device": dev,
-                 "n": n, "maps": None, "rc": rc, "path": path, "t_ns": t0,
-                 "dur_ns": time.monotonic_ns() - t0}
-            if kind == kernel_kind:
-                e["teams"] = _s32(v[_abi.FRAME_TEAMS])
-                e["threads"] = _s32(v[_abi.FRAME_THREADS])
-            else:
-                e["nowait"] = bool(v[_abi.FRAME_HOST_PTR])
+            extra = ""
             try:
                 args, sizes, types = maps_of(v, kind, n)
-                num = dev if dev >= 0 else ip._default_device()
-                e["device"] = num
-                dm = ip._mappers.get(num)
-                maps = []
+                num = dev if dev >= 0 else default()
+                dm = mappers.get(num)
                 if dm is None:
-                    maps = [[size, t, None, None] for size, t in zip(sizes, types)]
+                    maps = ",".join(f"[{z},{t},null,null]" for z, t in zip(sizes, types))
                 else:
                     find = dm.table.find
+                    out = []
                     with dm.lock:
-                        for hp, size, t in zip(args, sizes, types):
+                        for hp, z, t in zip(args, sizes, types):
                             row = find(hp) if hp else None
                             if row is None:
-                                maps.append([size, t, None, None])
+                                out.append(f"[{z},{t},null,null]")
                             else:
-                                maps.append([size, t, "inf" if row.infinite else row.dyn,
-                                             row.hold])
-                e["maps"] = maps
+                                d = '"inf"' if row.infinite else row.dyn
+                                out.append(f"[{z},{t},{d},{row.hold}]")
+                    maps = ",".join(out)
+                maps = f"[{maps}]"
             except Exception as exc:  # noqa: BLE001 - the construct's result stands
-                e["maps_error"] = f"{type(exc).__name__}: {exc}"
-            ev(e)
+                num, maps = dev, "null"
+                extra = ',"maps_error":' + _json_str(f"{type(exc).__name__}: {exc}")
+            if kind == kernel_kind:
+                extra += (f',"teams":{_s32(v[_abi.FRAME_TEAMS])},'
+                          f'"threads":{_s32(v[_abi.FRAME_THREADS])}')
+            else:
+                extra += ',"nowait":' + ("true" if v[_abi.FRAME_HOST_PTR] else "false")
+            head = heads.get(kind) or f'{{"op":"construct","kind":"{kind}"'
+            put(f'{head},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
+                f'"path":"{path}","t_ns":{t0},"dur_ns":{time.monotonic_ns() - t0}'
+                f'{extra},"tid":{tid()}}}\n')
 
         def wrap(path):
             def make(orig):
