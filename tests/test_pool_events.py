@@ -102,7 +102,7 @@ def test_replay_from_file_object_and_options():
     capped = replay(lines, policies=("binned",), cache_limit=0)["binned"]
     assert capped.bytes_cached == 0 and capped.hits == 0
     with pytest.raises(ValueError):
-        replay(lines, policies=("best-fit",))
+        replay(lines, policies=("first-fit",))      # no such policy
 
 
 def test_replay_rejects_malformed_logs():

@@ -261,7 +261,49 @@ def test_binned_reuses_a_block_of_the_class_that_holds_the_request():
     assert_conserved(mm, b)
 
 
-@pytest.mark.parametrize("policy", ["exact", "binned"])
+# -- best-fit policy -----------------------------------------------------------
+
+
+def test_best_fit_reuses_the_smallest_block_below_twice_the_request():
+    b, mm = make(policy="best-fit")
+    assert type(mm).__name__ == "_BestFitManager" and mm.policy == "best-fit"
+    blocks = {n: mm.allocate(n) for n in (100, 150, 400, 1000)}
+    for p in blocks.values():
+        mm.free(p)
+    assert mm.allocate(120) == blocks[150]        # smallest that holds it (any class)
+    assert mm.block_size_of(blocks[150]) == 150 and mm.size_of(blocks[150]) == 120
+    assert mm.allocate(90) == blocks[100]         # 100 < 180
+    q = mm.allocate(190)                          # 400 >= 380: a miss, not a hit
+    assert q not in blocks.values() and mm.block_size_of(q) == 190
+    assert mm.allocate(201) == blocks[400]        # 400 < 402
+    assert mm.allocate(1000) == blocks[1000]      # exactly its size
+    assert mm.stats.hits == 4
+    for p in (blocks[100], blocks[150], blocks[400], blocks[1000], q):
+        mm.free(p)
+    assert_conserved(mm, b)
+
+
+@settings(max_examples=150)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(1, 5000)), max_size=60))
+def test_best_fit_hits_stay_inside_the_waste_bound(ops):
+    from offload_shim.memory.policies import BEST_FIT_LIMIT, waste_bound
+    assert waste_bound("best-fit") == BEST_FIT_LIMIT - 1
+    b, mm = make(policy="best-fit")
+    live = []
+    for is_free, size in ops:
+        if is_free and live:
+            mm.free(live.pop(size % len(live)))
+            continue
+        p = mm.allocate(size)
+        blk = mm.block_size_of(p)
+        assert size <= blk < BEST_FIT_LIMIT * size
+        live.append(p)
+    for p in live:
+        mm.free(p)
+    assert_conserved(mm, b)
+
+
+@pytest.mark.parametrize("policy", ["exact", "binned", "best-fit"])
 def test_two_requests_that_fill_the_device_are_served(policy):
     # ../shared/cases/pool/binned_growth.py without a plugin: 2 x 1000 bytes on
     # a 2000-byte device.  Rounding 1000 up to its class (1024) would leave 976.
@@ -274,7 +316,7 @@ def test_two_requests_that_fill_the_device_are_served(policy):
 
 
 @settings(max_examples=150, deadline=None)
-@given(policy=st.sampled_from(["exact", "binned"]),
+@given(policy=st.sampled_from(["exact", "binned", "best-fit"]),
        oom=st.sampled_from(["free-all", "incremental"]),
        cap=st.none() | st.integers(0, 6000), capacity=st.integers(2000, 20000),
        ops=st.lists(st.tuples(st.booleans(), st.integers(1, 3000)), max_size=60))

@@ -22,7 +22,7 @@ _DESCRIPTION = "benchmark alloc/free: the pool against every peer, side by side"
 
 #: Workloads that run whole programs under offload-shim run and libomptarget 16
 #: (:mod:`.run_overhead`, :mod:`.lifecycle`), not the alloc/free rows.
-PROCESS_WORKLOADS = ("run", "lifecycle")
+PROCESS_WORKLOADS = ("run", "lifecycle", "record")
 
 #: Largest emulated latency accepted (ns): the plugin busy-waits that long per call.
 MAX_LATENCY_NS = 1_000_000_000
@@ -43,7 +43,8 @@ def _add_arguments(p: argparse.ArgumentParser, default_profile: str) -> None:
                    help="comma-separated subset of " + ",".join(WORKLOADS)
                    + " (or run: offload-shim run against libomptarget, run_overhead.py;"
                    " lifecycle: dlopen/region/dlclose cycles and two threads' kernels"
-                   " against libomptarget, lifecycle.py)")
+                   " against libomptarget, lifecycle.py; record: run --record against"
+                   " run, record_overhead.py)")
     p.add_argument("--only", action="append", metavar="ROW",
                    help="rows whose name contains ROW (repeatable)")
     p.add_argument("--no-gpu", action="store_true", help="do not try the CUDA rows")
@@ -99,6 +100,8 @@ def _cmd(args, on_result=None) -> int:
             continue
         if name == "run":
             from .run_overhead import main_from_bench
+        elif name == "record":
+            from .record_overhead import main_from_bench
         else:
             from .lifecycle import main_from_bench
         rc = main_from_bench(args)

@@ -7,7 +7,7 @@ interposer and call its functions.
 Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.
 
     offload-shim run [--plugin PATH ...] [--bundled] [--policy P] [--report FILE] \\
-        PROGRAM [ARGS...]
+        [--record TRACE] PROGRAM [ARGS...]
 
 runs an unmodified executable built by ``clang-16 -fopenmp -fopenmp-targets=...`` with
 the interposer preloaded and an embedded CPython serving its offload calls
@@ -179,7 +179,8 @@ def _interposer_path():
 
 
 def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
-                    base: dict | None = None, gomp_host_device: bool = False) -> dict:
+                    base: dict | None = None, gomp_host_device: bool = False,
+                    record: str | None = None) -> dict:
     """The environment ``offload-shim run`` gives the program: ``LD_PRELOAD`` = the
     interposer (before any preload already set), ``OFFLOAD_SHIM_EMBED=1``,
     ``OFFLOAD_SHIM_LIBPYTHON``, ``OFFLOAD_SHIM_PYTHONPATH`` (the directory this
@@ -200,7 +201,8 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     env["OFFLOAD_SHIM_RUN_OPTIONS"] = json.dumps(
         {"plugins": [os.path.realpath(p) for p in plugins], "bundled": bool(bundled),
          "policy": policy, "report": os.path.realpath(report) if report else None,
-         "gomp_host_device": bool(gomp_host_device)})
+         "gomp_host_device": bool(gomp_host_device),
+         "record": os.path.abspath(record) if record else None})
     return env
 
 
@@ -217,12 +219,18 @@ def cmd_run(args) -> int:
     import errno
     import os
     bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
+    record = getattr(args, "record", None)
+    if not bad and record:
+        from ..trace.record import trace_path_ok
+        bad = trace_path_ok(record)
+        bad = bad and f"--record {bad}"
     if bad:
         _error(bad)
         return 2
     try:
         env = run_environment(plugins=args.plugin, bundled=args.bundled, policy=args.policy,
-                              report=args.report, gomp_host_device=args.gomp_host_device)
+                              report=args.report, gomp_host_device=args.gomp_host_device,
+                              record=record)
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"offload-shim run: {exc}", file=sys.stderr)
         return 2
@@ -233,17 +241,36 @@ def cmd_run(args) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     from ..safety.children import run_program
+    if record and os.path.exists(record):
+        os.unlink(record)                     # not a trace of an earlier run
     try:                  # as exec would, then remove what it left (libomp segment...)
         try:
-            return run_program([args.program, *args.args], env, executable=prog)
+            return _recorded(record, run_program([args.program, *args.args], env,
+                                                 executable=prog))
         except OSError as exc:
             if exc.errno != errno.ENOEXEC:
                 raise
-        return run_program(["/bin/sh", prog, *args.args], env, executable="/bin/sh")
+        return _recorded(record, run_program(["/bin/sh", prog, *args.args], env,
+                                             executable="/bin/sh"))
     except OSError as exc:
         print(f"offload-shim run: cannot execute {args.program}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 127 if exc.errno == errno.ENOENT else 126
+
+
+def _recorded(record, status: int) -> int:
+    """After a ``run --record`` program: a program whose runtime never started (it
+    registered no offload image) leaves no trace; write one with no events (header
+    ``"runtime": false``) so that TRACE always exists after the run."""
+    if record:
+        import os
+        if not os.path.exists(record):
+            from ..trace.format import TraceWriter
+            try:
+                TraceWriter(record, {"runtime": False}).close({"status": status})
+            except OSError as exc:
+                print(f"offload-shim run: cannot write {record}: {exc}", file=sys.stderr)
+    return status
 
 
 def register_cli(subparsers) -> None:
@@ -262,6 +289,9 @@ def register_cli(subparsers) -> None:
                    help="GCC-built code (gcc -fopenmp -foffload=...) gets one device with "
                    "separate host memory and libgomp 12's mapping (default: its own "
                    "libgomp)")
+    r.add_argument("--record", metavar="TRACE", help="write a runtime trace (images, "
+                   "devices, constructs, pool allocations and frees, copies, launches; "
+                   "docs/trace-format.md) to TRACE; `offload-shim replay TRACE` re-issues it")
     r.add_argument("program")
     r.add_argument("args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
@@ -287,7 +317,8 @@ def register_cli(subparsers) -> None:
 
 
 _RUN_FLAGS = {"--bundled": "bundled", "--gomp-host-device": "gomp_host_device"}
-_RUN_VALUES = {"--plugin": "plugin", "--policy": "policy", "--report": "report"}
+_RUN_VALUES = {"--plugin": "plugin", "--policy": "policy", "--report": "report",
+               "--record": "record"}
 _POLICIES = ("disabled", "default", "mandatory")
 
 
@@ -303,7 +334,7 @@ def parse_run_fast(argv):
     stays argparse's (tests/test_run_startup.py compares the two)."""
     from types import SimpleNamespace
     ns = SimpleNamespace(cmd="run", plugin=[], bundled=False, policy=None, report=None,
-                         gomp_host_device=False, func=cmd_run)
+                         record=None, gomp_host_device=False, func=cmd_run)
     i = 0
     while i < len(argv):
         tok = argv[i]

@@ -26,7 +26,13 @@ class EventLog:
 
     ``target``: a path (opened for append, closed by :meth:`close`) or a
     text file object (flushed, never closed).  ``TypeError`` for anything
-    else; ``OSError`` if the path cannot be opened."""
+    else; ``OSError`` if the path cannot be opened.
+
+    A target object with an ``annotate(event) -> event`` method (the runtime trace's
+    :class:`~offload_shim.trace.format.TraceWriter`) gets each event passed through it
+    when it is queued: in the thread that caused it, under the manager's lock, so it
+    must be cheap and never block; one with a ``write_event(event)`` method is given
+    the events instead of their JSON lines."""
 
     __slots__ = ("_pending", "_lock", "_file", "_owned", "append")
 
@@ -43,6 +49,10 @@ class EventLog:
         self._lock = threading.Lock()
         #: queue one event (a dict); atomic, callable under the manager's lock
         self.append = self._pending.append
+        annotate = getattr(target, "annotate", None)
+        if callable(annotate):
+            queue = self._pending.append
+            self.append = lambda ev: queue(annotate(ev))
 
     def flush(self, sync: bool = False) -> None:
         """Write the pending events; ``sync``: also flush the file."""
@@ -51,12 +61,15 @@ class EventLog:
             return
         with self._lock:
             f = self._file
+            put = getattr(f, "write_event", None)
             while True:
                 try:
                     ev = pending.popleft()
                 except IndexError:
                     break
-                if f is not None:
+                if put is not None:
+                    put(ev)
+                elif f is not None:
                     f.write(json.dumps(ev, separators=(",", ":")) + "\n")
             if sync and f is not None:
                 f.flush()

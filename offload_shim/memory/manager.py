@@ -117,9 +117,10 @@ class MemoryManager(PoolQueries, CacheRelease):
       manager off).  ``0`` -> no pooling at all.
     * ``policy``: ``"exact"`` (LLVM, seed 004: a cached block is reused only
       for a request of exactly its size; stats grouped in the 13 LLVM
-      buckets) or ``"binned"`` (any cached block of the request's size
-      class that holds it is reused, waste below ``1/bins_per_pow2``; see
-      :mod:`offload_shim.memory.policies`).  Both ask the backend for the
+      buckets), ``"binned"`` (any cached block of the request's size
+      class that holds it is reused, waste below ``1/bins_per_pow2``) or
+      ``"best-fit"`` (the smallest cached block that holds it and is below
+      twice its size; see :mod:`offload_shim.memory.policies`).  Both ask the backend for the
       requested size: rounding never costs device memory.
     * ``oom``: what to do when the backend returns 0: ``"free-all"`` (LLVM
       code: release every cached block, retry once) or ``"incremental"``
@@ -173,9 +174,9 @@ class MemoryManager(PoolQueries, CacheRelease):
                  "_log", "__weakref__")
 
     def __new__(cls, *args, policy="exact", **kwargs):
-        # the binned policy has its own hit path (_BinnedManager.allocate)
-        if cls is MemoryManager and policy == "binned":
-            cls = _BinnedManager
+        # the binned and best-fit policies have their own hit path (_BinnedManager's)
+        if cls is MemoryManager and policy in ("binned", "best-fit"):
+            cls = _BinnedManager if policy == "binned" else _BestFitManager
         return object.__new__(cls)
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
@@ -268,7 +269,7 @@ class MemoryManager(PoolQueries, CacheRelease):
 
     @property
     def policy(self) -> str:
-        """``"exact"`` or ``"binned"``."""
+        """``"exact"``, ``"binned"`` or ``"best-fit"``."""
         return self._policy
 
     @property
@@ -947,3 +948,12 @@ class _BinnedManager(MemoryManager):
         return self._allocate_miss(size, True)
 
     allocate.__doc__ = MemoryManager.allocate.__doc__
+
+
+class _BestFitManager(_BinnedManager):
+    """A :class:`MemoryManager` with the best-fit policy (what
+    ``MemoryManager(..., policy="best-fit")`` makes): the binned hit path over a
+    :class:`~offload_shim.memory.policies.BestFitIndex` (the smallest cached block
+    that holds the request, below ``BEST_FIT_LIMIT`` times its size)."""
+
+    __slots__ = ()

@@ -16,22 +16,35 @@ the policy); they differ in which cached blocks a later request may reuse.
   spirit, without their rounded device allocations).  Statistics are
   grouped by class.
 
-The manager keeps one free list per exact block size for both policies, so a
-request first reuses a block of exactly its size; the binned policy then
-looks for the smallest larger block of the class through a
-:class:`SizeClassIndex` (class -> sorted block sizes).
+* :class:`BestFitPolicy` (``"best-fit"``): a request may reuse the smallest
+  cached block that holds it, of any size class, as long as the block is less
+  than :data:`BEST_FIT_LIMIT` (2) times the request: the waste of a hit is
+  below the request itself (below half the block).  Without such a bound a
+  best-fit pool hands a 64 KiB cached block to a 4-byte request and keeps the
+  rest idle until it is freed (the worry of seed 004 about reusing larger
+  blocks); the bound is what a replay reports as ``waste_bound``.
+  Statistics are grouped in LLVM's buckets.
+
+The manager keeps one free list per exact block size for every policy, so a
+request first reuses a block of exactly its size; the binned and best-fit
+policies then look for the smallest larger block through a
+:class:`SizeClassIndex` (class -> sorted block sizes; best-fit: one class with
+every size, :class:`BestFitIndex`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-__all__ = ["LLVM_BUCKET_SIZES", "POLICIES", "llvm_bucket", "llvm_find_bucket_index",
-           "binned_size", "ExactPolicy", "BinnedPolicy", "SizeClassIndex", "make_policy"]
+__all__ = ["LLVM_BUCKET_SIZES", "POLICIES", "BEST_FIT_LIMIT", "llvm_bucket",
+           "llvm_find_bucket_index", "binned_size", "ExactPolicy", "BinnedPolicy",
+           "BestFitPolicy", "SizeClassIndex", "BestFitIndex", "make_policy", "waste_bound"]
 
 #: LLVM ``BucketSize[]``: the 13 buckets.
 LLVM_BUCKET_SIZES = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-POLICIES = ("exact", "binned")
+POLICIES = ("exact", "binned", "best-fit")
+#: best-fit reuses a cached block of B bytes for a request of R bytes only if B < 2 R
+BEST_FIT_LIMIT = 2
 
 
 def llvm_bucket(size: int) -> int:
@@ -161,6 +174,67 @@ class SizeClassIndex:
         self._classes.clear()
 
 
+class BestFitPolicy:
+    """Reuse the smallest cached block that holds the request and is less than
+    :data:`BEST_FIT_LIMIT` times its size (waste below the request)."""
+
+    name = "best-fit"
+    limit = BEST_FIT_LIMIT
+
+    def bucket(self, size: int) -> int:
+        """Statistics bucket of a pooled block: the LLVM bucket."""
+        return llvm_bucket(size)
+
+    def index(self) -> "BestFitIndex":
+        return BestFitIndex(self.limit)
+
+
+class BestFitIndex(SizeClassIndex):
+    """Every cached block size in one sorted list; :meth:`larger` finds the
+    smallest size above a request, below ``limit`` times it, whose list has a
+    block."""
+
+    __slots__ = ("_limit",)
+
+    def __init__(self, limit: int = BEST_FIT_LIMIT):
+        super().__init__(_one_class)
+        self._limit = limit
+
+    def larger(self, size: int, free: dict):
+        sizes = self._classes.get(0)
+        if sizes:
+            cap = size * self._limit
+            for block in sizes[bisect_right(sizes, size):]:
+                if block >= cap:
+                    break
+                fl = free[block]
+                if fl:
+                    return fl
+        return None
+
+
+def _one_class(size: int) -> int:
+    return 0
+
+
 def make_policy(policy: str, bins_per_pow2: int):
-    """The policy object for ``policy`` (``"exact"`` or ``"binned"``)."""
-    return ExactPolicy() if policy == "exact" else BinnedPolicy(bins_per_pow2)
+    """The policy object for ``policy`` (``"exact"``, ``"binned"``, ``"best-fit"``)."""
+    if policy == "exact":
+        return ExactPolicy()
+    if policy == "best-fit":
+        return BestFitPolicy()
+    return BinnedPolicy(bins_per_pow2)
+
+
+def waste_bound(policy: str, bins_per_pow2: int = 8) -> float:
+    """The most a hit of ``policy`` may waste, as a fraction of the request: 0 for
+    exact, ``1 / bins_per_pow2`` for binned (a block never exceeds the request's
+    class), ``BEST_FIT_LIMIT - 1`` for best-fit (the block is below that many
+    times the request).  ``ValueError`` for another policy."""
+    if policy == "exact":
+        return 0.0
+    if policy == "binned":
+        return 1.0 / bins_per_pow2
+    if policy == "best-fit":
+        return float(BEST_FIT_LIMIT - 1)
+    raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")

@@ -1,0 +1,304 @@
+"""Issue 30: ``offload-shim run --record TRACE`` and ``offload-shim replay TRACE``.
+
+Programs of tests/programs/ built by clang-16 are recorded under ``run --record`` (on
+the LLVM 16 host plugins libomptarget 16 would load, or the bundled plugin) and
+replayed on the bundled plugin under each of the four policies: the replay re-issues
+exactly the recorded allocations, frees and copies and counts the recorded launches.
+The recorded counts are checked against what the program's constructs do (the
+mapping rules of libomptarget 16 ``omptarget.cpp``: one allocation per mapped item of
+a new mapping, copies for ``to``/``from`` at the first/last reference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from offload_shim.trace.format import (TraceError, TraceWriter, encode, read_trace,
+                                       summary)
+from offload_shim.trace.replay import POLICIES, replay
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "programs"
+
+
+def _shim(*args, timeout=180):
+    return subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _built(name_or_source: str | Path) -> str:
+    import clang_toolchains as ct
+    from offload_shim.cli.run import libpython_path
+    why = ct.CLANG16.missing()
+    if why:
+        pytest.skip(why)
+    try:
+        libpython_path()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    src = name_or_source if isinstance(name_or_source, Path) else PROGRAMS / name_or_source
+    return str(ct.CLANG16.build(src))
+
+
+def _record(tmp_path, exe, *opts) -> tuple[subprocess.CompletedProcess, Path]:
+    trace = tmp_path / "trace.jsonl"
+    proc = _shim("run", "--record", str(trace), *opts, exe)
+    return proc, trace
+
+
+# -- record, then replay on the bundled plugin under every policy -------------------
+
+#: program -> (allocs, copies, launches) its constructs make (libomptarget 16 rules)
+EXPECTED = {
+    # one kernel: in, s, out, both mapped (4 allocations), to: in, s, both; from: out,
+    # both
+    "map_to_from.c": (4, 5, 1),
+    # a mapped once by the outer target data, the inner data region and the kernels
+    # find it present: 1 allocation, 1 copy in, 1 copy out, 2 kernels
+    "target_data_nested.c": (1, 2, 2),
+    # 8 kernels on 4 host threads, each mapping data[t][0:16] (to) and s (tofrom)
+    "host_threads.c": (16, 24, 8),
+}
+
+
+@pytest.mark.parametrize("plugin", ["default", "bundled"])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_program_replays_with_the_same_counts_under_every_policy(tmp_path, name,
+                                                                          plugin):
+    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    exe = _built(name)
+    real = subprocess.run([exe], capture_output=True, text=True, timeout=120)
+    opts = ["--plugin", str(bundled_plugin_path())] if plugin == "bundled" else []
+    proc, trace = _record(tmp_path, exe, *opts)
+    assert (proc.returncode, proc.stdout) == (real.returncode, real.stdout), proc.stderr
+    t = read_trace(trace)
+    assert t.complete and not t.truncated
+    # every line, however the recorder formats it, is the canonical JSON of its event
+    for line in trace.read_text().splitlines(keepends=True):
+        assert encode(json.loads(line)) == line
+    s = summary(t)
+    allocs, copies, launches = EXPECTED[name]
+    assert (s["allocs"], s["frees"], s["copies"], s["launches"]) == \
+        (allocs, allocs, copies, launches), s
+    kernels = [e for e in t.events if e["op"] == "construct" and e["kind"] == "kernel"]
+    assert len(kernels) == launches and all(e["rc"] == 0 for e in kernels)
+    assert {e["op"] for e in t.events} >= {"image_register", "image_unregister",
+                                          "device_init", "device_deinit", "alloc",
+                                          "free", "copy", "launch", "construct"}
+    if name == "host_threads.c":
+        assert s["threads"] > 1                   # the recorded threads
+
+    out = _shim("replay", str(trace), "--compare-policies", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["recorded"]["allocs"] == allocs and res["recorded"]["launches"] == launches
+    assert [p["policy"] for p in res["policies"]] == list(POLICIES)
+    for p in res["policies"]:
+        assert (p["allocs"], p["frees"], p["copies"], p["copies_skipped"],
+                p["launches"], p["oom_events"], p["errors"]) == \
+            (allocs, allocs, copies, 0, launches, 0, []), p
+        assert p["hits"] + p["misses"] == allocs
+        assert p["peak_requested_bytes"] <= p["peak_device_bytes"]
+    by = {p["policy"]: p for p in res["policies"]}
+    assert by["none"]["hits"] == 0 and by["none"]["backend_allocs"] == allocs
+
+
+def test_construct_lines_carry_map_entries_and_reference_counts(tmp_path):
+    exe = _built("target_data_nested.c")
+    proc, trace = _record(tmp_path, exe)
+    assert proc.returncode == 0, proc.stderr
+    cons = [e for e in read_trace(trace).events if e["op"] == "construct"]
+    # outer begin, inner begin, kernel, inner end, kernel, outer end; a[4] of int
+    assert [c["kind"] for c in cons] == ["begin", "begin", "kernel", "end", "kernel", "end"]
+    counts = [[m[2] for m in c["maps"]][0] for c in cons]
+    # the row of a: 1 after the outer begin, 2 inside, back to 1, none at the end
+    assert counts[0] == 1 and counts[1] == 2 and counts[3] == 1 and counts[5] is None
+    assert all(c["maps"][0][0] == 16 for c in cons if c["kind"] != "kernel")
+    assert all(c["tid"] == cons[0]["tid"] and c["dur_ns"] >= 0 for c in cons)
+
+
+_KILLED = r"""
+#include <signal.h>
+#include <stdio.h>
+int main(void) {
+  int a[8] = {0};
+  for (int r = 0; r < 5; r++) {
+#pragma omp target map(tofrom : a)
+    for (int i = 0; i < 8; i++) a[i] += r;
+  }
+  printf("%d\n", a[0]);
+  fflush(stdout);
+  raise(SIG);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
+def test_a_killed_or_crashed_program_leaves_every_finished_construct(tmp_path, sig):
+    src = tmp_path / f"killed_{sig}.c"
+    src.write_text(_KILLED.replace("SIG)", f"{sig})"))
+    exe = _built(src)
+    proc, trace = _record(tmp_path, exe)
+    assert proc.returncode != 0 and proc.stdout == "10\n"
+    t = read_trace(trace)
+    assert not t.complete                         # no end line: the runtime never stopped
+    s = summary(t)
+    assert (s["constructs"], s["launches"], s["allocs"], s["copies"]) == (5, 5, 5, 10)
+    res = replay(t, ("exact",))
+    assert res["policies"][0]["allocs"] == 5 and res["policies"][0]["copies"] == 10
+
+
+def test_run_without_record_writes_nothing_and_bad_paths_are_refused(tmp_path):
+    exe = _built("map_to_from.c")
+    proc = _shim("run", "--record", str(tmp_path / "no" / "such" / "t.jsonl"), exe)
+    assert proc.returncode == 2 and "--record" in proc.stderr and proc.stdout == ""
+    proc = _shim("run", "--record", str(tmp_path), exe)
+    assert proc.returncode == 2 and "directory" in proc.stderr
+
+
+def test_a_program_that_never_offloads_leaves_an_empty_trace(tmp_path):
+    proc, trace = _record(tmp_path, "/bin/true")
+    assert proc.returncode == 0
+    t = read_trace(trace)
+    assert t.header["runtime"] is False and t.events == [] and t.complete
+
+
+# -- the recorder in process: nothing stays installed --------------------------------
+
+def test_recorder_detach_restores_every_object(tmp_path, bundled_path):
+    import offload_shim as osh
+    from offload_shim.trace.record import Recorder
+    rec = Recorder(tmp_path / "t.jsonl")
+    with osh.Runtime([bundled_path], pool=rec.pool_options()) as rt, \
+            osh.interpose(rt) as ip:
+        objs = [rt, ip.fast, *rt.plugins, *rt.devices]
+        before = [dict(vars(o)) for o in objs]
+        rec.attach(rt, ip)
+        assert "submit_many" in vars(rt.plugins[0]) and "_serve" in vars(ip.fast)
+        dev = rt.devices[0]
+        p = dev.alloc(100)
+        dev.free(p)
+        rec.close()
+        assert [set(vars(o)) for o in objs] == [set(b) for b in before]
+    t = read_trace(tmp_path / "t.jsonl")
+    ops = [e["op"] for e in t.events]
+    assert ops[:4] == ["config", "device_init", "alloc", "free"] and t.complete
+    assert all("tid" in e and "t_ns" in e for e in t.events)
+
+
+# -- the file ----------------------------------------------------------------------
+
+_value = st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.text(max_size=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(alphabet="abc_xyz", min_size=1, max_size=6),
+                       _value | st.lists(_value, max_size=4), max_size=8))
+def test_encode_is_json_dumps(ev):
+    assert encode(ev) == json.dumps(ev, separators=(",", ":")) + "\n"
+
+
+def test_read_trace_skips_a_cut_line_and_refuses_other_files(tmp_path):
+    w = TraceWriter(tmp_path / "t.jsonl")
+    w.event({"op": "alloc", "size": 8, "ptr": 4096, "hit": False, "block": 8, "dev": "d:0"})
+    w.close()
+    text = (tmp_path / "t.jsonl").read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text.rsplit("\n", 2)[0] + '\n{"op":"fr')      # end line lost, one cut
+    t = read_trace(cut)
+    assert t.truncated and not t.complete and [e["op"] for e in t.events] == ["alloc"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"op": "config"}\n')
+    with pytest.raises(TraceError, match="line 1"):
+        read_trace(bad)
+    newer = tmp_path / "v9.jsonl"
+    newer.write_text(text.replace('"version":1', '"version":9'))
+    with pytest.raises(TraceError, match="version 9"):
+        read_trace(newer)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(text.replace('"op":"alloc"', '"op":"teleport"'))
+    with pytest.raises(TraceError, match="line 2"):
+        read_trace(odd)
+
+
+def test_a_second_process_of_the_run_writes_its_own_trace(tmp_path):
+    first = TraceWriter(tmp_path / "t.jsonl", exclusive=True)
+    second = TraceWriter(tmp_path / "t.jsonl", exclusive=True)   # as a child would
+    assert first.path == str(tmp_path / "t.jsonl")
+    assert second.path == f"{tmp_path / 't.jsonl'}.{os.getpid()}"
+    first.close()
+    second.close()
+    assert read_trace(first.path).complete and read_trace(second.path).complete
+
+
+# -- replay of written traces ----------------------------------------------------------
+
+def _trace(tmp_path, ops, tid=1):
+    """A trace of pool allocations / frees (``("a", ptr, size)``, ``("f", ptr)``)."""
+    w = TraceWriter(tmp_path / "s.jsonl")
+    w.event({"op": "config", "threshold": 8192, "dev": "d:0", "tid": tid})
+    for op in ops:
+        if op[0] == "a":
+            w.event({"op": "alloc", "size": op[2], "ptr": op[1], "hit": False,
+                     "block": op[2], "dev": "d:0", "tid": tid})
+        else:
+            w.event({"op": "free", "size": 0, "ptr": op[1], "hit": True, "dev": "d:0",
+                     "tid": tid})
+    w.close()
+    return tmp_path / "s.jsonl"
+
+
+def test_best_fit_reuses_a_larger_block_within_its_bound(tmp_path):
+    # 1000 freed, then 600 (best-fit reuses it: 1000 < 1200), then 400 (nobody may)
+    path = _trace(tmp_path, [("a", 0x1000, 1000), ("f", 0x1000), ("a", 0x2000, 600),
+                             ("a", 0x3000, 400), ("f", 0x2000), ("f", 0x3000)])
+    res = {p["policy"]: p for p in replay(path)["policies"]}
+    assert res["best-fit"]["hits"] == 1 and res["exact"]["hits"] == 0
+    assert res["binned"]["hits"] == 0 and res["none"]["hits"] == 0
+    assert res["best-fit"]["max_waste"] == pytest.approx(400 / 600)
+    assert res["best-fit"]["peak_device_bytes"] == 1400
+    assert res["exact"]["peak_device_bytes"] == 2000          # 1000 cached + 600 + 400
+    assert res["best-fit"]["waste_bound"] == 1.0 and res["binned"]["waste_bound"] == 0.125
+    for p in res.values():
+        assert p["peak_requested_bytes"] == 1000 and p["allocs"] == 3
+
+
+def test_capacity_makes_out_of_memory_events(tmp_path):
+    path = _trace(tmp_path, [("a", 0x1000, 3000), ("a", 0x2000, 3000), ("f", 0x1000),
+                             ("f", 0x2000)])
+    res = replay(path, ("exact",), capacity=4096)["policies"][0]
+    assert res["oom_events"] == 1 and res["allocs"] == 1 and res["frees"] == 1
+
+
+def test_replay_threads_take_turns_in_recorded_order(tmp_path):
+    w = TraceWriter(tmp_path / "m.jsonl")
+    for i in range(40):             # alloc on thread i % 4, freed by the next thread
+        w.event({"op": "alloc", "size": 64, "ptr": 0x1000 + i * 64, "hit": False,
+                 "block": 64, "dev": "d:0", "tid": i % 4})
+        w.event({"op": "free", "size": 64, "ptr": 0x1000 + i * 64, "hit": True,
+                 "dev": "d:0", "tid": (i + 1) % 4})
+    w.close()
+    for threads in (True, False):
+        p = replay(tmp_path / "m.jsonl", ("exact",), threads=threads)["policies"][0]
+        assert (p["allocs"], p["frees"], p["misses"], p["errors"]) == (40, 40, 1, [])
+
+
+def test_replay_refuses_bad_input(tmp_path):
+    path = _trace(tmp_path, [("a", 0x1000, 8)])
+    with pytest.raises(ValueError, match="unknown policy"):
+        replay(path, ("first-fit",))
+    with pytest.raises(ValueError, match="bundled"):
+        replay(path, ("exact",), plugin="/x.so", latency=(1, 1))
+    proc = _shim("replay", str(tmp_path / "nope.jsonl"))
+    assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:")
+    proc = _shim("replay", str(path), "--policy", "first-fit")
+    assert proc.returncode == 2
