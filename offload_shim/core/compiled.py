@@ -250,7 +250,7 @@ class DeviceLease:
         self._init_count = init_count
         self._released = False
         self._parcel = None                 # MemoryManager.park's, while parked
-        self._known = None                  # parcel[1] of the first park
+        self._known = None                  # the sums of the first parcel (MemoryManager.park)
         self._refill = None                 # how reclaim() reorders ptrs (_fifo_refill)
 
     @property
@@ -327,7 +327,7 @@ class DeviceLease:
             return False
         self._released = True
         self._parcel = parcel
-        self._known = parcel[1]
+        self._known = parcel.sums
         return True
 
     def reclaim(self, sizes) -> bool:
