@@ -321,7 +321,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
             else:
                 ptr = 0
         finally:
-            lockq.put(TOKEN)
+            lockq.put(True)         # TOKEN as a constant: no global look-up on the hit path
         if ptr:
             self._log.flush()
             return ptr
@@ -551,7 +551,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
                     return
                 self._live[ptr] = block     # the other path books it
         finally:
-            lockq.put(TOKEN)
+            lockq.put(True)         # TOKEN (see allocate)
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
