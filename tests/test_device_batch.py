@@ -319,3 +319,37 @@ def test_a_gomp_kernel_launcher_refuses_offsets_of_another_count(bundled_path, c
         assert list(b) == [2, 3]
         d.free(p)
         rt.unregister_image(img)
+
+
+def test_a_mapping_row_copies_through_its_block(dev, monkeypatch):
+    """A mapping row's copies (DeviceMapper.submit/retrieve with the row) go through
+    the row's block (Device.submit_in/retrieve_in, no search of every block); a copy
+    outside the row, or for a row without a block of its own, searches
+    (submit_raw/retrieve_raw).  The bytes are the same either way."""
+    from offload_shim.interposer.mapping import DeviceMapper
+    d, _img = dev
+    dm = DeviceMapper(d)
+    host, ha = _buf([5, 6, 7])
+    r = dm.get_target_pointer(ha + 8, ha, 16, to=True)         # the row: host [8, 24)
+    assert r.tgt and r.entry.alloc and r.entry.tgt == r.tgt
+    calls = []
+    for name in ("submit_in", "retrieve_in", "submit_raw", "retrieve_raw"):
+        real = getattr(d, name)
+        monkeypatch.setattr(d, name, lambda *a, _n=name, _r=real: (calls.append(_n), _r(*a)))
+    out, oa = _buf([0, 0])
+    dm.retrieve(oa, r.tgt, 16, r.entry)
+    assert list(out) == [6, 7] and calls == ["retrieve_in"]
+    dm.submit(r.tgt + 8, ha, 8, r.entry)                    # host 5 into the row's 2nd word
+    dm.retrieve(oa, r.tgt, 16, r.entry)
+    assert list(out) == [6, 5] and calls[1:] == ["submit_in", "retrieve_in"]
+    calls.clear()
+    with pytest.raises(osh.UnknownPointerError, match="not inside an allocation"):
+        dm.retrieve(oa, r.tgt + 8, 16, r.entry)             # past the row's end: searched
+    assert calls == ["retrieve_raw"]
+    calls.clear()
+    other = d.alloc(8)
+    dm.submit(other, ha, 8, r.entry)                        # not the row's block: searched
+    dm.retrieve(oa, other, 8)                               # no row: searched
+    assert out[0] == 5 and calls == ["submit_raw", "retrieve_raw"]
+    d.free(other)
+    dm.erase(r.entry, 16)

@@ -266,7 +266,7 @@ def test_binned_reuses_a_block_of_the_class_that_holds_the_request():
 
 def test_best_fit_reuses_the_smallest_block_below_twice_the_request():
     b, mm = make(policy="best-fit")
-    assert type(mm).__name__ == "_BestFitManager" and mm.policy == "best-fit"
+    assert type(mm) is MemoryManager and mm.policy == "best-fit"
     blocks = {n: mm.allocate(n) for n in (100, 150, 400, 1000)}
     for p in blocks.values():
         mm.free(p)

@@ -6,20 +6,27 @@ the same kernels again and again.  The interposer (:mod:`offload_shim.interposer
 therefore uses these forms of a :class:`~offload_shim.core.device.Device`, which the
 Python API does not need:
 
-=========================  ==========================================================
-``submit_raw``,            a copy to/from anywhere inside a live allocation or global
-``retrieve_raw``           (the range is searched among every block of the device)
-``submit_in``,             the same for a range known to lie in the allocation
-``retrieve_in``            ``block``: checked against that block only, O(1)
-``alloc_many``,            several allocations / frees at once
-``free_many``
-``submit_many``,           several copies ``(block, tgt, host, nbytes)`` with one
-``retrieve_many``          in-flight round trip and the plugin's calls batched
-``lease``                  a :class:`DeviceLease`: blocks kept by one caller for
-                           repeated copies that need no pointer-table lookup
-``kernel_launcher``        a :class:`KernelLauncher`: one kernel launched again and
-                           again without the lookup
-=========================  ==========================================================
+=====================  ==============================================  =====================
+form                   what                                            used by
+=====================  ==============================================  =====================
+``submit_raw``,        a copy to/from anywhere inside a live           rows without a block
+``retrieve_raw``       allocation or global (the range is searched     of their own (globals,
+                       among every block of the device)                associated and shadow
+                                                                       pointers), libgomp
+``submit_in``,         the same for a range known to lie in the        the mapping table's
+``retrieve_in``        allocation ``block``: checked against that      rows (``mapping.py``)
+                       block only, O(1)
+``alloc_many``,        several allocations / frees at once             the cheap path
+``free_many``                                                          (``plan.py``)
+``submit_many``,       several copies ``(block, tgt, host, nbytes)``   the cheap path
+``retrieve_many``      with one in-flight round trip and the plugin's
+                       calls batched
+``lease``              a :class:`DeviceLease`: blocks kept by one      the cheap path's
+                       caller for repeated copies that need no         kernel constructs
+                       pointer-table lookup
+``kernel_launcher``    a :class:`KernelLauncher`: one kernel launched  the cheap path
+                       again and again without the lookup
+=====================  ==============================================  =====================
 
 (``Device.launch_entry``, a launch by target-table address, and
 ``Device.calls_in_flight`` serve the interposer too.)  Every form takes the device's
@@ -28,13 +35,12 @@ in-flight token like the Python API's copies do, so ``deinit``/``close`` wait fo
 
 from __future__ import annotations
 
-import contextlib
 from array import array
 from collections.abc import Sequence
 
 from ..errors import KernelNotFoundError, LifecycleError, OffloadError, UnknownPointerError
 from .device_state import (DeviceState as _DeviceState, OWN_LAUNCHES as _OWN_LAUNCHES,
-                           READY as _READY, check_size as _check_size)
+                           READY as _READY, check_size)
 
 __all__ = ["CompiledCodeForms", "DeviceLease", "KernelLauncher"]
 
@@ -123,7 +129,7 @@ class CompiledCodeForms:
         raised (same errors as :meth:`alloc`)."""
         if self._state is not _READY:
             for size in sizes:
-                _check_size(size)
+                check_size(size)               # the size checks before a lazy init
             self._ready()
         # the pool's batch: the blocks that many alloc() calls would get, its cache
         # hits in one lock round trip
@@ -183,7 +189,7 @@ class CompiledCodeForms:
         of a kernel construct's temporary rows).  Same errors as :meth:`alloc`."""
         if self._state is not _READY:
             for size in sizes:
-                _check_size(size)
+                check_size(size)               # the size checks before a lazy init
             self._ready()
         return DeviceLease(self, self._pool.allocate_many(sizes), list(sizes),
                            self.init_count)
@@ -249,7 +255,7 @@ class DeviceLease:
         self._init_count = init_count
         self._released = False
         self._parcel = None                 # MemoryManager.park's, while parked
-        self._known = None                  # parcel[1] of the first park
+        self._known = None                  # the sums of the first parcel (MemoryManager.park)
         self._refill = None                 # how reclaim() reorders ptrs (_fifo_refill)
 
     @property
@@ -326,7 +332,7 @@ class DeviceLease:
             return False
         self._released = True
         self._parcel = parcel
-        self._known = parcel[1]
+        self._known = parcel.sums
         return True
 
     def reclaim(self, sizes) -> bool:

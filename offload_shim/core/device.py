@@ -36,8 +36,8 @@ from ..errors import (DeviceInitError, KernelNotFoundError, LifecycleError, Offl
                      OutOfDeviceMemoryError, UnknownPointerError)
 from ..abi.buffers import host_view as _host_view, new_buffer
 from .compiled import CompiledCodeForms, DeviceLease, KernelLauncher
-from .device_state import (MAX_SIZE, OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY,
-                           DeviceState, check_size as _check_size)
+from .device_state import (OWN_LAUNCHES as _OWN_LAUNCHES, READY as _READY, DeviceState,
+                           check_size as _check_size)
 from .device_images import DeviceImages, _LoadedOnDevice
 from .images import AddressMap, OffloadImage
 
@@ -125,6 +125,18 @@ class Device(DeviceImages, CompiledCodeForms):
     * ``pinned``: the owner's :class:`~offload_shim.memory.pinned.PinnedRegistry`
       (or None): told of every first copy of a host range and of every free
       when its policy is ``"mapped"`` (seed 003), and of the teardown.
+
+    Two faces.  The Python API (this module and :class:`~.device_images.DeviceImages`):
+    ``state``, ``initialized``, ``init``, ``deinit``, ``in_use``, ``pool``, ``alloc``,
+    ``free``, ``allocations``, ``submit``, ``retrieve``, ``launch``, ``kernels``,
+    ``loaded_images``, ``global_address``, ``translate``, ``address_map``; ``shutdown``,
+    ``load_registered`` and ``unload_registered`` are the owner's.  The forms compiled
+    code needs, for the interposer (:mod:`offload_shim.interposer`) only, are
+    :class:`~.compiled.CompiledCodeForms` (``core/compiled.py``, whose docstring has
+    the table): ``submit_raw``/``retrieve_raw`` (a range anywhere in a block, searched),
+    ``submit_in``/``retrieve_in`` (a range in a known block: the mapping table's rows),
+    ``alloc_many``/``free_many``, ``submit_many``/``retrieve_many``, ``lease``,
+    ``kernel_launcher``; and here ``launch_entry`` and ``calls_in_flight``.
     """
 
     def __init__(self, plugin, index: int, *, pool_options: dict | None = None,

@@ -1,12 +1,15 @@
-"""The states of a device and the launch holds of each thread, shared by
-:mod:`.device` and :mod:`.compiled`."""
+"""The states of a device, the launch holds of each thread and the size check of an
+allocation, shared by :mod:`.device` and :mod:`.compiled`."""
 
 from __future__ import annotations
 
 import enum
 import threading
 
-__all__ = ["DeviceState", "MAX_SIZE", "READY", "OWN_LAUNCHES", "check_size", "own_launches"]
+__all__ = ["DeviceState", "READY", "OWN_LAUNCHES", "own_launches", "MAX_SIZE", "check_size"]
+
+#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
+MAX_SIZE = (1 << 63) - 1
 
 
 class DeviceState(enum.Enum):
@@ -28,13 +31,10 @@ def own_launches(image_id: int) -> int:
     return OWN_LAUNCHES.__dict__.get(image_id, 0)
 
 
-#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
-MAX_SIZE = (1 << 63) - 1
-
-
 def check_size(size) -> None:
-    """``Device.alloc``'s checks of ``size``, run before a lazy init (a bad
-    size never initialises the device; the pool checks again)."""
+    """``Device.alloc``'s checks of ``size`` (bytes), run before a lazy init (a bad
+    size never initialises the device; the pool checks again): TypeError for a
+    non-int (bool included), ValueError outside ``0..MAX_SIZE``."""
     if type(size) is not int and (not isinstance(size, int) or isinstance(size, bool)):
         raise TypeError(f"size must be an int (bytes), not {type(size).__name__}")
     if size < 0 or size > MAX_SIZE:

@@ -13,8 +13,10 @@ declare-target globals (``initLibrary``: infinite reference count) and the INFO 
 data``, the table dump) in the words of the program's release (19.1 and 22.1 add
 ``TgtAllocBegin=``, a line for unified shared memory and ``table empty``:
 :class:`~offload_shim.interposer.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
-:meth:`Device.free` (the pool); copies go through :meth:`Device.submit_raw` /
-:meth:`Device.retrieve_raw`.
+:meth:`Device.free` (the pool); a copy for a row goes through the row's block
+(:meth:`Device.submit_in` / :meth:`Device.retrieve_in`: checked against that block
+only), any other (a global's row, an associated pointer, a shadow pointer) through
+:meth:`Device.submit_raw` / :meth:`Device.retrieve_raw`.
 
 Threads (libomptarget 16 ``DeviceTy::DataMapMtx``, the ``HostDataToTargetMap``
 accessor of ``device.h``, and the per-entry states of ``HostDataToTargetTy``): each
@@ -69,6 +71,19 @@ def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
     if host_runtime >= 19:
         return True
     return plugin_generation not in ("llvm16-classic", "llvm14")
+
+
+def _row_block(entry, tgt: int, size: int) -> int:
+    """The device block (``entry.alloc``) a copy of ``size`` bytes at ``tgt`` goes
+    through when it lies in the device range of the row ``entry`` (which lies in the
+    row's allocation); 0 otherwise: no row, a row without memory of its own (a global,
+    an associated pointer), or a copy outside the row (the trace's row is not always
+    the copied one)."""
+    if entry is None or not entry.alloc:
+        return 0
+    if entry.tgt <= tgt and tgt + size <= entry.tgt + (entry.end - entry.begin):
+        return entry.alloc
+    return 0
 
 
 class MapError(Exception):
@@ -632,14 +647,24 @@ class DeviceMapper:
         self._info(diag.INFO_DATA_TRANSFER, text)
 
     def submit(self, tgt: int, hp: int, size: int, entry=None) -> None:
-        """``submitData`` (with its DATA_TRANSFER trace)."""
+        """``submitData`` (with its DATA_TRANSFER trace).  Through the block of
+        ``entry`` when the copy lies in that row (:func:`_row_block`), else through
+        a search of the device's blocks."""
         self._copy_info(True, hp, tgt, size, entry)
-        self.device.submit_raw(tgt, hp, size)
+        block = _row_block(entry, tgt, size)
+        if block:
+            self.device.submit_in(block, tgt, hp, size)
+        else:
+            self.device.submit_raw(tgt, hp, size)
 
     def retrieve(self, hp: int, tgt: int, size: int, entry=None) -> None:
-        """``retrieveData`` (with its DATA_TRANSFER trace)."""
+        """``retrieveData`` (with its DATA_TRANSFER trace); the block as :meth:`submit`."""
         self._copy_info(False, tgt, hp, size, entry)
-        self.device.retrieve_raw(hp, tgt, size)
+        block = _row_block(entry, tgt, size)
+        if block:
+            self.device.retrieve_in(block, hp, tgt, size)
+        else:
+            self.device.retrieve_raw(hp, tgt, size)
 
     def _shadows_in(self, hp: int, size: int) -> list:
         """The shadow pointers inside ``[hp, hp+size)``: (host address, (host value,

@@ -3,7 +3,9 @@
 ``MemoryManager`` reproduces LLVM libomptarget's memory manager (seed 004,
 abi-reference 1.9) with the additions of docs/prior-art.md section 2; see
 ``docs/memory-manager.md``.  Its parts: :mod:`.manager` (the tables and the
-hot paths), :mod:`.policies` (exact, binned), :mod:`.eviction` (which cached
+hot paths), :mod:`.records` (the ``Block`` record), :mod:`.release` (the other
+frees, releasing cached blocks), :mod:`.parking` (frees put off), :mod:`.queries`
+(what it answers), :mod:`.policies` (exact, binned), :mod:`.eviction` (which cached
 blocks go), :mod:`.oom` (the OOM ladders), :mod:`.stats`, :mod:`.events`
 (the event log), :mod:`.ownership` (which manager holds a block),
 :mod:`.config` (options, environment), :mod:`.plugin_cache` (debug modes

@@ -18,10 +18,11 @@ from __future__ import annotations
 import operator
 import os
 import re
+from collections import namedtuple
 
 __all__ = ["THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "MAX_SIZE", "PTR_LIMIT",
-           "DEBUG_MODES", "read_threshold_env", "resolve_debug", "nonneg_int", "check_bins",
-           "check_flag", "check_choice"]
+           "DEBUG_MODES", "PoolConfig", "read_threshold_env", "resolve_debug", "nonneg_int",
+           "check_bins", "check_flag", "check_choice"]
 
 #: Environment variable read by LLVM ``DeviceTy::init`` / nextgen plugins.
 THRESHOLD_ENV = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
@@ -36,6 +37,22 @@ MAX_SIZE = (1 << 63) - 1
 PTR_LIMIT = 1 << 64
 #: The debug modes (``None``: normal pooling).
 DEBUG_MODES = ("off-pool", "poison")
+
+
+class PoolConfig(namedtuple("PoolConfig", "threshold policy oom cache_limit stats debug "
+                                          "device_label strict bins_per_pow2")):
+    """A memory manager's options after the checks: ``threshold`` and ``cache_limit``
+    (None or) bytes, ``policy``, ``oom``, ``stats`` (bool), ``debug`` (None or a mode
+    of :data:`DEBUG_MODES`), ``device_label``, ``strict`` (the default of ``free``'s),
+    ``bins_per_pow2``.  Immutable."""
+
+    __slots__ = ()
+
+    @property
+    def enabled(self) -> bool:
+        """Blocks are cached: a threshold and no ``off-pool`` mode (LLVM: no
+        manager when the threshold is 0)."""
+        return self.threshold > 0 and self.debug != "off-pool"
 
 #: ``std::stoul`` on LP64 Linux: an ``unsigned long`` holds less than ``2**64``.
 _STOUL_LIMIT = 1 << 64

@@ -26,7 +26,8 @@ class EventLog:
 
     ``target``: a path (opened for append, closed by :meth:`close`) or a
     text file object (flushed, never closed).  ``TypeError`` for anything
-    else; ``OSError`` if the path cannot be opened.
+    else; ``OSError`` if the path cannot be opened.  ``dev``: the device
+    label every event carries.
 
     A target object with an ``annotate(event) -> event`` method (the runtime trace's
     :class:`~offload_shim.trace.format.TraceWriter`) gets each event passed through it
@@ -34,9 +35,9 @@ class EventLog:
     must be cheap and never block; one with a ``write_event(event)`` method is given
     the events instead of their JSON lines."""
 
-    __slots__ = ("_pending", "_lock", "_file", "_owned", "append")
+    __slots__ = ("_pending", "_lock", "_file", "_owned", "_dev", "append")
 
-    def __init__(self, target):
+    def __init__(self, target, dev: str = ""):
         if isinstance(target, (str, os.PathLike)):
             self._file = open(target, "a", encoding="utf-8")
             self._owned = True
@@ -47,12 +48,31 @@ class EventLog:
             raise TypeError("event_log must be None, a path or a text file object")
         self._pending = deque()
         self._lock = threading.Lock()
+        self._dev = dev
         #: queue one event (a dict); atomic, callable under the manager's lock
         self.append = self._pending.append
         annotate = getattr(target, "annotate", None)
         if callable(annotate):
             queue = self._pending.append
             self.append = lambda ev: queue(annotate(ev))
+
+    def record(self, op: str, size: int, ptr: int, hit: bool, extra: dict | None = None,
+               reason: str | None = None) -> None:
+        """Queue the event ``{"op", "size" (bytes), "ptr", "hit", **extra, "dev",
+        "t_ns"[, "reason"]}`` (``t_ns``: ``time.monotonic_ns()``); callable under
+        the manager's lock (no I/O)."""
+        ev = {"op": op, "size": size, "ptr": ptr, "hit": hit}
+        if extra:
+            ev.update(extra)
+        ev["dev"] = self._dev
+        ev["t_ns"] = now_ns()
+        if reason is not None:
+            ev["reason"] = reason
+        self.append(ev)
+
+    def config(self, fields: dict) -> None:
+        """Queue the log's first line, ``{"op": "config", **fields, "dev", "t_ns"}``."""
+        self.append({"op": "config", **fields, "dev": self._dev, "t_ns": now_ns()})
 
     def flush(self, sync: bool = False) -> None:
         """Write the pending events; ``sync``: also flush the file."""

@@ -43,7 +43,7 @@ def fewest_oldest(free: dict, stamps: dict, need: int) -> list:
     victims = []
     taken = {}
     while need > 0:
-        best = None                 # (age, size, ptr): oldest block covering the need
+        best_age = best_size = best_ptr = None      # the oldest block covering the need
         largest = None
         for size, fl in free.items():
             k = taken.get(size, 0)
@@ -54,10 +54,10 @@ def fewest_oldest(free: dict, stamps: dict, need: int) -> list:
             if size >= need:
                 ptr = _nth(fl, k)
                 age = stamps.get(ptr, 0)
-                if best is None or age < best[0]:
-                    best = (age, size, ptr)
-        if best is not None:
-            victims.append((best[2], best[1]))
+                if best_age is None or age < best_age:
+                    best_age, best_size, best_ptr = age, size, ptr
+        if best_age is not None:
+            victims.append((best_ptr, best_size))
             break
         if largest is None:
             break

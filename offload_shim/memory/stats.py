@@ -20,7 +20,7 @@ from __future__ import annotations
 import operator
 from collections import Counter, namedtuple
 
-__all__ = ["PoolStats", "BucketStats", "BucketCounters", "snapshot"]
+__all__ = ["PoolStats", "BucketStats", "BucketCounters", "BucketCounts", "snapshot"]
 
 
 _BUCKET_FIELDS = ("bytes_in_use", "bytes_cached", "bytes_total", "peak_bytes_total", "misses",
@@ -151,14 +151,20 @@ class BucketCounters:
         if held > self.peak_held:
             self.peak_held = held
 
-    def counts(self) -> tuple:
-        """``(misses, evictions, oom_retries, backend_allocs, backend_frees,
-        peak_held)``, read under the manager's lock."""
-        return (self.misses, self.evictions, self.oom_retries, self.backend_allocs,
-                self.backend_frees, self.peak_held)
+    def counts(self) -> "BucketCounts":
+        """A copy of the counters, read under the manager's lock."""
+        return BucketCounts(self.misses, self.evictions, self.oom_retries,
+                            self.backend_allocs, self.backend_frees, self.peak_held)
 
 
-_PICK = operator.itemgetter(3, 1)       # record -> (BucketCounters, block bytes)
+class BucketCounts(namedtuple("BucketCounts", "misses evictions oom_retries backend_allocs "
+                                              "backend_frees peak_held")):
+    """A copy of one :class:`BucketCounters` (counts; ``peak_held`` in bytes)."""
+
+    __slots__ = ()
+
+
+_PICK = operator.attrgetter("bucket", "size")   # Block -> (BucketCounters, block bytes)
 _ZERO = (0, 0, 0, 0)
 
 
@@ -168,8 +174,8 @@ def snapshot(*, in_use: int, hits: int, held: int, peak_in_use: int, peak_held: 
     """A :class:`PoolStats` from the manager's figures, copied under its
     lock by the caller: the global bytes, hits and peaks, block counts, and, with
     statistics on, ``counters`` (``[(BucketCounters, counts()), ...]``) and
-    the records of the live and cached blocks (``(requested, block,
-    free_list, BucketCounters)``).  Per-bucket gauges are counted here,
+    the :class:`~offload_shim.memory.records.Block` records of the live and
+    cached blocks.  Per-bucket gauges are counted here,
     outside the lock: O(live + cached blocks), at C speed per record and in
     Python per distinct (bucket, block size)."""
     per = {}
@@ -183,15 +189,17 @@ def snapshot(*, in_use: int, hits: int, held: int, peak_in_use: int, peak_held: 
                     g = gauges[bc] = [0, 0, 0, 0]
                 g[i] += n
                 g[i + 1] += n * block
-        for bc, counts in counters:
+        for bc, c in counters:
             ln, lb, cn, cb = gauges.get(bc, _ZERO)
-            ev = counts[:5]
-            for i, v in enumerate(ev):
+            events = (c.misses, c.evictions, c.oom_retries, c.backend_allocs,
+                      c.backend_frees)
+            for i, v in enumerate(events):
                 tot[i] += v
             per[bc.bucket] = BucketStats(
                 bytes_in_use=lb, bytes_cached=cb, bytes_total=lb + cb,
-                peak_bytes_total=counts[5], misses=ev[0], evictions=ev[1], oom_retries=ev[2],
-                backend_allocs=ev[3], backend_frees=ev[4], live_blocks=ln, cached_blocks=cn)
+                peak_bytes_total=c.peak_held, misses=c.misses, evictions=c.evictions,
+                oom_retries=c.oom_retries, backend_allocs=c.backend_allocs,
+                backend_frees=c.backend_frees, live_blocks=ln, cached_blocks=cn)
     misses, evictions, oom_retries, backend_allocs, backend_frees = tot
     return PoolStats(bytes_in_use=in_use, bytes_cached=held - in_use, bytes_total=held,
                      peak_bytes_in_use=peak_in_use, peak_bytes_total=peak_held,

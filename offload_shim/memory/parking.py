@@ -1,0 +1,130 @@
+"""Frees put off: the cheap path's round trip through the pool.
+
+A target region run in a loop frees the rows of its kernel construct at the end of
+one construct and allocates blocks of the same sizes at the start of the next.
+:meth:`ParkedFrees.park` books such a ``free_many`` without doing it, and
+:meth:`ParkedFrees.reclaim` takes the blocks back when nothing else used the pool
+meanwhile; any other call on the manager first does the frees as parked
+(:meth:`ParkedFrees._unpark_locked`), so whoever allocates next gets the block it
+would have got.
+
+:class:`ParkedFrees` is a part of :class:`~offload_shim.memory.MemoryManager` (a
+mixin: the manager's tables and lock are its own; its locking rule holds here too).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from .locking import TOKEN
+from .records import HITS as _HITS
+
+__all__ = ["ParkedFrees", "Parcel", "ParcelSums"]
+
+
+class ParcelSums(namedtuple("ParcelSums", "free_lists free_step hit_step")):
+    """What a parcel's blocks add up to: ``free_lists`` (their distinct free lists),
+    ``free_step`` (what their frees take from the accounting word, i.e. their bytes
+    ``<< SHIFT``) and ``hit_step`` (what taking them back adds: bytes and hits)."""
+
+    __slots__ = ()
+
+
+class Parcel(namedtuple("Parcel", "ptrs sums")):
+    """Blocks whose free is put off: ``ptrs`` in free order and their
+    :class:`ParcelSums`."""
+
+    __slots__ = ()
+
+
+_new = tuple.__new__        # a namedtuple without its Python-level __new__ (per construct)
+
+
+class ParkedFrees:
+    """The part of :class:`~offload_shim.memory.MemoryManager` that puts frees off."""
+
+    __slots__ = ()
+
+    def park(self, ptrs, known=None):
+        """:meth:`free_many` of ``ptrs`` (a list, in that order) put off, for a caller
+        that will most likely ask for blocks of the same sizes again before anyone
+        else uses the pool (a target region run in a loop: the rows of its kernel
+        construct are freed at its end and allocated again at the next one).  Returns a
+        :class:`Parcel` for :meth:`reclaim`, or None when the blocks were not parked
+        (not live pooled blocks of this manager, another parcel is parked, a size of
+        them has cached blocks already, or the policy, ``cache_limit``, event log or
+        poisoning make the free do more than cache them); the caller then frees them
+        itself.  ``known``: the ``sums`` of an earlier parcel of the same blocks (or
+        blocks of the same sizes, one each), which spares looking them up again.
+
+        Parked blocks count as cached in every figure (bytes in use drop now), and any
+        other call on the manager first frees them as :meth:`free_many` would have, in
+        their order, so whoever allocates next gets the block it would have got; the
+        parcel is then void."""
+        if not (self._batch and self._plain):
+            return None
+        lockq = self._lockq
+        lockq.get()
+        try:
+            if self._parcel is not None or self._closed:
+                return None
+            if known is None:
+                live = self._live
+                lists = {}
+                freed = hit = 0
+                for ptr in ptrs:
+                    block = live.get(ptr)
+                    if block is None or block.free_list is None:
+                        return None
+                    lists[id(block.free_list)] = block.free_list
+                    freed += block.free_step
+                    hit += block.hit_step
+                if len(set(ptrs)) != len(ptrs):
+                    return None
+                known = _new(ParcelSums, (tuple(lists.values()), freed, hit))
+            for fl in known.free_lists:
+                if fl:                          # blocks of the size are cached already
+                    return None
+            parcel = self._parcel = _new(Parcel, (ptrs, known))
+            self._acc -= known.free_step
+            return parcel
+        finally:
+            lockq.put(TOKEN)
+
+    def reclaim(self, parcel) -> bool:
+        """Take back the blocks of ``parcel`` (:meth:`park`) when nothing else used the
+        manager since: True, and the caller holds them again, as if it had allocated
+        blocks of their sizes with :meth:`allocate_many` (FIFO per size: among blocks
+        of one size the first parked is the first handed out; the caller orders its
+        pointers accordingly), counted as that many hits.  False: the parcel was void
+        (its blocks were freed as parked) and the caller allocates as usual."""
+        lockq = self._lockq
+        lockq.get()
+        try:
+            if self._parcel is not parcel:
+                return False
+            self._parcel = None
+            self._acc = acc = self._acc + parcel.sums.hit_step
+            if acc > self._peak_acc:
+                self._peak_acc = acc | _HITS
+            return True
+        finally:
+            lockq.put(TOKEN)
+
+    def _settle(self) -> None:
+        """Free the parked blocks (:meth:`park`) now, as parked."""
+        with self._lock:
+            if self._parcel is not None:
+                self._unpark_locked()
+
+    def _unpark_locked(self) -> None:
+        """The parked blocks join their free lists, in their order, as
+        :meth:`free_many` would have put them there (their bytes were booked as
+        cached when they were parked)."""
+        ptrs = self._parcel.ptrs
+        self._parcel = None
+        live = self._live
+        for ptr in ptrs:
+            block = live.pop(ptr, None)
+            if block is not None:
+                block.free_list[ptr] = block
