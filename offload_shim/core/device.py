@@ -165,6 +165,10 @@ class Device(DeviceImages, CompiledCodeForms):
         self._pool_options = dict(pool_options or {})
         self._pool = None
         self._closing = False                       # the owner's shutdown() has begun
+        # live exports of this device's arrays (offload_shim.core.array: DLPack capsules
+        # not yet ended, arrays whose __cuda_array_interface__ was read); a teardown
+        # refuses while any is live.  Written by that module under its lock.
+        self._views_exported = 0
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -296,7 +300,13 @@ class Device(DeviceImages, CompiledCodeForms):
         every allocation still held is freed through the plugin, I3), unload
         the images, ``deinit_device``.  The device can be used again (it
         re-initialises on next use).  Returns (leaked allocation count, bytes).
-        Raises LifecycleError if not initialised."""
+        Raises LifecycleError if not initialised, ExportedMemoryError (a
+        LifecycleError; nothing torn down) while exported views of the device's
+        arrays are live (:attr:`exported_views`; views only a reference cycle keeps
+        are collected first)."""
+        if self._views_exported:
+            import gc
+            gc.collect()
         with self._life:
             if self._state is not DeviceState.READY:
                 raise LifecycleError(f"{self.label}: deinit of a device that is not "
@@ -314,10 +324,35 @@ class Device(DeviceImages, CompiledCodeForms):
             self._state = DeviceState.CLOSED
             return (0, 0)
 
+    @property
+    def exported_views(self) -> int:
+        """Live exports of this device's arrays (:mod:`offload_shim.core.array`:
+        DLPack capsules and the arrays made from them, NumPy views, arrays whose
+        ``__cuda_array_interface__`` was read); :meth:`deinit` and the owner's close
+        refuse while it is not 0."""
+        return self._views_exported
+
+    def _refuse_if_viewed(self) -> None:
+        n = self._views_exported
+        if n:
+            from ..errors import ExportedMemoryError
+            raise ExportedMemoryError(
+                f"{self.label}: {n} exported view(s) of device arrays still hold device "
+                f"memory (DLPack/NumPy views, __cuda_array_interface__ readers); the "
+                f"teardown would free it under them -- drop the views first",
+                device=self.label, views=n)
+
     def _teardown(self, final: DeviceState) -> tuple[int, int]:
         with self._flight:
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
+        if self._views_exported:
+            # an export books itself while holding the device, so none begins now;
+            # nothing was torn down yet: the device stays as it was
+            with self._flight:
+                self._state = DeviceState.READY
+            self._closing = False
+            self._refuse_if_viewed()
         if self._pinned is not None:
             self._pinned.on_device_teardown(self)   # unpin before deinit_device
         errors = []
@@ -424,6 +459,44 @@ class Device(DeviceImages, CompiledCodeForms):
     def _unknown_pointer(self, ptr):
         raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
                                   f"pointer {ptr:#x}", device=self.label) from None
+
+    def _free_block(self, pool, ptr: int) -> None:
+        """Free ``ptr`` in ``pool``, the pool that handed it out (a device array's
+        block, :mod:`offload_shim.core.array`): never in a later pool of a device
+        initialised again, where the address may be another block.  Raises
+        LifecycleError (that pool was drained, or the device is closing),
+        UnknownPointerError (not live in ``pool``)."""
+        if not self._pin_mapped_policy:
+            pool.free(ptr)
+            return
+        with self._plugin_calls:            # unpinning may call the plugin
+            if self._pool is not pool:
+                raise LifecycleError(f"{self.label}: the pool of {ptr:#x} was drained",
+                                     device=self.label)
+            pool.free(ptr)
+            self._pinned.on_unmap(self, ptr)
+
+    # -- arrays ------------------------------------------------------------------------
+    def empty(self, shape, dtype=float):
+        """A new uninitialised :class:`~offload_shim.core.array.DeviceArray` of
+        ``shape`` (an int or a sequence of ints) and ``dtype`` (anything
+        ``numpy.dtype`` takes; default float64), C-contiguous, ``nbytes`` =
+        product(shape) * itemsize bytes from the device's pool (CuPy ``cupy.empty``).
+        A zero-size array holds no memory (``ptr`` 0).  Raises TypeError (not a shape,
+        not a dtype, a dtype holding Python objects), ValueError (a negative dimension,
+        above 2**63-1 bytes), OutOfDeviceMemoryError, LifecycleError,
+        ModuleNotFoundError without NumPy."""
+        from .array import new_empty
+        return new_empty(self, shape, dtype)
+
+    def asarray(self, obj, dtype=None):
+        """A :class:`~offload_shim.core.array.DeviceArray` holding a copy of ``obj``
+        (a buffer-protocol object, a NumPy array, anything ``numpy.asarray`` takes --
+        a device array too), cast to ``dtype`` when given; a non-contiguous input is
+        copied to C order first (CuPy ``cupy.asarray``).  Raises what :meth:`empty`
+        raises, and TypeError for an object that becomes an array of Python objects."""
+        from .array import new_asarray
+        return new_asarray(self, obj, dtype)
 
     @property
     def allocations(self) -> tuple[int, int]:

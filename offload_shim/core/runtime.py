@@ -325,10 +325,21 @@ class Runtime:
         ``deinit_device``; then ``deinit_plugin`` of plugins no other runtime
         still uses.  Idempotent.  Returns ``{device label: (leaked count,
         bytes)}`` for devices that had allocations still held.  Errors from
-        plugins are collected; teardown completes, then the first is raised."""
+        plugins are collected; teardown completes, then the first is raised.
+
+        Refused with ExportedMemoryError (a LifecycleError), before anything is torn
+        down, while exported views of device arrays are live (DLPack, NumPy views,
+        ``__cuda_array_interface__`` readers: :mod:`offload_shim.core.array`): the
+        drain would free memory under them.  Views that only a reference cycle keeps
+        are collected first (``gc.collect``)."""
+        if any(d.exported_views for d in self._devices or ()):
+            import gc
+            gc.collect()
         with self._lock:
             if self._closed:
                 return {}
+            for dev in self._devices or ():
+                dev._refuse_if_viewed()
             self._closed = True
             leaks: dict[str, tuple[int, int]] = {}
             errors: list[Exception] = []
