@@ -10,11 +10,14 @@ and speaks the array ecosystem's exchange protocols:
   memory is host memory (``Plugin.device_memory_is_host``: the bundled plugin, the LLVM
   x86_64 plugins) the device is ``kDLCPU`` and ``numpy.from_dlpack`` views the device
   memory without a copy; on CUDA devices (``Plugin.cuda_devices``) it is ``kDLCUDA`` with
-  the plugin's device number as the CUDA ordinal.  The capsule is an unversioned
-  ``DLManagedTensor`` named ``"dltensor"`` (what a producer without DLPack 1.0 support
-  returns; NumPy >= 1.22 and 2.x take it, NumPy 2.x renames it ``"used_dltensor"`` and
-  calls its ``deleter`` when the array it made dies: numpy
-  ``numpy/_core/src/multiarray/dlpack.c`` ``from_dlpack``).
+  the plugin's device number as the CUDA ordinal.  The capsule holds a DLPack 1.0
+  ``DLManagedTensorVersioned`` (``"dltensor_versioned"``) for consumers that ask for it
+  with ``max_version`` (NumPy 2.x, whose view is then writable), else the unversioned
+  ``DLManagedTensor`` (``"dltensor"``, NumPy 1.22+).  The structures are ctypes
+  (:mod:`offload_shim.abi.dlpack`); the deleter and the capsule destructor are C
+  (native/dlpack.c), as a consumer may call them with an exception pending.  A consumer
+  renames the capsule ``"used_..."`` and calls the deleter when the array it made dies
+  (numpy ``numpy/_core/src/multiarray/dlpack.c`` ``from_dlpack``).
 * ``__cuda_array_interface__`` (version 3, Numba's CUDA Array Interface) on CUDA devices.
 * ``get()`` copies back into a new ``numpy.ndarray`` (CuPy ``ndarray.get``);
   ``numpy.asarray(devarray)`` copies on GPU devices and views on host-memory devices
@@ -57,13 +60,11 @@ except ModuleNotFoundError as _exc:            # pragma: no cover - numpy is a t
         "device arrays (Device.empty, Device.asarray) need NumPy: "
         "pip install 'offload-shim[arrays]'", name="numpy") from _exc
 
+from ..abi import dlpack as _dl
+from ..abi.dlpack import kDLCPU, kDLCUDA
 from ..errors import LifecycleError, UnknownPointerError
 
 __all__ = ["DeviceArray", "kDLCPU", "kDLCUDA", "new_empty", "new_asarray"]
-
-#: ``DLDeviceType`` values (dlpack.h v0.8)
-kDLCPU = 1
-kDLCUDA = 2
 
 #: ``DLDataTypeCode`` of NumPy dtype kinds (dlpack.h v0.8: kDLInt 0, kDLUInt 1,
 #: kDLFloat 2, kDLComplex 5, kDLBool 6)
@@ -73,101 +74,22 @@ _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _MAX_BYTES = (1 << 63) - 1
 
 
-# -- the DLPack structures (dlpack.h v0.8) ------------------------------------------------
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _Deleter)]
-
-
-class _DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-_DeleterVersioned = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))
-_DLManagedTensorVersioned._fields_ = [
-    ("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-    ("deleter", _DeleterVersioned), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
-
-#: capsule names (module constants: a capsule keeps a pointer to its name)
-_CAPSULE_NAME = b"dltensor"
-_CAPSULE_NAME_VERSIONED = b"dltensor_versioned"
-_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-_api = ctypes.pythonapi
-_PyCapsule_New = _api.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object       # a new reference, which ctypes takes over
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
-_PyCapsule_IsValid = _api.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_PyCapsule_GetPointer = _api.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-
 #: live DLPack exports: manager_ctx key -> (block, managed tensor, shape, strides); the
-#: entry keeps the structures the consumer reads alive until it calls the deleter
+#: entry keeps the structures the consumer reads alive until the export ends
 _EXPORTS: dict[int, tuple] = {}
 _keys = itertools.count(1)
 _books = threading.Lock()          # export counts and free states; never held across a call
 
 
 def _export_ended(key: int) -> None:
-    rec = _EXPORTS.pop(key, None)
-    if rec is not None:
-        rec[0].view_ended()
-
-
-def _managed_deleter(managed) -> None:
-    """``DLManagedTensor(Versioned).deleter``: the consumer is done with the export."""
+    """An export ended: its consumer called the deleter, or its capsule died unconsumed
+    (called from native/dlpack.c with the GIL held and no exception pending)."""
     try:
-        _export_ended(managed.contents.manager_ctx or 0)
+        rec = _EXPORTS.pop(key, None)
+        if rec is not None:
+            rec[0].view_ended()
     except Exception:                    # pragma: no cover - never raise into C
         pass
-
-
-def _capsule_destructor(capsule: int) -> None:
-    """The capsule's destructor: a capsule never consumed (still named ``"dltensor"``
-    or ``"dltensor_versioned"``) ends its export; a consumed one (renamed
-    ``"used_..."``) is the consumer's to end through the deleter.  Gets the raw
-    ``PyObject*`` (the object is being destroyed: it must not be referenced again)."""
-    try:
-        for name, struct in ((_CAPSULE_NAME, _DLManagedTensor),
-                             (_CAPSULE_NAME_VERSIONED, _DLManagedTensorVersioned)):
-            if _PyCapsule_IsValid(capsule, name):
-                ptr = _PyCapsule_GetPointer(capsule, name)
-                if ptr:
-                    _export_ended(struct.from_address(ptr).manager_ctx or 0)
-                return
-    except Exception:                    # pragma: no cover - never raise into C
-        pass
-
-
-_DELETER = _Deleter(_managed_deleter)                    # kept for the process's life
-_DELETER_VERSIONED = _DeleterVersioned(_managed_deleter)
-_DESTRUCTOR = _CapsuleDestructor(_capsule_destructor)
 
 
 # -- frees the cycle collector triggers -----------------------------------------------------
@@ -350,8 +272,6 @@ class DeviceArray:
     """
 
     __slots__ = ("_block", "_shape", "_dtype", "_fin", "__weakref__")
-
-    __array_priority__ = -1.0
 
     def __init__(self, block: _Block, shape: tuple, dtype):
         self._block = block
@@ -564,7 +484,7 @@ class DeviceArray:
         shape = (ctypes.c_int64 * max(ndim, 1))(*self._shape)
         strides = (ctypes.c_int64 * max(ndim, 1))(*(s // dt.itemsize for s in self.strides))
         versioned = max_version is not None and tuple(max_version)[:1] >= (1,)
-        mt = _DLManagedTensorVersioned() if versioned else _DLManagedTensor()
+        mt = _dl.DLManagedTensorVersioned() if versioned else _dl.DLManagedTensor()
         if versioned:
             mt.version.major, mt.version.minor = 1, 0
             mt.flags = 0            # writable, not a copy
@@ -578,7 +498,6 @@ class DeviceArray:
         t.byte_offset = 0
         key = next(_keys)
         mt.manager_ctx = key
-        mt.deleter = _DELETER_VERSIONED if versioned else _DELETER
         # the export is booked while the device is held, so a teardown (which waits for
         # calls in flight, then counts exports) sees it or refuses the export
         with dev.in_use():
@@ -590,8 +509,7 @@ class DeviceArray:
             _EXPORTS[key] = (b, mt, shape, strides)
             b.add_view()
         try:
-            return _PyCapsule_New(ctypes.addressof(mt), _CAPSULE_NAME_VERSIONED if versioned
-                                  else _CAPSULE_NAME, _DESTRUCTOR)
+            return _dl.new_capsule(mt, versioned, _export_ended)
         except BaseException:
             _export_ended(key)
             raise
