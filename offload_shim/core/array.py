@@ -247,7 +247,8 @@ def new_asarray(device, obj, dtype=None) -> DeviceArray:
     if src.dtype.hasobject:
         raise TypeError(f"{type(obj).__name__} converts to an array of Python objects "
                         f"(dtype object): device memory holds bytes only")
-    src = numpy.ascontiguousarray(src)          # a copy only when not C-contiguous
+    if not src.flags.c_contiguous:              # (ascontiguousarray would make 0-d 1-d)
+        src = src.copy(order="C")
     arr = _allocate(device, src.shape, src.dtype)
     if arr.nbytes:
         try:
@@ -314,6 +315,10 @@ class DeviceArray:
 
     @property
     def strides(self) -> tuple:
+        """Bytes between elements along each axis, C order: those of ``numpy.empty(shape,
+        dtype)`` (for a zero-size array NumPy's own convention, no memory taken)."""
+        if not self.size:
+            return numpy.empty(self._shape, self._dtype).strides
         out, step = [], self._dtype.itemsize
         for d in reversed(self._shape):
             out.append(step)
@@ -400,17 +405,19 @@ class DeviceArray:
         return out
 
     def set(self, obj) -> None:
-        """Copy ``obj`` (anything ``numpy.asarray`` takes; same shape, cast to this
-        dtype as ``numpy.copyto`` with ``casting="same_kind"``) into the array (CuPy
-        ``ndarray.set``).  Raises ValueError (another shape), TypeError (a cast that is
-        not same-kind), LifecycleError."""
+        """Copy the host array ``obj`` (anything ``numpy.asarray`` takes) of the same shape
+        and dtype into the array (CuPy ``ndarray.set``, which also casts nothing).
+        Raises ValueError (another shape), TypeError (another dtype), LifecycleError."""
         src = numpy.asarray(obj)
         if src.shape != self._shape:
             raise ValueError(f"shape {src.shape} does not match the device array's {self._shape}")
-        host = numpy.empty(self._shape, self._dtype)
-        numpy.copyto(host, src, casting="same_kind")
+        if src.dtype != self._dtype:
+            raise TypeError(f"a {src.dtype} array cannot be set into a {self._dtype} device "
+                            f"array (cast it first)")
+        if not src.flags.c_contiguous:
+            src = src.copy(order="C")
         if self._block.nbytes:
-            self._transfer(host, to_device=True)
+            self._transfer(src, to_device=True)
         else:
             self._check_usable()
 
