@@ -233,8 +233,11 @@ def test_numpy_asarray_views_on_host_memory_and_copies_when_asked(dev):
 
 def test_dlpack_options(dev):
     a = dev.asarray(np.arange(8.0))
-    c = np.from_dlpack(a, copy=True)
+    c = np.from_dlpack(a, copy=True)            # a copy on the device, held by c alone
     assert addr(c) != a.ptr and np.array_equal(c, np.arange(8.0))
+    assert dev.pool.size_of(addr(c), None) == 64 and dev.exported_views == 1
+    del c
+    assert dev.exported_views == 0 and dev.pool.stats.live_blocks == 1
     assert addr(np.from_dlpack(a, device="cpu")) == a.ptr
     with pytest.raises(BufferError, match="stream"):
         a.__dlpack__(stream=1)
@@ -379,6 +382,28 @@ def test_an_array_of_a_deinitialised_device_never_frees_the_new_pool_s_blocks(de
     for n in new:
         assert dev.pool.size_of(n.ptr, None) == 128 and (n.ptr != old_ptr or n.freed is False)
     assert dev.pool.stats.live_blocks == 4
+
+
+def test_device_free_of_an_array_s_block_is_refused(dev):
+    """``Device.free(a.ptr)`` would leave the array (and its views) dangling."""
+    a = dev.asarray(np.arange(8.0))
+    v = np.from_dlpack(a)
+    with pytest.raises(osh.UnknownPointerError, match="DeviceArray.free"):
+        dev.free(a.ptr)
+    assert (v == np.arange(8.0)).all()
+    del v, a
+    assert books(dev) == BALANCED
+
+
+def test_after_a_deinit_the_addresses_of_dead_arrays_are_plain_pointers_again(dev):
+    old = [dev.empty(32, np.int8) for _ in range(8)]
+    dev.deinit()
+    ptrs = [dev.alloc(32) for _ in range(8)]       # malloc may reuse the old addresses
+    for p in ptrs:
+        dev.free(p)                                 # never refused as an array's block
+    del old
+    gc.collect()
+    assert books(dev) == BALANCED
 
 
 def test_cycle_collected_arrays_are_freed_at_the_next_array_call(dev):

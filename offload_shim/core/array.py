@@ -63,6 +63,7 @@ except ModuleNotFoundError as _exc:            # pragma: no cover - numpy is a t
 from ..abi import dlpack as _dl
 from ..abi.dlpack import kDLCPU, kDLCUDA
 from ..errors import LifecycleError, UnknownPointerError
+from ..lazylog import log
 
 __all__ = ["DeviceArray", "kDLCPU", "kDLCUDA", "new_empty", "new_asarray"]
 
@@ -84,12 +85,19 @@ _books = threading.Lock()          # export counts and free states; never held a
 def _export_ended(key: int) -> None:
     """An export ended: its consumer called the deleter, or its capsule died unconsumed
     (called from native/dlpack.c with the GIL held and no exception pending)."""
+    rec = _EXPORTS.pop(key, None)
+    if rec is not None:
+        _quietly(rec[0].view_ended)
+
+
+def _quietly(fn) -> None:
+    """Run a free that no caller waits for (an export's end, a put-aside free): a
+    failure is logged (the ``offload_shim`` logger), never raised into C or into an
+    unrelated call."""
     try:
-        rec = _EXPORTS.pop(key, None)
-        if rec is not None:
-            rec[0].view_ended()
-    except Exception:                    # pragma: no cover - never raise into C
-        pass
+        fn()
+    except Exception as exc:             # pragma: no cover - a plugin's free failed
+        log.warning("a device array's block could not be freed: %s", exc)
 
 
 # -- frees the cycle collector triggers -----------------------------------------------------
@@ -113,7 +121,7 @@ def flush_pending() -> None:
             block = _pending.popleft()
         except IndexError:
             return
-        block.free_now()
+        _quietly(block.free_now)
 
 
 class _Block:
@@ -133,10 +141,6 @@ class _Block:
         self.cai = False
         self.freed = False
         self.released = False
-
-    def gone(self) -> bool:
-        """True when the memory is no longer the array's (freed, or drained by a teardown)."""
-        return self.freed or self.pool.closed
 
     def add_view(self) -> None:
         with _books:
@@ -183,6 +187,10 @@ class _Block:
         self.free_now()
 
     def free_now(self) -> None:
+        blocks = self.device._array_blocks
+        with _books:
+            if blocks.get(self.ptr) is self:    # (a teardown cleared it: the drain freed it)
+                del blocks[self.ptr]
         try:
             self.device._free_block(self.pool, self.ptr)
         except (LifecycleError, UnknownPointerError):
@@ -230,7 +238,10 @@ def _allocate(device, shape, dtype) -> DeviceArray:
     with device.in_use():
         pool = device.pool
         ptr = device.alloc(nbytes)
-    return DeviceArray(_Block(device, pool, ptr, nbytes), shape, dtype)
+        block = _Block(device, pool, ptr, nbytes)
+        if ptr:
+            device._array_blocks[ptr] = block   # under the token: no drain clears it yet
+    return DeviceArray(block, shape, dtype)
 
 
 def new_empty(device, shape, dtype=float) -> DeviceArray:
@@ -361,7 +372,8 @@ class DeviceArray:
 
     def free(self) -> None:
         """Give the memory back to the device's pool now; when exported views are
-        live, when the last of them ends (deferred).  The array is unusable after
+        live, when the last of them ends (deferred; a ``__cuda_array_interface__``
+        reader counts until this object dies).  The array is unusable after
         (LifecycleError).  A second call is a no-op.  Raises LifecycleError when
         the device was torn down before (its teardown freed the memory)."""
         b = self._block
@@ -456,8 +468,9 @@ class DeviceArray:
         ``max_version`` is at least ``(1, 0)`` -- what NumPy 2.x's ``from_dlpack`` asks
         for --, else a ``"dltensor"`` capsule of the unversioned ``DLManagedTensor``
         (which NumPy 2.x views read-only).  The signature is the Array API
-        standard's (2023.12).  ``copy=True``, or ``dl_device=(kDLCPU, 0)`` on a GPU
-        device, exports a host copy (NumPy's capsule of :meth:`get`).  ``stream``: the
+        standard's (2023.12).  ``copy=True`` exports a copy in new device memory of the
+        same device (freed when the export ends); ``dl_device=(kDLCPU, 0)`` on a GPU
+        device exports a host copy (NumPy's capsule of :meth:`get`).  ``stream``: the
         copies are synchronous, so there is nothing to order; on a CPU device it must
         be None.  The export holds the memory until the consumer calls the deleter (or
         the capsule dies unconsumed).  Raises BufferError (a dtype DLPack cannot
@@ -471,13 +484,17 @@ class DeviceArray:
         if wants_host_copy and dl_device[0] != kDLCPU:
             raise BufferError(f"cannot export to DLPack device {dl_device} (this array is on "
                               f"{here})")
-        if wants_host_copy or copy:
+        if wants_host_copy:
             if copy is False:
                 raise BufferError(f"export to {dl_device} needs a copy, but copy=False")
             host = self.get()
             if max_version is None:
                 return host.__dlpack__()
             return host.__dlpack__(max_version=max_version)
+        if copy:                    # a copy on this device, held by its export alone
+            self._check_usable()
+            dup = new_asarray(self._block.device, self)
+            return dup.__dlpack__(stream=stream, max_version=max_version)
         if here[0] == kDLCPU and stream is not None:
             raise BufferError(f"stream must be None for a kDLCPU export, not {stream!r}")
         dt = self._dtype

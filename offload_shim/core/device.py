@@ -169,6 +169,9 @@ class Device(DeviceImages, CompiledCodeForms):
         # not yet ended, arrays whose __cuda_array_interface__ was read); a teardown
         # refuses while any is live.  Written by that module under its lock.
         self._views_exported = 0
+        # {address: block} of the live blocks of this device's arrays (same module): a
+        # plain free() of one is refused (the array, and any view of it, would dangle)
+        self._array_blocks: dict = {}
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -359,6 +362,7 @@ class Device(DeviceImages, CompiledCodeForms):
         leaked = (0, 0)
         try:
             leaked = self._pool.drain()
+            self._array_blocks.clear()          # the drain freed them; their arrays know
         except OffloadError as exc:
             errors.append(exc)
         if leaked[0]:
@@ -428,9 +432,17 @@ class Device(DeviceImages, CompiledCodeForms):
         The pool's pointer table is the device's: the pool (strict) checks
         and frees in one lock round trip.  A deinit that drained the block
         before that closed the pool, and the re-initialised device's new pool
-        does not know the pointer, so it never reaches the plugin twice."""
+        does not know the pointer, so it never reaches the plugin twice.
+
+        The block of a :class:`~offload_shim.core.array.DeviceArray` is refused
+        (UnknownPointerError): it is freed with the array (``DeviceArray.free``)."""
         if not ptr:
             return
+        if self._array_blocks and ptr in self._array_blocks:
+            raise UnknownPointerError(
+                f"{self.label}: {ptr:#x} is the memory of a device array (Device.empty/"
+                f"asarray); free it with DeviceArray.free(), not Device.free()",
+                device=self.label)
         if self._state is not _READY:
             if self._state is DeviceState.CLOSED or self._closing:
                 raise self._free_after_close()
