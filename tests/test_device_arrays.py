@@ -455,6 +455,46 @@ def test_frees_from_many_threads_balance_the_books(dev):
     del shared
 
 
+def test_a_close_racing_users_of_an_array_never_leaves_a_dangling_view(rt, dev):
+    """One thread makes views, copies back and frees while the main thread closes the
+    runtime: each use either works or raises LifecycleError; a close that finds a
+    view refuses (ExportedMemoryError) and tears nothing down; every view made reads
+    the data it was made from."""
+    stop = threading.Event()
+    seen = {"ok": 0, "refused": 0}
+    errors = []
+
+    def user():
+        while not stop.is_set():
+            try:
+                a = dev.asarray(np.arange(256.0))
+                v = np.from_dlpack(a)
+                if not (v == np.arange(256.0)).all() or not (a.get() == v).all():
+                    errors.append("a view read other data")
+                del v
+                a.free()
+                seen["ok"] += 1
+            except LifecycleError:
+                seen["refused"] += 1
+                if rt.closed:
+                    return
+
+    t = threading.Thread(target=user)
+    t.start()
+    while seen["ok"] < 20 and t.is_alive():
+        threading.Event().wait(0.001)
+    refusals = 0
+    while not rt.closed:
+        try:
+            rt.close()
+        except ExportedMemoryError:
+            refusals += 1
+    stop.set()
+    t.join(60)
+    assert not t.is_alive() and errors == []
+    assert dev.exported_views == 0 and seen["ok"] >= 20
+
+
 def test_the_pool_books_balance_after_arrays_die(dev):
     dev.init()
     before = dev.pool.stats

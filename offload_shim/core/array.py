@@ -34,10 +34,10 @@ teardown cannot wait that way (``deinit_device`` would free the memory under the
 Once the device was torn down (a ``Runtime.close`` or ``deinit`` with no live view), the
 array's memory is gone: using it raises :class:`~offload_shim.errors.LifecycleError`.
 
-A free that the garbage collector's cycle collection triggers (an array in a reference
-cycle) is put aside and done at the next ``Device.empty``/``asarray`` or
-:meth:`DeviceArray.free`, or by the device's teardown: the collector may run while this
-thread holds the pool's (non-reentrant) lock.
+A free that the garbage collector's cycle collection triggers in the collecting thread (an
+array in a reference cycle) is put aside and done at the next ``Device.empty``/``asarray``
+or :meth:`DeviceArray.free`, or by the device's teardown: the collector may run while that
+thread holds the pool's (non-reentrant) lock.  Other threads free at once.
 
 NumPy is needed here (``pip install 'offload-shim[arrays]'``); nothing else of the package
 imports this module.
@@ -102,13 +102,13 @@ def _quietly(fn) -> None:
 
 # -- frees the cycle collector triggers -----------------------------------------------------
 
-_collecting = 0
+_collecting = None                 # the thread running a cycle collection, or None
 _pending: deque = deque()          # blocks whose free waits for the end of a collection
 
 
 def _gc_phase(phase: str, info: dict) -> None:
     global _collecting
-    _collecting = 1 if phase == "start" else 0
+    _collecting = threading.get_ident() if phase == "start" else None
 
 
 gc.callbacks.append(_gc_phase)
@@ -181,8 +181,8 @@ class _Block:
             self.released = True
         if not self.ptr:
             return
-        if _collecting:
-            _pending.append(self)
+        if _collecting is not None and _collecting == threading.get_ident():
+            _pending.append(self)           # this thread may hold the pool's lock now
             return
         self.free_now()
 
