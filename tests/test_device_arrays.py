@@ -352,6 +352,25 @@ def test_teardowns_are_refused_while_a_view_lives(rt, dev):
     assert rt.closed and dev.exported_views == 0 and leaks == {dev.label: (1, 80)}
 
 
+def test_a_with_block_that_raises_keeps_its_own_exception_over_live_views():
+    """``with Runtime():`` ending by an exception while a view lives: the block's
+    exception propagates (not the close's refusal); the runtime stays open until the
+    view is gone."""
+    with pytest.raises(KeyError, match="mine"):
+        with osh.Runtime(bundled=True) as r:
+            v = np.from_dlpack(r.devices[0].asarray(np.arange(3.0)))
+            raise KeyError("mine")
+    assert not r.closed and (v == np.arange(3.0)).all()
+    with pytest.raises(ExportedMemoryError):
+        with osh.Runtime(bundled=True) as r2:
+            v2 = np.from_dlpack(r2.devices[0].asarray(np.arange(3.0)))
+    assert not r2.closed
+    del v, v2
+    r.close()
+    r2.close()
+    assert r.closed and r2.closed
+
+
 def test_device_closed_while_an_array_lives(rt, dev):
     a = dev.asarray(np.arange(10.0))
     rt.close()
