@@ -64,15 +64,13 @@ from ..abi import dlpack as _dl
 from ..abi.dlpack import kDLCPU, kDLCUDA
 from ..errors import LifecycleError, UnknownPointerError
 from ..lazylog import log
+from .device_state import MAX_SIZE as _MAX_BYTES   # the plugins' int64_t / size_t sizes
 
 __all__ = ["DeviceArray", "kDLCPU", "kDLCUDA", "new_empty", "new_asarray"]
 
 #: ``DLDataTypeCode`` of NumPy dtype kinds (dlpack.h v0.8: kDLInt 0, kDLUInt 1,
 #: kDLFloat 2, kDLComplex 5, kDLBool 6)
 _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
-
-#: the plugins take sizes as int64_t (LLVM) / size_t (GOMP)
-_MAX_BYTES = (1 << 63) - 1
 
 
 #: live DLPack exports: manager_ctx key -> (block, managed tensor, shape, strides); the
