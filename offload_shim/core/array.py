@@ -368,6 +368,18 @@ class DeviceArray:
                 f"{b.device.label}: device array used after its device was torn down "
                 f"(the teardown freed its memory)", device=b.device.label)
 
+    def _check_bookable(self) -> None:
+        """Inside ``device.in_use()``, before an export is booked: the memory is still
+        this array's and no close is counting the device's exports."""
+        dev = self._block.device
+        if dev.pool is not self._block.pool:
+            raise LifecycleError(f"{dev.label}: device array used after its device was torn "
+                                 "down (the teardown freed its memory)", device=dev.label)
+        self._check_usable()
+        if dev._exports_frozen:
+            raise LifecycleError(f"{dev.label}: the runtime is closing: no new export of its "
+                                 "device memory", device=dev.label)
+
     def free(self) -> None:
         """Give the memory back to the device's pool now; when exported views are
         live, when the last of them ends (deferred; a ``__cuda_array_interface__``
@@ -523,11 +535,7 @@ class DeviceArray:
         # the export is booked while the device is held, so a teardown (which waits for
         # calls in flight, then counts exports) sees it or refuses the export
         with dev.in_use():
-            if dev.pool is not b.pool:
-                raise LifecycleError(f"{dev.label}: device array used after its device was "
-                                     "torn down (the teardown freed its memory)",
-                                     device=dev.label)
-            self._check_usable()
+            self._check_bookable()
             _EXPORTS[key] = (b, mt, shape, strides)
             b.add_view()
         try:
@@ -548,10 +556,12 @@ class DeviceArray:
             raise AttributeError(f"{b.device.label}: __cuda_array_interface__ is for CUDA "
                                  f"devices only")
         self._check_usable()
-        with _books:
-            first, b.cai = not b.cai, True
-            if first:
-                b.views += 1
-                b.device._views_exported += 1
+        with b.device.in_use():
+            self._check_bookable()
+            with _books:
+                first, b.cai = not b.cai, True
+                if first:
+                    b.views += 1
+                    b.device._views_exported += 1
         return {"shape": self._shape, "typestr": self._dtype.str, "descr": self._dtype.descr,
                 "data": (b.ptr, False), "strides": None, "version": 3, "stream": None}

@@ -169,6 +169,7 @@ class Device(DeviceImages, CompiledCodeForms):
         # not yet ended, arrays whose __cuda_array_interface__ was read); a teardown
         # refuses while any is live.  Written by that module under its lock.
         self._views_exported = 0
+        self._exports_frozen = False                # the owner's close is checking them
         # {address: block} of the live blocks of this device's arrays (same module): a
         # plain free() of one is refused (the array, and any view of it, would dangle)
         self._array_blocks: dict = {}
@@ -334,6 +335,15 @@ class Device(DeviceImages, CompiledCodeForms):
         ``__cuda_array_interface__`` was read); :meth:`deinit` and the owner's close
         refuse while it is not 0."""
         return self._views_exported
+
+    def _freeze_exports(self, frozen: bool) -> None:
+        """The owner's close, before it tears anything down: ``True`` makes new exports
+        of this device's arrays raise LifecycleError and waits for the calls in flight
+        (an export books itself inside one), so :attr:`exported_views` is final;
+        ``False`` (the close refused) allows them again."""
+        self._exports_frozen = frozen
+        if frozen:
+            self._wait_idle()
 
     def _refuse_if_viewed(self) -> None:
         n = self._views_exported

@@ -350,8 +350,17 @@ class Runtime:
         with self._lock:
             if self._closed:
                 return {}
-            for dev in self._devices or ():
-                dev._refuse_if_viewed()
+            devices = list(self._devices or ())
+            try:
+                # no export begins from here on; one in flight is waited for and counted
+                for dev in devices:
+                    dev._freeze_exports(True)
+                for dev in devices:
+                    dev._refuse_if_viewed()
+            except BaseException:
+                for dev in devices:
+                    dev._freeze_exports(False)
+                raise
             self._closed = True
             leaks: dict[str, tuple[int, int]] = {}
             errors: list[Exception] = []
