@@ -76,7 +76,7 @@ def test_the_capability_is_asked_of_the_plugin(bundled_path):
 
 
 @pytest.mark.parametrize("which", ["nextgen16", "classic16", "llvm14"])
-def test_llvm_x86_64_plugins_have_host_memory(which, request):
+def test_llvm_x86_64_plugins_have_host_memory(which):
     path = {"nextgen16": lambda: need(NEXTGEN16, "LLVM 16 x86_64 nextgen plugin"),
             "classic16": lambda: need(CLASSIC16, "LLVM 16 x86_64 classic plugin"),
             "llvm14": lambda: need(llvm14_x86_64(), "LLVM 14 x86_64 plugin")}[which]()
