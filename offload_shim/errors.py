@@ -176,6 +176,18 @@ class UnknownPointerError(OffloadError, ValueError):
     that was already freed (double free)."""
 
 
+class ExportedMemoryError(LifecycleError):
+    """A teardown (``Device.deinit``, ``Runtime.close``) refused because device
+    memory of a :class:`~offload_shim.core.array.DeviceArray` is still held by an
+    exported view (a DLPack capsule or array made from it, a NumPy view, a
+    ``__cuda_array_interface__`` consumer): freeing it would leave the view
+    dangling.  ``.views`` is how many exports are live.  Nothing was torn down."""
+
+    def __init__(self, message: str, *, views: int = 0, **kw):
+        super().__init__(message, **kw)
+        self.views = views
+
+
 class PluginCallError(OffloadError):
     """An entry point returned a failure code."""
 

@@ -323,6 +323,69 @@ def scenario_backend_pages() -> dict:
     return out
 
 
+def scenario_arrays(plugin: str) -> dict:
+    """Device arrays on a CUDA device (offload_shim/core/array.py): the DLPack device
+    is kDLCUDA with the device's ordinal, ``__cuda_array_interface__`` names the
+    device address, ``get``/``numpy.asarray`` copy back, a CAI reader holds the
+    memory (the close is refused until the array dies), books balance.  With CuPy
+    installed (a real GPU), ``cupy.from_dlpack`` views the same device address."""
+    import gc
+
+    import numpy
+
+    import offload_shim as osh
+    out: dict = {"plugin": plugin, **driver_identity()}
+    rt = osh.Runtime([str(PLUGINS[plugin])])
+    try:
+        out["num_devices"] = len(rt.devices)
+        if not rt.devices:
+            return out
+        dev = rt.devices[0]
+        out["memory_is_host"] = dev.plugin.device_memory_is_host
+        src = numpy.arange(1000.0).reshape(10, 100)
+        a = dev.asarray(src)
+        out["dlpack_device"] = list(a.__dlpack_device__())
+        out["roundtrip"] = bool((a.get() == src).all())
+        back = numpy.asarray(a)
+        out["asarray_copies"] = (bool((back == src).all())
+                                 and back.__array_interface__["data"][0] != a.ptr)
+        try:
+            numpy.from_dlpack(a)
+            out["numpy_from_dlpack"] = "viewed"
+        except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+            out["numpy_from_dlpack"] = type(exc).__name__
+        host = numpy.from_dlpack(a, device="cpu")      # dl_device=(kDLCPU, 0): a copy
+        out["from_dlpack_cpu_copy"] = bool((host == src).all())
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            c = cupy.from_dlpack(a)
+            out["cupy_same_address"] = c.data.ptr == a.ptr
+            out["cupy_roundtrip"] = bool((cupy.asnumpy(c) == src).all())
+            del c
+            gc.collect()
+        cai = a.__cuda_array_interface__
+        out["cai"] = {"data": cai["data"][0] == a.ptr, "typestr": cai["typestr"],
+                      "shape": list(cai["shape"]), "version": cai["version"]}
+        out["views_after_cai"] = dev.exported_views
+        try:
+            rt.close()
+            out["close_with_cai_reader"] = "closed"
+        except osh.ExportedMemoryError:
+            out["close_with_cai_reader"] = "ExportedMemoryError"
+        del a
+        out["views_after_del"] = dev.exported_views
+        st = dev.pool.stats
+        out["books"] = {"bytes_in_use": st.bytes_in_use, "live_blocks": st.live_blocks,
+                        "balanced": st.backend_allocs - st.backend_frees
+                        == st.live_blocks + st.cached_blocks}
+    finally:
+        rt.close()
+    return out
+
+
 def main(argv: list[str]) -> int:
     fn = globals().get("scenario_" + argv[0]) if argv else None
     if fn is None:

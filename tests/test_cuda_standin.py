@@ -225,6 +225,27 @@ def test_mapped_pinning_on_cuda_plugins_registers_with_the_driver(run_on_standin
     assert retains == releases >= 1
 
 
+# -- item 9 of issue 28: device arrays on a CUDA device -------------------------------------------
+
+@pytest.mark.parametrize("plugin", ["nextgen", "classic", "nvptx"])
+def test_device_arrays_on_cuda_plugins_export_cuda_memory(run_on_standin, plugin):
+    """On a CUDA plugin a device array is kDLCUDA memory (device 0), never viewed by
+    NumPy: ``numpy.from_dlpack`` refuses, ``numpy.asarray`` and ``get`` copy back
+    through ``cuMemcpyDtoH``; ``__cuda_array_interface__`` names the device address,
+    and its reader holds the memory (the close is refused while the array lives)."""
+    _plugin(plugin)
+    res, log = run_on_standin("arrays", plugin)
+    assert res["num_devices"] == 1 and res["memory_is_host"] is False
+    assert res["dlpack_device"] == [2, 0]
+    assert res["roundtrip"] and res["asarray_copies"] and res["from_dlpack_cpu_copy"]
+    assert res["numpy_from_dlpack"] != "viewed"
+    assert res["cai"] == {"data": True, "typestr": "<f8", "shape": [10, 100], "version": 3}
+    assert res["views_after_cai"] == 1 and res["close_with_cai_reader"] == "ExportedMemoryError"
+    assert res["views_after_del"] == 0
+    assert res["books"] == {"bytes_in_use": 0, "live_blocks": 0, "balanced": True}
+    assert any(c[0].startswith("cuMemcpyDtoH") for c in log)
+
+
 def test_cuda_backend_counts_registrations_per_page(run_on_standin):
     _cuda_python()
     res, log = run_on_standin("backend_pages")

@@ -104,6 +104,25 @@ def test_gcc_after_llvm_in_one_process(gpu):
     assert not res["second_ok"] and "context is destroyed" in res["stderr"]
 
 
+@pytest.mark.parametrize("plugin", ["nextgen", "classic", "nvptx"])
+def test_device_arrays_on_the_gpu(gpu, plugin):
+    """Device arrays in GPU memory (issue 28 item 9): kDLCUDA with the CUDA ordinal,
+    ``__cuda_array_interface__`` on the device address, copies back through the
+    plugin, the close refused while a CAI reader may hold the array; with CuPy
+    installed, ``cupy.from_dlpack`` views the same device address."""
+    _plugin(plugin)
+    res = _run(gpu, "arrays", plugin)
+    assert res["num_devices"] >= 1 and res["memory_is_host"] is False
+    assert res["dlpack_device"] == [2, 0]
+    assert res["roundtrip"] and res["asarray_copies"] and res["from_dlpack_cpu_copy"]
+    assert res["numpy_from_dlpack"] != "viewed"
+    assert res["cai"] == {"data": True, "typestr": "<f8", "shape": [10, 100], "version": 3}
+    assert res["close_with_cai_reader"] == "ExportedMemoryError" and res["views_after_del"] == 0
+    assert res["books"] == {"bytes_in_use": 0, "live_blocks": 0, "balanced": True}
+    if "cupy_same_address" in res:
+        assert res["cupy_same_address"] and res["cupy_roundtrip"]
+
+
 @pytest.mark.parametrize("plugin", ["nextgen", "nvptx"])
 def test_pinned_memory_cuda_backend(gpu, plugin):
     """pinned='mapped': cuMemHostRegister for CUDA plugins, two buffers on one

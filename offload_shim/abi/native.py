@@ -3,8 +3,8 @@
 ``pip install .`` builds ``native/`` with CMake and installs the results into
 ``offload_shim/_native/``: the host plugin ``libosh_hostplugin.so`` (all three plugin
 ABIs over host memory, ``native/host_plugin.c``), the sample offload image
-``libosh_sample_kernels.so``, the interposer ``libosh_interposer.so`` and the batch
-caller ``libosh_batch.so``.  ``$OFFLOAD_SHIM_NATIVE_DIR`` points the package at
+``libosh_sample_kernels.so``, the interposer ``libosh_interposer.so``, the batch
+caller ``libosh_batch.so`` and the DLPack deleters ``libosh_dlpack.so``.  ``$OFFLOAD_SHIM_NATIVE_DIR`` points the package at
 libraries built elsewhere.  Nothing is loaded here; pathlib is imported only where a
 ``Path`` is returned (the embedded runtime of every ``offload-shim run`` finds its
 native files through this module: start-up time).

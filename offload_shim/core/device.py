@@ -177,6 +177,14 @@ class Device(DeviceImages, CompiledCodeForms):
         self._pool_options = dict(pool_options or {})
         self._pool = None
         self._closing = False                       # the owner's shutdown() has begun
+        # live exports of this device's arrays (offload_shim.core.array: DLPack capsules
+        # not yet ended, arrays whose __cuda_array_interface__ was read); a teardown
+        # refuses while any is live.  Written by that module under its lock.
+        self._views_exported = 0
+        self._exports_frozen = False                # the owner's close is checking them
+        # {address: block} of the live blocks of this device's arrays (same module): a
+        # plain free() of one is refused (the array, and any view of it, would dangle)
+        self._array_blocks: dict = {}
         self.init_count = 0                         # how often this device was initialised
 
     # -- state -----------------------------------------------------------------
@@ -308,7 +316,13 @@ class Device(DeviceImages, CompiledCodeForms):
         every allocation still held is freed through the plugin, I3), unload
         the images, ``deinit_device``.  The device can be used again (it
         re-initialises on next use).  Returns (leaked allocation count, bytes).
-        Raises LifecycleError if not initialised."""
+        Raises LifecycleError if not initialised, ExportedMemoryError (a
+        LifecycleError; nothing torn down) while exported views of the device's
+        arrays are live (:attr:`exported_views`; views only a reference cycle keeps
+        are collected first)."""
+        if self._views_exported:
+            import gc
+            gc.collect()
         with self._life:
             if self._state is not DeviceState.READY:
                 raise LifecycleError(f"{self.label}: deinit of a device that is not "
@@ -326,16 +340,51 @@ class Device(DeviceImages, CompiledCodeForms):
             self._state = DeviceState.CLOSED
             return (0, 0)
 
+    @property
+    def exported_views(self) -> int:
+        """Live exports of this device's arrays (:mod:`offload_shim.core.array`:
+        DLPack capsules and the arrays made from them, NumPy views, arrays whose
+        ``__cuda_array_interface__`` was read); :meth:`deinit` and the owner's close
+        refuse while it is not 0."""
+        return self._views_exported
+
+    def _freeze_exports(self, frozen: bool) -> None:
+        """The owner's close, before it tears anything down: ``True`` makes new exports
+        of this device's arrays raise LifecycleError and waits for the calls in flight
+        (an export books itself inside one), so :attr:`exported_views` is final;
+        ``False`` (the close refused) allows them again."""
+        self._exports_frozen = frozen
+        if frozen:
+            self._wait_idle()
+
+    def _refuse_if_viewed(self) -> None:
+        n = self._views_exported
+        if n:
+            from ..errors import ExportedMemoryError
+            raise ExportedMemoryError(
+                f"{self.label}: {n} exported view(s) of device arrays still hold device "
+                f"memory (DLPack/NumPy views, __cuda_array_interface__ readers); the "
+                f"teardown would free it under them -- drop the views first",
+                device=self.label, views=n)
+
     def _teardown(self, final: DeviceState) -> tuple[int, int]:
         with self._flight:
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
+        if self._views_exported:
+            # an export books itself while holding the device, so none begins now;
+            # nothing was torn down yet: the device stays as it was
+            with self._flight:
+                self._state = DeviceState.READY
+            self._closing = False
+            self._refuse_if_viewed()
         if self._pinned is not None:
             self._pinned.on_device_teardown(self)   # unpin before deinit_device
         errors = []
         leaked = (0, 0)
         try:
             leaked = self._pool.drain()
+            self._array_blocks.clear()          # the drain freed them; their arrays know
         except OffloadError as exc:
             errors.append(exc)
         if leaked[0]:
@@ -405,9 +454,17 @@ class Device(DeviceImages, CompiledCodeForms):
         The pool's pointer table is the device's: the pool (strict) checks
         and frees in one lock round trip.  A deinit that drained the block
         before that closed the pool, and the re-initialised device's new pool
-        does not know the pointer, so it never reaches the plugin twice."""
+        does not know the pointer, so it never reaches the plugin twice.
+
+        The block of a :class:`~offload_shim.core.array.DeviceArray` is refused
+        (UnknownPointerError): it is freed with the array (``DeviceArray.free``)."""
         if not ptr:
             return
+        if self._array_blocks and ptr in self._array_blocks:
+            raise UnknownPointerError(
+                f"{self.label}: {ptr:#x} is the memory of a device array (Device.empty/"
+                f"asarray); free it with DeviceArray.free(), not Device.free()",
+                device=self.label)
         if self._state is not _READY:
             if self._state is DeviceState.CLOSED or self._closing:
                 raise self._free_after_close()
@@ -436,6 +493,44 @@ class Device(DeviceImages, CompiledCodeForms):
     def _unknown_pointer(self, ptr):
         raise UnknownPointerError(f"{self.label}: free of unknown or already freed "
                                   f"pointer {ptr:#x}", device=self.label) from None
+
+    def _free_block(self, pool, ptr: int) -> None:
+        """Free ``ptr`` in ``pool``, the pool that handed it out (a device array's
+        block, :mod:`offload_shim.core.array`): never in a later pool of a device
+        initialised again, where the address may be another block.  Raises
+        LifecycleError (that pool was drained, or the device is closing),
+        UnknownPointerError (not live in ``pool``)."""
+        if not self._pin_mapped_policy:
+            pool.free(ptr)
+            return
+        with self._plugin_calls:            # unpinning may call the plugin
+            if self._pool is not pool:
+                raise LifecycleError(f"{self.label}: the pool of {ptr:#x} was drained",
+                                     device=self.label)
+            pool.free(ptr)
+            self._pinned.on_unmap(self, ptr)
+
+    # -- arrays ------------------------------------------------------------------------
+    def empty(self, shape, dtype=float):
+        """A new uninitialised :class:`~offload_shim.core.array.DeviceArray` of
+        ``shape`` (an int or a sequence of ints) and ``dtype`` (anything
+        ``numpy.dtype`` takes; default float64), C-contiguous, ``nbytes`` =
+        product(shape) * itemsize bytes from the device's pool (CuPy ``cupy.empty``).
+        A zero-size array holds no memory (``ptr`` 0).  Raises TypeError (not a shape,
+        not a dtype, a dtype holding Python objects), ValueError (a negative dimension,
+        above 2**63-1 bytes), OutOfDeviceMemoryError, LifecycleError,
+        ModuleNotFoundError without NumPy."""
+        from .array import new_empty
+        return new_empty(self, shape, dtype)
+
+    def asarray(self, obj, dtype=None):
+        """A :class:`~offload_shim.core.array.DeviceArray` holding a copy of ``obj``
+        (a buffer-protocol object, a NumPy array, anything ``numpy.asarray`` takes --
+        a device array too), cast to ``dtype`` when given; a non-contiguous input is
+        copied to C order first (CuPy ``cupy.asarray``).  Raises what :meth:`empty`
+        raises, and TypeError for an object that becomes an array of Python objects."""
+        from .array import new_asarray
+        return new_asarray(self, obj, dtype)
 
     @property
     def allocations(self) -> tuple[int, int]:

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from ..plugins import discovery
 from ..safety import leftovers
 from .device import Device, DeviceState
-from ..errors import (DeviceNotFoundError, ImageNotRegisteredError, InvalidImageError, LifecycleError,
-                     OffloadError, PluginLoadError)
+from ..errors import (DeviceNotFoundError, ExportedMemoryError, ImageNotRegisteredError,
+                     InvalidImageError, LifecycleError, OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
 from ..plugins.loader import load_plugin, loaded_plugins
 from ..plugins.plugin import Plugin
@@ -47,6 +47,10 @@ def _close_all_at_exit() -> None:
     for rt in sorted(list(_LIVE), key=lambda r: -r._serial):
         try:
             rt.close()
+        except ExportedMemoryError as exc:
+            # views of device arrays still alive at exit: the process's end frees
+            # the memory; tearing down under them could crash later exit code
+            log.info("offload_shim: %r left open at exit: %s", rt, exc)
         except Exception as exc:  # never raise out of atexit
             log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
     if any(p.leaves_image_copies for p in loaded_plugins()):
@@ -165,8 +169,16 @@ class Runtime:
     def __enter__(self) -> "Runtime":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except ExportedMemoryError as refused:
+            # the block's own exception is the one to see; views of device arrays that
+            # it left alive keep the runtime open (the exit hook closes it)
+            log.info("%r stays open: %s", self, refused)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -325,10 +337,30 @@ class Runtime:
         ``deinit_device``; then ``deinit_plugin`` of plugins no other runtime
         still uses.  Idempotent.  Returns ``{device label: (leaked count,
         bytes)}`` for devices that had allocations still held.  Errors from
-        plugins are collected; teardown completes, then the first is raised."""
+        plugins are collected; teardown completes, then the first is raised.
+
+        Refused with ExportedMemoryError (a LifecycleError), before anything is torn
+        down, while exported views of device arrays are live (DLPack, NumPy views,
+        ``__cuda_array_interface__`` readers: :mod:`offload_shim.core.array`): the
+        drain would free memory under them.  Views that only a reference cycle keeps
+        are collected first (``gc.collect``)."""
+        if any(d.exported_views for d in self._devices or ()):
+            import gc
+            gc.collect()
         with self._lock:
             if self._closed:
                 return {}
+            devices = list(self._devices or ())
+            try:
+                # no export begins from here on; one in flight is waited for and counted
+                for dev in devices:
+                    dev._freeze_exports(True)
+                for dev in devices:
+                    dev._refuse_if_viewed()
+            except BaseException:
+                for dev in devices:
+                    dev._freeze_exports(False)
+                raise
             self._closed = True
             leaks: dict[str, tuple[int, int]] = {}
             errors: list[Exception] = []

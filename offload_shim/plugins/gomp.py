@@ -50,6 +50,9 @@ class GompPlugin(Plugin):
                                       f"{', '.join(missing)}", path=path, missing=missing)
         self._images: dict[tuple[int, int], object] = {}
         self.cuda_devices = any(k in self.name for k in ("cuda", "nvptx"))
+        # GCC's plugins are GPU ones (nvptx, gcn); the bundled plugin's GOMP view
+        # hands out malloc memory
+        self.device_memory_is_host = self.bundled
 
     def info(self) -> dict:
         d = super().info()

@@ -125,6 +125,10 @@ class LiboffloadPlugin(Plugin):
         self._queue_lock = threading.Lock()
         if self.has("olMemRegister") and self.has("olMemUnregister"):
             self.host_lock_entry_point = "olMemRegister"
+        # the bundled plugin's ol* view allocates with malloc (native/host_plugin_ol.c);
+        # a real liboffload's devices are taken as GPU memory (its x86_64 platform is
+        # not told apart here: False only costs a copy)
+        self.device_memory_is_host = self.bundled
 
     # -- the one error checker of this return convention ------------------------------
     def _check(self, res, function: str, dev: int | None = None, exc=PluginCallError,

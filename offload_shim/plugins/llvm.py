@@ -71,6 +71,7 @@ class LLVMPlugin(Plugin):
         # plugins-nextgen/host/src/rtl.cpp, plugins/generic-elf-64bit/src/rtl.cpp)
         self.leaves_image_copies = not self.bundled
         self.cuda_devices = any(k in self.name for k in ("cuda", "nvptx"))
+        self.device_memory_is_host = self.bundled or "x86_64" in self.name
         if self.has("data_lock") and self.has("data_unlock"):
             self.host_lock_entry_point = _tgt.PREFIX + "data_lock"
         self._own_cache: str | None | bool = False      # not looked at yet

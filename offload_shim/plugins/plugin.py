@@ -492,6 +492,16 @@ class Plugin:
     leaves_image_copies = False
     #: its device numbers are CUDA ordinals (the LLVM CUDA plugins, GCC's nvptx plugin)
     cuda_devices = False
+    #: its "device memory" is ordinary host memory of this process: the bundled
+    #: plugin (``malloc``, native/host_plugin.c) and the LLVM x86_64 plugins
+    #: (``__tgt_rtl_data_alloc`` is ``malloc``: LLVM 16
+    #: plugins-nextgen/host/src/rtl.cpp ``GenELF64DeviceTy::allocate``,
+    #: plugins/generic-elf-64bit/src/rtl.cpp ``__tgt_rtl_data_alloc``), so the
+    #: host may read and write a device address directly (a
+    #: :class:`~offload_shim.core.array.DeviceArray` exports it as ``kDLCPU``
+    #: memory for a zero-copy ``numpy.from_dlpack``).  False for GPU plugins and
+    #: wherever it is not known.
+    device_memory_is_host = False
     #: the full name of the entry point behind :meth:`lock`, or None when it has none
     host_lock_entry_point: str | None = None
 
