@@ -124,6 +124,9 @@ def _cmd(args, on_result=None) -> int:
             return 1
         print(f"bench: wrote {paths['json']}, {paths['markdown']}"
               + "".join(f", {p}" for p in paths["plots"]), file=sys.stderr)
+        if not paths["plots"]:
+            from .report import say_no_plot
+            say_no_plot()
     if args.json:
         print(json.dumps(out, indent=1, default=str))
     else:
