@@ -204,8 +204,9 @@ def no_plot_reason() -> str | None:
     """Why ``--out`` gets no PNG plot, as one line, or None when matplotlib can be
     imported (it is in the ``bench`` extra, which ``make demo`` and ``make bench``
     install)."""
-    import importlib.util
-    if importlib.util.find_spec("matplotlib") is None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
         return ("no PNG plots: matplotlib is not installed "
                 "(pip install 'offload-shim[bench]' or pip install matplotlib)")
     return None
