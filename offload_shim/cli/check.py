@@ -345,8 +345,8 @@ def _child_main(args) -> int:
     exhausted = None
     try:
         if not done:                  # the first child: register, init, launch once first
-            counter["n"] -= 1         # (not one of the --max-examples sequences)
-            run_first_sequence(Machine)
+            run_first_sequence(Machine)   # (counted; a ProcessExhausted after it: the next
+                                          # child runs hypothesis's sequences)
         test()
     except ProcessExhausted as exc:   # not a finding: the parent starts a fresh child
         exhausted = str(exc)          # (raised after a sequence that passed)
