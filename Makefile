@@ -7,7 +7,7 @@ export OFFLOAD_SHIM_LLVM19_ROOT ?= $(CURDIR)/.cache/llvm19
 .PHONY: demo test setup bench mutation clean
 
 setup:
-	bash scripts/setup.sh test,cuda
+	bash scripts/setup.sh test,cuda,bench
 
 ## the main job: every plugin with a device runs register/init/alloc/submit/launch/retrieve/teardown
 demo: setup

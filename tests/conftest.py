@@ -26,6 +26,8 @@ else:
     _SESSION_TMP = tempfile.mkdtemp(prefix="osh_tests_")
     os.environ["OSH_TESTS_SESSION_TMP"] = f"{os.getpid()}:{_SESSION_TMP}"
     os.environ["TMPDIR"] = _SESSION_TMP
+    # the verdict cache of the session and its children: not the user's (issue 32)
+    os.environ.setdefault("OFFLOAD_SHIM_CACHE_DIR", os.path.join(_SESSION_TMP, "verdicts"))
     tempfile.tempdir = None              # recomputed from TMPDIR on next use
     atexit.register(shutil.rmtree, _SESSION_TMP, True)
 

@@ -339,6 +339,38 @@ def test_out_naming_an_existing_file_is_refused_before_running(capsys, tmp_path)
     assert err.count("\n") == 1 and f.read_text() == "keep me"
 
 
+class _NoMatplotlib:
+    """A meta-path finder that makes ``import matplotlib`` fail."""
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("matplotlib hidden by the test")
+        return None
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_out_writes_plots_or_says_why_not(capsys, tmp_path, monkeypatch, hidden):
+    """--out promises PNG plots: written with matplotlib (the bench extra, installed by
+    make demo / make bench), else one line why not (issue 32)."""
+    if hidden:
+        for name in [m for m in sys.modules if m.split(".")[0] == "matplotlib"]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setattr(sys, "meta_path", [_NoMatplotlib(), *sys.meta_path])
+    else:
+        pytest.importorskip("matplotlib")
+    rc = cli_main(["bench", "--profile", "tiny", "--no-progress", "--no-gpu", "--workloads",
+                   "hot", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc in (0, None)
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    why = [l for l in err.splitlines() if "no PNG plots" in l]
+    if hidden:
+        assert pngs == [] and why == ["bench: no PNG plots: matplotlib is not installed "
+                                      "(pip install 'offload-shim[bench]' or pip install "
+                                      "matplotlib)"]
+    else:
+        assert pngs == ["workloads.png"] and why == []
+
+
 def test_only_naming_a_gpu_row_is_not_a_usage_error(capsys):
     rc = cli_main(["bench", "--profile", "tiny", "--no-progress", "--json", "--workloads",
                    "hot", "--only", "cuMemAlloc"])

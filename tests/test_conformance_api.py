@@ -115,6 +115,10 @@ def prog():
 def test_compare_agrees_on_a_program(prog):
     r = _run("compare", str(prog.exe), "partial")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("same: exit status -6, stdout and diagnostics agree")
+    assert "explicit extension not allowed" not in r.stdout      # the short form
+    r = _run("compare", "--full", str(prog.exe), "partial")
+    assert r.returncode == 0, r.stdout + r.stderr
     assert "same: exit status, stdout and diagnostics agree" in r.stdout
     # both results are shown, diagnostics included
     assert r.stdout.count("exit status: -6") == 2
@@ -158,7 +162,7 @@ def test_compare_labels_a_bug_fixed_upstream():
         assert data["reference"]["fixed_upstream"] == {}
         r = _run("compare", str(exe))
         assert r.returncode == 3
-        assert "== different, known: fixed upstream (partial-struct-padding: " in r.stdout
+        assert r.stdout.startswith("different, known: fixed upstream (partial-struct-padding: ")
         assert "-  host s.a=1 s.b=2 s.d=4" in r.stdout        # the diff all the same
 
 
@@ -182,6 +186,32 @@ def test_comparison_verdicts():
     late = Outcome("timeout", [], [], fixed_upstream={"partial-struct-padding": 1})
     assert Comparison(["p"], a, late).verdict == "timeout"
     assert Comparison(["p"], a, late).known == []
+
+
+def test_compare_is_short_by_default(tmp_path):
+    """An agreeing program that prints 100,000 lines: one verdict line (issue 32);
+    a differing one: the verdict and the differing lines with one line of context,
+    at most SUMMARY_DIFF_LINES of them; --full: everything."""
+    from offload_shim.cli.compare import SUMMARY_DIFF_LINES
+    r = _run("compare", "/bin/sh", "-c", "seq 100000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["same: exit status 0, stdout and diagnostics agree "
+                                     "(100000 stdout lines, 0 diagnostic lines; --full "
+                                     "shows both)"]
+    r = _run("compare", "--full", "/bin/sh", "-c", "seq 100000")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) > 200000
+    one = 'seq 1000; [ -n "$OFFLOAD_SHIM_EMBED" ] && echo under-shim; echo end; exit 3'
+    r = _run("compare", "/bin/sh", "-c", one)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("DIFFERENT: exit status 3 / 3 (reference / offload-shim run)")
+    assert lines[1:] == ["@@ -1002,2 +1002,3 @@", "   1000", "+  under-shim", "   end"]
+    many = 'for i in $(seq 100); do [ -n "$OFFLOAD_SHIM_EMBED" ] && echo x$i || echo y$i; done'
+    r = _run("compare", "/bin/sh", "-c", many)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1 and len(lines) == 2 + SUMMARY_DIFF_LINES
+    # the hunk: its header, "stdout:", 100 - and 100 + lines, "diagnostics:"
+    assert lines[-1] == f"... {203 - SUMMARY_DIFF_LINES} more diff lines (--full shows all)"
 
 
 def test_compare_bad_input():
@@ -229,7 +259,7 @@ def test_compare_prints_the_programs_stderr(tmp_path):
     prog = tmp_path / "say.sh"
     prog.write_text("#!/bin/sh\necho out\necho 'to stderr' >&2\n")
     prog.chmod(0o755)
-    r = _run("compare", str(prog))
+    r = _run("compare", "--full", str(prog))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("the program's stderr (not compared):\n  to stderr") == 2
     r = _run("compare", "--json", str(prog))

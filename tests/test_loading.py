@@ -109,3 +109,46 @@ def test_gcc12_plugins_report_zero_devices_without_gpu():
         pytest.skip("a GPU driver is present")
     with osh.Runtime([str(NVPTX12), str(GCN12)]) as rt:
         assert rt.devices == []
+
+
+def test_recorded_roots_are_read_and_a_set_variable_wins(tmp_path, monkeypatch):
+    """scripts/setup.sh records where it unpacked the runtimes (``<venv>/
+    offload_shim-roots.env``); discovery reads it for a variable that is not set, and a
+    variable set (even to "") wins."""
+    (tmp_path / discovery.ROOTS_FILE).write_text(
+        "# comment\nOFFLOAD_SHIM_LLVM14_ROOT=/opt/x14\nOFFLOAD_SHIM_OTHER=/no\n"
+        "OFFLOAD_SHIM_LLVM19_ROOT=\nnot a line\n")
+    assert discovery.recorded_roots(str(tmp_path)) == {discovery.LLVM14_ROOT_VAR: "/opt/x14"}
+    assert discovery.recorded_roots(str(tmp_path / "none")) == {}
+    monkeypatch.setattr(discovery, "recorded_roots", lambda prefix=None: {
+        discovery.LLVM14_ROOT_VAR: "/opt/x14"})
+    assert discovery.root(discovery.LLVM14_ROOT_VAR, {}) == "/opt/x14"
+    assert discovery.root(discovery.LLVM14_ROOT_VAR, {discovery.LLVM14_ROOT_VAR: "/y"}) == "/y"
+    assert discovery.root(discovery.LLVM14_ROOT_VAR, {discovery.LLVM14_ROOT_VAR: ""}) is None
+    assert discovery.root(discovery.LLVM19_ROOT_VAR, {}) is None
+
+
+def test_info_in_a_plain_shell_lists_what_make_demo_lists():
+    """After the set-up, ``offload-shim info`` without the variables the Makefile exports
+    lists the same plugin views and host runtimes as with them (issue 32)."""
+    import json
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    make_vars = {discovery.LLVM14_ROOT_VAR: root / ".cache/llvm14",
+                 discovery.LIBOFFLOAD_ROOT_VAR: root / ".cache/liboffload22",
+                 discovery.LLVM19_ROOT_VAR: root / ".cache/llvm19"}
+    if not any(p.is_dir() for p in make_vars.values()):
+        pytest.skip("scripts/setup.sh unpacked no runtime into .cache (no apt-get download)")
+    plain = {k: v for k, v in os.environ.items() if k not in make_vars}
+
+    def listing(env):
+        p = subprocess.run([sys.executable, "-m", "offload_shim.cli", "info", "--json",
+                            "--no-devices"], env=env, capture_output=True, text=True,
+                           timeout=300, cwd="/")
+        assert p.returncode in (0, 1), p.stderr
+        return sorted((os.path.realpath(r["path"]), r.get("abi") or "", r.get("generation")
+                       or "") for r in json.loads(p.stdout))
+
+    with_vars = listing({**plain, **{k: str(v) for k, v in make_vars.items()}})
+    assert any(".cache" in path for path, _, _ in with_vars)
+    assert listing(plain) == with_vars

@@ -1002,3 +1002,13 @@ def test_close_finishes_the_teardown_and_raises_the_first_plugin_error(bundled_p
         ctl.fail_nth("__tgt_rtl_deinit_device", 0)
     assert rt.closed and plugin.users == 0
     assert rt.close() == {}                           # idempotent after the error
+
+
+def test_discover_refuses_a_native_dir_without_the_bundled_plugin(monkeypatch, tmp_path):
+    """An explicit OFFLOAD_SHIM_NATIVE_DIR that holds no bundled plugin is a ValueError
+    naming it (docs/usage.md), not a runtime that silently lacks the bundled plugin."""
+    monkeypatch.setenv("OFFLOAD_SHIM_NATIVE_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match=r"OFFLOAD_SHIM_NATIVE_DIR=.*no libosh_hostplugin\.so"):
+        osh.Runtime.discover(host_only=True)
+    with osh.Runtime.discover(host_only=True, bundled=False, system=False) as rt:
+        assert rt.plugins == [] or all(not p.bundled for p in rt.plugins)

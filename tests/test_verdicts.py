@@ -108,3 +108,73 @@ def test_content_hashes_are_sha256_first_and_later(monkeypatch, sample_path):
     second = verdicts.sha256(data)
     assert first == second == verdicts.sha256(bytearray(data)) \
         == hashlib.sha256(data).hexdigest()
+
+
+# -- the bound, pruning and clearing (issue 32) ---------------------------------------
+
+def _fill(d, n, *, start=0, mtime=None):
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for i in range(start, start + n):
+        p = d / f"elf-{i:064x}.json"
+        p.write_text('{"ok": true}')
+        if mtime is not None:
+            os.utime(p, (mtime + i, mtime + i))
+
+
+def _names(d):
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(".json"))
+
+
+def test_prune_removes_expired_then_the_oldest(cache):
+    import time
+    now = time.time()
+    _fill(cache, 5, mtime=now - verdicts.MAX_AGE_S - 100)          # expired
+    _fill(cache, 10, start=5, mtime=now - 1000)                   # 5..14, oldest first
+    (cache / ".elf-x.json.123.1").write_text("")                  # a dead writer's leftover
+    os.utime(cache / ".elf-x.json.123.1", (now - 7200, now - 7200))
+    assert verdicts.prune(str(cache), max_entries=4, now=now) == 11
+    assert _names(cache) == [f"elf-{i:064x}.json" for i in range(11, 15)]
+    assert not (cache / ".elf-x.json.123.1").exists()
+
+
+def test_writes_keep_the_cache_under_its_bound(cache, monkeypatch):
+    monkeypatch.setattr(verdicts, "MAX_ENTRIES", 20)
+    monkeypatch.setattr(verdicts, "_pruned", set())
+    _fill(cache, 20)
+    verdicts.put("t", (), "00" * 32, {"x": 1})        # the first write: a full pass,
+    assert len(_names(cache)) == 16                  # past 20: down to 80 %
+    for i in range(40):
+        verdicts.put("t", (), f"{i:064x}", {"x": i})
+        assert 16 <= len(_names(cache)) <= 20
+    assert verdicts.get("t", (), f"{39:064x}") == {"x": 39}       # the newest stays
+
+
+def test_usage_and_clear(cache, monkeypatch):
+    _fill(cache, 3)
+    u = verdicts.usage()
+    assert (u["directory"], u["entries"], u["bytes"], u["enabled"]) == \
+        (str(cache), 3, 3 * len('{"ok": true}'), True)
+    assert u["max_entries"] == verdicts.MAX_ENTRIES and u["max_age_s"] == verdicts.MAX_AGE_S
+    assert verdicts.clear() == 3 and _names(cache) == [] and cache.is_dir()
+    monkeypatch.setenv(verdicts.NO_CACHE_VAR, "1")
+    assert verdicts.usage()["enabled"] is False
+    cache.chmod(0o777)
+    with pytest.raises(PermissionError, match="not emptied"):
+        verdicts.clear()
+
+
+def test_cache_command(cache):
+    import json
+    import subprocess
+    import sys
+    _fill(cache, 2)
+    cli = [sys.executable, "-m", "offload_shim.cli", "cache"]
+    p = subprocess.run([*cli, "info", "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["entries"] == 2, p.stderr
+    p = subprocess.run([*cli, "info"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "2 verdicts" in p.stdout and "1,000 verdicts" in p.stdout
+    p = subprocess.run([*cli, "clear"], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, f"removed 2 verdicts from {cache}\n"), p.stderr
+    cache.chmod(0o777)
+    p = subprocess.run([*cli, "clear"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("offload-shim: error: cache clear:")

@@ -86,13 +86,15 @@ def _check_args(args) -> tuple:
 
 def _cmd(args, on_result=None) -> int:
     """Run the benchmark for the parsed ``args``.  Exit status: 0, 2 for a
-    bad option (one line on stderr naming it), 1 when the output files
+    bad option (one line on stderr naming it: ``offload-shim: error: ...`` under
+    ``offload-shim bench``, ``bench: ...`` under ``python -m offload_shim.bench``), 1 when the output files
     cannot be written, 130 after Ctrl-C and 143 after SIGTERM (one line
     "bench: interrupted"; every row and plugin closed first)."""
     try:
         wls = _check_args(args)
     except UsageError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+        # offload-shim bench: the one-line usage error of every command (README)
+        print(f"{getattr(args, 'error_prefix', 'bench')}: {exc}", file=sys.stderr)
         return 2
     # whole programs under offload-shim run vs libomptarget (run_overhead.py, lifecycle.py)
     for name in PROCESS_WORKLOADS:
@@ -127,6 +129,9 @@ def _cmd(args, on_result=None) -> int:
             return 1
         print(f"bench: wrote {paths['json']}, {paths['markdown']}"
               + "".join(f", {p}" for p in paths["plots"]), file=sys.stderr)
+        if not paths["plots"]:
+            from .report import say_no_plot
+            say_no_plot()
     if args.json:
         print(json.dumps(out, indent=1, default=str))
     else:
@@ -139,7 +144,7 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark alloc/free: the pool against every peer",
                               description=_DESCRIPTION)
     _add_arguments(p, "quick")
-    p.set_defaults(func=_cmd)
+    p.set_defaults(func=_cmd, error_prefix="offload-shim: error")
 
 
 def main(argv=None, default_profile: str = "quick", on_result=None) -> int:

@@ -5,6 +5,7 @@ the table kept in ``docs/benchmarks.md``."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from .config import SMOKE_PROFILES, TARGETS
@@ -197,6 +198,26 @@ def format_markdown(out) -> str:
     for name, r in rows.items():
         lines.append(f"* `{name}` ({r['group']}): {r['description']}")
     return "\n".join(lines) + "\n"
+
+
+def no_plot_reason() -> str | None:
+    """Why ``--out`` gets no PNG plot, as one line, or None when matplotlib can be
+    imported (it is in the ``bench`` extra, which ``make demo`` and ``make bench``
+    install)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return ("no PNG plots: matplotlib is not installed "
+                "(pip install 'offload-shim[bench]' or pip install matplotlib)")
+    return None
+
+
+def say_no_plot(prefix: str = "bench", file=None) -> None:
+    """Print :func:`no_plot_reason` (``prefix: no PNG plots: ...``) on stderr when
+    there is one."""
+    why = no_plot_reason()
+    if why:
+        print(f"{prefix}: {why}", file=sys.stderr if file is None else file)
 
 
 def plot(out, directory) -> list:

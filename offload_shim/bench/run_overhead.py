@@ -710,7 +710,10 @@ def main_from_bench(args) -> int:
     out = run(args.profile,
               progress=_progress_printer(not getattr(args, "no_progress", False)))
     if getattr(args, "out", None):
-        write_outputs(out, args.out)
+        paths = write_outputs(out, args.out)
+        if not paths["plots"] and not out.get("skipped"):
+            from .report import say_no_plot
+            say_no_plot()
     if getattr(args, "json", False):
         print(json.dumps(out, indent=1, default=str))
     else:

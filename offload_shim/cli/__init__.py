@@ -360,7 +360,7 @@ def _check_config() -> None:
 
 _SUBCOMMAND_MODULES = ("offload_shim.cli.check", "offload_shim.bench", "offload_shim.cli.run",
                        "offload_shim.cli.compare", "offload_shim.cli.replay",
-                       "offload_shim.cli.fuzz")
+                       "offload_shim.cli.fuzz", "offload_shim.cli.cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

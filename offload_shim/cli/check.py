@@ -311,7 +311,8 @@ def _child_main(args) -> int:
     from hypothesis import seed as hseed
     from hypothesis.stateful import get_state_machine_test
 
-    from ..testing.machine import ProcessExhausted, make_lifecycle_machine, mapping_usage
+    from ..testing.machine import (ProcessExhausted, make_lifecycle_machine, mapping_usage,
+                                   run_first_sequence)
     trace = open(cfg["trace"], "w", buffering=1)
     done = cfg.get("done", 0)
     counter = {"n": 0}
@@ -343,6 +344,9 @@ def _child_main(args) -> int:
     findings = []
     exhausted = None
     try:
+        if not done:                  # the first child: register, init, launch once first
+            run_first_sequence(Machine)   # (counted; a ProcessExhausted after it: the next
+                                          # child runs hypothesis's sequences)
         test()
     except ProcessExhausted as exc:   # not a finding: the parent starts a fresh child
         exhausted = str(exc)          # (raised after a sequence that passed)

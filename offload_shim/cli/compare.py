@@ -1,8 +1,8 @@
 """``offload-shim compare PROGRAM [ARGS...]``: run a program under the real runtime and
 under ``offload-shim run``, and say whether the two agree.
 
-    offload-shim compare [--plugin P ...] [--bundled] [--policy P] [--timeout S] [--json]
-                         PROGRAM [ARGS...]
+    offload-shim compare [--plugin P ...] [--bundled] [--policy P] [--timeout S]
+                         [--full | --json] PROGRAM [ARGS...]
 
 The reference run is the program as it is (the libomptarget it links, e.g. LLVM 16's
 with the Debian host plugins); the other run is the same command under
@@ -14,8 +14,11 @@ the exit status, stdout and the runtime's diagnostic lines on stderr
 ``device N info:``, GCC's ``libgomp:``) are equal after addresses (``0x...``) are
 normalised.  Shown with each result but not compared: offload_shim's own lines
 (``offload_shim: ...``: why the run under it went as it did, e.g. an entry layout it
-does not know) and the rest of stderr, what the program itself wrote.  Both results and
-a unified diff are printed; exit status 0 only when they
+does not know) and the rest of stderr, what the program itself wrote.  Printed: one
+verdict line, for a difference the differing lines (a unified diff, one line of
+context, at most :data:`SUMMARY_DIFF_LINES`), and offload_shim's own lines of the run
+under it; ``--full`` prints both complete results and the whole diff, ``--json`` both
+results as JSON.  Exit status 0 only when they
 agree, 1 when they differ or a run was killed at ``--timeout``, 2 when the program
 cannot be run, 3 when they differ and the run under ``offload-shim run`` met a
 data-losing bug of the program's libomptarget release that offload_shim does not
@@ -44,6 +47,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+#: diff lines ``offload-shim compare`` prints without ``--full``
+SUMMARY_DIFF_LINES = 40
 #: stderr lines that are the runtime's diagnostics (libomptarget 16 private.h / Debug.h
 #: MESSAGE, FAILURE_MESSAGE, FATAL_MESSAGE, INFO; libgomp gomp_fatal / gomp_error)
 DIAGNOSTIC = re.compile(r"(Libomptarget|omptarget) (message|error|warning|fatal error -?\d+"
@@ -224,9 +229,42 @@ class Comparison:
             return "same"
         return "known" if self.known else "different"
 
-    def diff(self) -> list[str]:
+    def diff(self, context: int = 3) -> list[str]:
+        """A unified diff of the compared parts (:meth:`Outcome.render`), ``context``
+        lines around each change."""
         return list(difflib.unified_diff(self.reference.render(), self.shim.render(),
-                                         "reference", "offload-shim run", lineterm=""))
+                                         "reference", "offload-shim run", lineterm="",
+                                         n=context))
+
+    def summary(self, max_lines: int = SUMMARY_DIFF_LINES) -> list[str]:
+        """What ``offload-shim compare`` prints without ``--full``: one verdict line
+        (exit statuses, how many stdout and diagnostic lines), then for a difference
+        the differing lines (a unified diff with one line of context, at most
+        ``max_lines`` of it), then offload_shim's own lines of the run under it (at
+        most 5: why it went as it did).  Independent of the programs' output size."""
+        r, s = self.reference, self.shim
+        sizes = (f"{len(r.stdout)} stdout line{'s' if len(r.stdout) != 1 else ''}, "
+                 f"{len(r.diagnostics)} diagnostic line{'s' if len(r.diagnostics) != 1 else ''}")
+        if self.timed_out:
+            out = [f"NOT COMPARED: a run took longer than the timeout (reference: exit "
+                   f"status {r.status}, offload-shim run: {s.status})"]
+        elif self.same:
+            out = [f"same: exit status {r.status}, stdout and diagnostics agree ({sizes}; "
+                   f"--full shows both)"]
+        else:
+            d = self.diff(context=1)[2:]          # without the ---/+++ header
+            head = ("different, " + "; ".join(self.known)) if self.known else "DIFFERENT"
+            out = [f"{head}: exit status {r.status} / {s.status} (reference / "
+                   f"offload-shim run); reference: {sizes}; offload-shim run: "
+                   f"{len(s.stdout)} stdout, {len(s.diagnostics)} diagnostic lines"]
+            out += d[:max_lines]
+            if len(d) > max_lines:
+                out.append(f"... {len(d) - max_lines} more diff lines (--full shows all)")
+        if s.own:
+            out += ["offload_shim said (not compared):"] + [f"  {l}" for l in s.own[:5]]
+            if len(s.own) > 5:
+                out.append(f"  ... {len(s.own) - 5} more")
+        return out
 
 
 def compare(argv, *, env=None, plugins=(), bundled=False, policy=None,
@@ -270,7 +308,7 @@ def cmd_compare(args) -> int:
                           "offload_shim": {k: v for k, v in asdict(c.shim).items()
                                            if k != "stderr"},
                           "diff": c.diff()}))
-    else:
+    elif args.full:
         for title, o in (("reference (the program's own runtime)", c.reference),
                          ("offload-shim run", c.shim)):
             print(f"== {title}")
@@ -285,6 +323,8 @@ def cmd_compare(args) -> int:
             print("== DIFFERENT:")
         if not c.same and not c.timed_out:
             print("\n".join(c.diff()))
+    else:
+        print("\n".join(c.summary()))
     return {"same": 0, "known": 3}.get(c.verdict, 1)
 
 
@@ -292,9 +332,9 @@ def register_cli(subparsers) -> None:
     from .common import positive_float
     p = subparsers.add_parser(
         "compare", help="run a program under its real OpenMP runtime and under "
-        "offload-shim run; print both results and a diff (exit 0 when they agree, 3 "
-        "when a bug of the program's runtime that upstream fixed explains the "
-        "difference)")
+        "offload-shim run; print a verdict line and the differing lines (--full: both "
+        "results) (exit 0 when they agree, 3 when a bug of the program's runtime that "
+        "upstream fixed explains the difference)")
     p.add_argument("--plugin", action="append", default=[], help="plugin path for the "
                    "offload-shim run (repeatable; default: as libomptarget 16 chooses)")
     p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
@@ -305,6 +345,11 @@ def register_cli(subparsers) -> None:
                         "past it is killed and the command exits 1")
     p.add_argument("--json", action="store_true",
                    help="print both runs and the verdict as one JSON object on stdout")
+    p.add_argument("--full", action="store_true",
+                   help="print both complete results (exit status, stdout, diagnostics, "
+                        "offload_shim's lines, the program's stderr) and the whole diff; "
+                        "default: one verdict line, the differing lines (at most "
+                        f"{SUMMARY_DIFF_LINES}) and offload_shim's own lines")
     p.add_argument("program")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_compare)

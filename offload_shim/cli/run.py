@@ -9,7 +9,8 @@ Each ``--call NAME`` calls ``int64_t NAME(void)`` and prints the value.
     offload-shim run [--plugin PATH ...] [--bundled] [--policy P] [--report FILE] \\
         [--record TRACE] PROGRAM [ARGS...]
 
-runs an unmodified executable built by ``clang-16 -fopenmp -fopenmp-targets=...`` with
+runs an unmodified executable built by clang 16, 19 or 22 (``-fopenmp
+-fopenmp-targets=...``) or GCC 12 with
 the interposer preloaded and an embedded CPython serving its offload calls
 (:mod:`offload_shim.interposer.embed`).  Without ``--plugin`` the runtime uses the host
 plugins libomptarget 16 would load (:func:`offload_shim.interposer.embed.default_plugins`).
@@ -276,10 +277,19 @@ def _recorded(record, status: int) -> int:
 def register_cli(subparsers) -> None:
     import argparse
     r = subparsers.add_parser(
-        "run", help="run an unmodified OpenMP offload program (clang-16 "
-        "-fopenmp-targets=...) with the Python runtime in place of libomptarget")
+        "run", help="run an unmodified OpenMP offload program (clang 16, 19 or 22 "
+        "-fopenmp-targets=..., or GCC 12 -foffload=...) with the Python runtime in place "
+        "of libomptarget",
+        description="Run PROGRAM, built by clang 16, 19 or 22 with -fopenmp "
+        "-fopenmp-targets=x86_64-pc-linux-gnu (or by GCC 12 with -fopenmp), with the "
+        "Python runtime in place of libomptarget (GCC: on its own libgomp, or with "
+        "--gomp-host-device).  Exit status: the program's; 2 for a bad option; 127/126 "
+        "when PROGRAM cannot be started (docs/interpose.md).")
     r.add_argument("--plugin", action="append", default=[], help="plugin path (repeatable; "
-                   "default: every host plugin found)")
+                   "default: the host plugins the program's own libomptarget would load, "
+                   "in its order -- LLVM 16's x86_64 nextgen plugin, or the classic one "
+                   "with LIBOMPTARGET_NEXTGEN_PLUGINS=false; every host plugin found when "
+                   "LLVM 16 is not installed)")
     r.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
     r.add_argument("--policy", choices=["disabled", "default", "mandatory"],
                    help="override OMP_TARGET_OFFLOAD")
@@ -298,12 +308,20 @@ def register_cli(subparsers) -> None:
 
     p = subparsers.add_parser("run-library",
                               help="load a compiled OpenMP library through the interposer "
-                                   "and call its functions")
-    p.add_argument("--library", required=True, help="shared library built with "
-                   "clang-16 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu")
+                                   "and call its functions",
+                              description="Load LIBRARY (built by clang 16, 19 or 22 with "
+                              "-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu, or GCC 12 "
+                              "with -fopenmp) through the interposer, call each --call "
+                              "function, unload it.  Exit status 0 when every call "
+                              "returned and the library unregistered cleanly, 1 otherwise, "
+                              "2 for a bad option.")
+    p.add_argument("--library", required=True, help="shared library built with clang 16, "
+                   "19 or 22 (-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu) or GCC 12 "
+                   "(-fopenmp)")
     p.add_argument("--call", action="append", default=[], metavar="FUNC",
                    help="call int64_t FUNC(void) (repeatable)")
-    p.add_argument("--plugin", action="append", default=[], help="plugin path (repeatable)")
+    p.add_argument("--plugin", action="append", default=[], help="plugin path (repeatable; "
+                   "default: the host plugins libomptarget 16 would load, as for run)")
     p.add_argument("--bundled", action="store_true", help="add the bundled host plugin")
     p.add_argument("--policy", choices=["disabled", "default", "mandatory"],
                    help="override OMP_TARGET_OFFLOAD")

@@ -134,14 +134,18 @@ class Runtime:
         plugin (see :mod:`offload_shim.plugins.discovery`).  Plugins that fail to
         load are skipped and listed in ``load_errors``.  ``host_only``: only
         plugins that execute on this CPU.  Raises ``ValueError`` for a bad
-        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` or an ``$OFFLOAD_SHIM_PLUGINS``
-        entry that does not exist, before loading any plugin.
+        ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, an ``$OFFLOAD_SHIM_PLUGINS``
+        entry that does not exist or (with ``bundled``) an ``OFFLOAD_SHIM_NATIVE_DIR``
+        without the bundled plugin (:func:`check_native_dir`), before loading any
+        plugin.
         ``paths``: an iterable of paths, or one path (a str, bytes or
         os.PathLike -- not its characters, each of which would be tried as a
         file name in the current directory)."""
         from ..memory import read_threshold_env
         read_threshold_env()
         discovery.check_env_paths()
+        if bundled:
+            check_native_dir()
         if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
             paths = [paths]
         found = []
@@ -432,6 +436,15 @@ def check_environment() -> None:
     resolve_debug(None)
     resolve_policy(None)
     discovery.check_env_paths()
+    check_native_dir()
+
+
+def check_native_dir() -> None:
+    """Raise ``ValueError`` naming the variable when ``OFFLOAD_SHIM_NATIVE_DIR`` is set
+    and does not hold the bundled plugin (:func:`offload_shim.abi.native.native_dir`):
+    an explicit setting that points nowhere is a mistake to report, not a reason to go
+    on without the bundled plugin."""
+    import os
     native = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR")
     if native:
         from ..abi.native import PLUGIN_FILENAME

@@ -8,6 +8,11 @@ separated list of files or directories), then the standard locations
 ``$OFFLOAD_SHIM_LLVM14_ROOT`` and liboffload unpacked under
 ``$OFFLOAD_SHIM_LIBOFFLOAD_ROOT``), then the bundled host plugin.
 Duplicates (the same real file through symlinks) are listed once.
+
+The three ``*_ROOT`` variables need not be set by hand: ``scripts/setup.sh`` (run by
+``make demo`` / ``make test``) records the folders it unpacked the runtimes into in
+``<venv>/offload_shim-roots.env`` (:data:`ROOTS_FILE`), which :func:`root` reads for a
+variable that is not set.  A variable set (even to ``""``) wins over the record.
 """
 
 from __future__ import annotations
@@ -45,18 +50,58 @@ def _plugin_files_in(directory: str) -> list[str]:
 LLVM14_ROOT_VAR = "OFFLOAD_SHIM_LLVM14_ROOT"
 #: where scripts/setup.sh unpacks liboffload-22 + libllvm22 (they conflict with libomp5-16)
 LIBOFFLOAD_ROOT_VAR = "OFFLOAD_SHIM_LIBOFFLOAD_ROOT"
+#: where scripts/setup.sh unpacks libomp5-19 + libomp-19-dev (clang-19's own runtime)
+LLVM19_ROOT_VAR = "OFFLOAD_SHIM_LLVM19_ROOT"
+#: the file scripts/setup.sh writes into the virtual environment it installs into:
+#: ``VAR=/absolute/folder`` lines for the three ``*_ROOT`` variables
+ROOTS_FILE = "offload_shim-roots.env"
+_ROOT_VARS = (LLVM14_ROOT_VAR, LIBOFFLOAD_ROOT_VAR, LLVM19_ROOT_VAR)
+_recorded: dict[str, dict[str, str]] = {}
+
+
+def recorded_roots(prefix: str | None = None) -> dict[str, str]:
+    """The runtime folders ``scripts/setup.sh`` recorded in ``<prefix>/offload_shim-roots.env``
+    (``prefix``: default ``sys.prefix``, the virtual environment the package is installed
+    in): ``{variable: folder}`` for the ``*_ROOT`` variables it names; ``{}`` when there
+    is no such file.  Lines other than ``VAR=VALUE`` for those variables are ignored."""
+    import sys
+    prefix = sys.prefix if prefix is None else prefix
+    got = _recorded.get(prefix)
+    if got is None:
+        got = {}
+        try:
+            with open(os.path.join(prefix, ROOTS_FILE), encoding="utf-8") as f:
+                for line in f:
+                    var, sep, value = line.strip().partition("=")
+                    if sep and var in _ROOT_VARS and value:
+                        got[var] = value
+        except OSError:
+            pass
+        _recorded[prefix] = got
+    return got
+
+
+def root(var: str, env=None) -> str | None:
+    """The folder of runtime root variable ``var`` (:data:`LLVM14_ROOT_VAR`,
+    :data:`LIBOFFLOAD_ROOT_VAR`, :data:`LLVM19_ROOT_VAR`): its value in ``env`` (default
+    ``os.environ``) when set there, ``""`` meaning none; else the folder
+    :func:`recorded_roots` names; else None."""
+    env = os.environ if env is None else env
+    if var in env:
+        return env[var] or None
+    return recorded_roots().get(var)
 
 
 def system_plugin_paths(env=None) -> list[str]:
     """Installed LLVM and GCC plugins (no loading), plus the LLVM 14 plugins
     unpacked under ``$OFFLOAD_SHIM_LLVM14_ROOT`` (libomp-14-dev conflicts with
-    libomp5-16, so scripts/setup.sh unpacks it with dpkg -x)."""
+    libomp5-16, so scripts/setup.sh unpacks it with dpkg -x; :func:`root`)."""
     import glob
     env = os.environ if env is None else env
     out = sorted(glob.glob("/usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))
-    root = env.get(LLVM14_ROOT_VAR)
-    if root:
-        out.extend(sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))))
+    r14 = root(LLVM14_ROOT_VAR, env)
+    if r14:
+        out.extend(sorted(glob.glob(os.path.join(r14, "usr/lib/llvm-*/lib/libomptarget.rtl.*.so*"))))
     for d in _multiarch_dirs():
         out.extend(sorted(glob.glob(os.path.join(d, "libgomp-plugin-*.so.1"))))
     out.extend(liboffload_paths(env))
@@ -71,16 +116,12 @@ def liboffload_paths(env=None) -> list[str]:
     import glob
     env = os.environ if env is None else env
     roots = ["/"]
-    if env.get(LIBOFFLOAD_ROOT_VAR):
-        roots.append(env[LIBOFFLOAD_ROOT_VAR])
+    if root(LIBOFFLOAD_ROOT_VAR, env):
+        roots.append(root(LIBOFFLOAD_ROOT_VAR, env))
     out = []
-    for root in roots:
-        out.extend(sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libLLVMOffload.so.*"))))
+    for top in roots:
+        out.extend(sorted(glob.glob(os.path.join(top, "usr/lib/llvm-*/lib/libLLVMOffload.so.*"))))
     return out
-
-
-#: where scripts/setup.sh unpacks libomp5-19 + libomp-19-dev (clang-19's own runtime)
-LLVM19_ROOT_VAR = "OFFLOAD_SHIM_LLVM19_ROOT"
 
 
 def host_runtime_paths(env=None) -> list[str]:
@@ -90,10 +131,11 @@ def host_runtime_paths(env=None) -> list[str]:
     plugins: since LLVM 19 the plugins are linked into them (llvm-project PR #87009)."""
     import glob
     env = os.environ if env is None else env
-    roots = ["/"] + [env[v] for v in (LLVM19_ROOT_VAR, LIBOFFLOAD_ROOT_VAR) if env.get(v)]
+    roots = ["/"] + [r for r in (root(LLVM19_ROOT_VAR, env), root(LIBOFFLOAD_ROOT_VAR, env))
+                     if r]
     out, seen = [], set()
-    for root in roots:
-        for p in sorted(glob.glob(os.path.join(root, "usr/lib/llvm-*/lib/libomptarget.so.*"))):
+    for top in roots:
+        for p in sorted(glob.glob(os.path.join(top, "usr/lib/llvm-*/lib/libomptarget.so.*"))):
             name = os.path.basename(os.path.realpath(p))
             if name not in seen and os.path.isfile(p):
                 seen.add(name)

@@ -22,6 +22,15 @@ it is created mode 0700, and a directory that is not owned by this user or is
 group/world-writable is not used at all (every check then runs, as with
 ``OFFLOAD_SHIM_NO_CACHE=1``).  Reading and writing never raise: a cache that cannot
 be used only costs the checks.
+
+Bound: at most :data:`MAX_ENTRIES` (1,000) verdicts -- about 4 MB on disk, one file
+system block each -- none older than :data:`MAX_AGE_S` (30 days).  The first write of
+a process, and every write that takes the directory past the bound, runs
+:func:`prune`: it removes the expired verdicts, then the oldest written until 800 are
+left, and write leftovers (``.*`` temporary files of a process that died) older than
+an hour.  ``offload-shim cache
+info`` shows the directory and its use, ``offload-shim cache clear`` empties it
+(:func:`usage`, :func:`clear`).
 """
 
 from __future__ import annotations
@@ -55,6 +64,12 @@ def cache_dir() -> str | None:
     (``OFFLOAD_SHIM_NO_CACHE`` set to anything but ``""``/``0``)."""
     if os.environ.get(NO_CACHE_VAR, "") not in ("", "0"):
         return None
+    return configured_dir()
+
+
+def configured_dir() -> str:
+    """The verdict directory the settings name, whether or not caching is off
+    (``offload-shim cache info`` / ``clear``)."""
     env = os.environ
     d = env.get(CACHE_DIR_VAR)
     if not d:
@@ -179,6 +194,135 @@ def put(kind: str, modules: tuple[str, ...], content_sha256: str, value: dict) -
                 os.unlink(tmp)
             except OSError:
                 pass
+        _bound(d)
+
+
+# -- the bound ---------------------------------------------------------------------------
+
+#: most verdict files kept; past it :func:`prune` removes the oldest down to
+#: :data:`PRUNE_TO` of it (so the next writes do not prune again at once)
+MAX_ENTRIES = 1000
+PRUNE_TO = 0.8
+#: verdicts older than this (seconds since written) are removed by :func:`prune`
+MAX_AGE_S = 30 * 86400
+_LEFTOVER_AGE_S = 3600
+_pruned: set[str] = set()                       # directories pruned by this process
+
+
+def _is_verdict(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
+def _bound(d: str) -> None:
+    """After a write: :func:`prune` at the first write of the process to ``d`` (a write
+    follows a check that ran -- milliseconds to a child process -- so one pass over at
+    most :data:`MAX_ENTRIES` files costs little beside it), and again whenever ``d``
+    holds more than :data:`MAX_ENTRIES` verdicts.  Never raises."""
+    try:
+        if d not in _pruned or sum(1 for n in os.listdir(d) if _is_verdict(n)) > MAX_ENTRIES:
+            _pruned.add(d)
+            prune(d)
+    except OSError:
+        pass
+
+
+def prune(d: str | None = None, *, max_entries: int | None = None,
+          max_age_s: float = MAX_AGE_S, now: float | None = None) -> int:
+    """Remove from verdict directory ``d`` (default :func:`cache_dir`) the verdicts older
+    than ``max_age_s`` seconds, then the oldest written until at most ``max_entries``
+    are left (default: :data:`PRUNE_TO` of :data:`MAX_ENTRIES`, 800), and ``.*`` write
+    leftovers older than an hour.  Returns how many verdicts were removed (0 when ``d`` is None or not a
+    directory this user owns alone).  Files that vanish meanwhile (another process
+    pruning) are skipped; raises nothing but ``OSError`` of the directory listing."""
+    import time
+    d = cache_dir() if d is None else d
+    if d is None or not _usable(d, create=False):
+        return 0
+    now = time.time() if now is None else now
+    if max_entries is None:
+        max_entries = int(MAX_ENTRIES * PRUNE_TO)
+    kept, removed = [], 0
+    with os.scandir(d) as it:
+        for e in it:
+            try:
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                mtime = e.stat(follow_symlinks=False).st_mtime
+                if _is_verdict(e.name):
+                    if now - mtime > max_age_s:
+                        os.unlink(e.path)
+                        removed += 1
+                    else:
+                        kept.append((mtime, e.path))
+                elif now - mtime > _LEFTOVER_AGE_S:
+                    os.unlink(e.path)
+            except FileNotFoundError:
+                continue
+    kept.sort()
+    for _, path in kept[:max(0, len(kept) - max_entries)]:
+        try:
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def usage(d: str | None = None) -> dict:
+    """The verdict directory ``d`` (default :func:`configured_dir`) as a dict:
+    ``directory``, ``enabled`` (caching on and the directory usable or creatable),
+    ``entries`` (verdict files), ``bytes`` (their sizes), ``disk_bytes`` (blocks they
+    use), ``oldest_s`` (age of the oldest, seconds, or None), ``max_entries`` and
+    ``max_age_s`` (the bound)."""
+    import time
+    d = configured_dir() if d is None else d
+    entries = size = disk = 0
+    oldest = None
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if _is_verdict(e.name) and e.is_file(follow_symlinks=False):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    entries += 1
+                    size += st.st_size
+                    disk += st.st_blocks * 512
+                    oldest = st.st_mtime if oldest is None else min(oldest, st.st_mtime)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    _dir_checked.pop(d, None)                   # look again: its mode may have changed
+    on = cache_dir() is not None and (not os.path.exists(d) or _usable(d, create=False))
+    return {"directory": d, "enabled": on, "entries": entries, "bytes": size,
+            "disk_bytes": disk, "oldest_s": None if oldest is None else time.time() - oldest,
+            "max_entries": MAX_ENTRIES, "max_age_s": MAX_AGE_S}
+
+
+def clear(d: str | None = None) -> int:
+    """Remove every verdict (and write leftover) from directory ``d`` (default
+    :func:`configured_dir`); the directory itself stays.  Returns how many verdicts
+    were removed.  Raises ``PermissionError`` for a directory that is not this user's
+    alone (it is not used, and not emptied either), ``OSError`` when it cannot be
+    listed."""
+    d = configured_dir() if d is None else d
+    if not os.path.isdir(d):
+        return 0
+    _dir_checked.pop(d, None)                   # look again: its mode may have changed
+    if not _usable(d, create=False):
+        raise PermissionError(f"{d}: not a directory owned by this user and writable only "
+                              f"by it; not used as the verdict cache, not emptied")
+    removed = 0
+    with os.scandir(d) as it:
+        for e in it:
+            if e.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(e.path)
+                except FileNotFoundError:
+                    continue
+                removed += _is_verdict(e.name)
+    _seen.clear()
+    return removed
 
 
 _openssl_sha256 = None          # OpenSSL's SHA-256, imported at a process's second hash
@@ -214,5 +358,6 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-__all__ = ["CACHE_DIR_VAR", "NO_CACHE_VAR", "cache_dir", "file_sha256", "fingerprint", "get",
-           "key", "put", "remembered", "sha256"]
+__all__ = ["CACHE_DIR_VAR", "MAX_AGE_S", "MAX_ENTRIES", "NO_CACHE_VAR", "cache_dir", "clear",
+           "configured_dir", "file_sha256", "fingerprint", "get", "key", "prune", "put",
+           "remembered", "sha256", "usage"]

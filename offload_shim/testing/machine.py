@@ -42,14 +42,14 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
                                  invariant, multiple, precondition, rule)
 
 from .. import errors as E
-from ..core.device import DeviceState
+from ..core.device import Device, DeviceState
 from ..core.images import OffloadImage
 from ..plugins.loader import load_plugin
 from ..core.runtime import Runtime
 from . import strategies as S
 
 __all__ = ["LifecycleMachine", "make_lifecycle_machine", "ModelError", "ProcessExhausted",
-           "mapping_usage"]
+           "mapping_usage", "run_first_sequence"]
 
 #: every sample image (native/samples/kernels.c) has five host entries
 SAMPLE_ENTRIES = 5
@@ -815,6 +815,47 @@ class LifecycleMachine(RuleBasedStateMachine):
         now = self._calls()
         got = {k: now[k] - self.base_calls[k] for k in now}
         _check(got == self.exp_calls, f"plugin calls {got}, model {self.exp_calls}")
+
+
+def run_first_sequence(machine_cls: type) -> int:
+    """Run the sequence every ``offload-shim check`` starts with, through the rules of
+    ``machine_cls`` (a :func:`make_lifecycle_machine` class) and its model: open the
+    runtime, register a sample image, get device 0 and initialise it, allocate 64
+    bytes, submit, launch ``increment``, retrieve, free, unregister, close -- so the
+    plugin's ``init_plugin``/``number_of_devices``/``init_device``/``load_binary``,
+    data and launch entry points always run once, whatever hypothesis draws (random
+    sequences may register nothing or never reach a device).  Raises what a rule
+    raises (a finding); a plugin with no device or that refuses the sample image ends
+    the sequence early, as the model expects.  Returns the number of steps run."""
+    m = machine_cls()
+    steps = 0
+    try:
+        m.open_runtime()
+        img = m.new_image()
+        m.register(img)
+        d = m.get_device(0)
+        steps = 3
+        if isinstance(d, Device):
+            m.init_device(d)
+            buf = m.alloc(d, 64)
+            steps += 2
+            if isinstance(buf, Buf):
+                m.submit(buf, 1)
+                m.launch_increment(buf, img)
+                m.retrieve(buf)
+                m.free(buf, False)
+                steps += 4
+        m.unregister(img)
+        m.close_runtime()
+        steps += 2
+    except Exception as exc:
+        exc.add_note(f"in the first sequence of the check (open, register, device 0, init, "
+                     f"alloc, submit, launch, retrieve, free, unregister, close), after "
+                     f"{steps} steps")
+        raise
+    finally:
+        m.teardown()
+    return steps
 
 
 def make_lifecycle_machine(plugin_path, abi: str | None = None, *, faults: bool | None = None,
