@@ -79,7 +79,8 @@ def _no_alloc(size, dev_id, kind, out) -> int:
 def _closed_construct(addr: int) -> int:
     """The ``construct`` callback after :meth:`Interposer.close`: a kernel runs on
     the host (CB_FAIL), a data construct does nothing."""
-    return CB_FAIL if _abi.frame_view(addr)[0] == _abi.FRAME_KERNEL else CB_OK
+    kind = _abi.frame_view(addr)[_abi.FRAME_KIND]
+    return CB_FAIL if kind == _abi.FRAME_KERNEL else CB_OK
 
 
 def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str,
