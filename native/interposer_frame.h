@@ -1,7 +1,7 @@
 /* The construct frame: the one crossing per construct from libosh_interposer.so to Python
  * (interposer.c frame_fill / frame_call).  A construct's arguments as an array of 64-bit
  * words in a per-thread frame, so that Python reads them from one memoryview it keeps per
- * frame (offload_shim/interposer/plan.py) instead of one ctypes conversion per argument
+ * frame (offload_shim/interposer/llvm/plan.py) instead of one ctypes conversion per argument
  * and array element.  The C side only copies: what to do with the construct is decided in
  * Python.
  *

@@ -1,4 +1,4 @@
-"""The runtime version profiles (offload_shim/interposer/profile.py): one per libomptarget
+"""The runtime version profiles (offload_shim/interposer/llvm/profile.py): one per libomptarget
 release a program can link, chosen from what the registering code links, and the rules
 computed from their fields.  The behaviour of each field against the real runtimes is
 checked by the conformance programs (tests/test_conformance.py with clang-16,
@@ -20,9 +20,9 @@ from clang_toolchains import CLANG16, CLANG19, CLANG22, COMPILERS, ROOT
 from offload_shim.abi import clang as abi
 from offload_shim.abi import interposer as abi_ip
 from offload_shim.errors import OffloadError, UnknownLayoutError
-from offload_shim.interposer import diag, rtl
-from offload_shim.interposer import profile as prof
-from offload_shim.interposer.profile import (LIBOMPTARGET_16, LIBOMPTARGET_19,
+from offload_shim.interposer.llvm import diag, rtl
+from offload_shim.interposer.llvm import profile as prof
+from offload_shim.interposer.llvm.profile import (LIBOMPTARGET_16, LIBOMPTARGET_19,
                                              LIBOMPTARGET_22, PROFILES, RuntimeProfile)
 
 DOC = ROOT / "docs" / "conformance.md"
@@ -196,7 +196,7 @@ def test_diag_uses_the_profile(capsys):
 
 
 def test_interposer_refuses_a_profile_that_is_not_one():
-    from offload_shim.interposer.interface import Interposer
+    from offload_shim.interposer.llvm.interface import Interposer
     with pytest.raises(TypeError, match="RuntimeProfile"):
         Interposer(runtime=None, profile="22")
 
@@ -228,7 +228,7 @@ def test_detect_names_the_release_the_code_links(cc, tmp_path):
     src.write_text(LIB_SRC)
     lib = cc.build(src, shared=True)
     code = ("import ctypes, sys\n"
-            "from offload_shim.interposer import profile\n"
+            "from offload_shim.interposer.llvm import profile\n"
             "lib = ctypes.CDLL(sys.argv[1])\n"
             "addr = ctypes.cast(lib.osh_profile_probe, ctypes.c_void_p).value\n"
             "print(profile.detect(addr).release, profile.detect().release)\n")

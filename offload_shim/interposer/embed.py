@@ -21,7 +21,7 @@ host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
 program that links libomptarget 16 -- 19.1 and 22.1 have no such variable),
 ``bundled`` (add the bundled host plugin),
 ``policy`` (``OMP_TARGET_OFFLOAD`` override), ``gomp_host_device`` (GCC-built code gets
-:mod:`offload_shim.interposer.gomp`'s host device), ``report`` (path of a JSON report
+:mod:`offload_shim.interposer.gomp.target`'s host device), ``report`` (path of a JSON report
 written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
 and under ``gomp`` the GCC side: registrations and unregistrations, each construct with
 where it ran and why, and on the host device every mapping with address, size and map
@@ -86,7 +86,7 @@ def start(python_host: bool = False) -> None:
         if _policy(opts) == "mandatory":
             name = "Libomptarget"
             try:
-                from .profile import detect
+                from .llvm.profile import detect
                 name = detect().name
             except Exception:  # noqa: BLE001 - the message matters more than the name
                 pass
@@ -120,11 +120,11 @@ def _start() -> None:
 
 def default_plugins() -> list[str]:
     """The host plugins libomptarget 16 loads here, in its order
-    (:func:`offload_shim.interposer.rtl.select_plugins`, with the release the program
-    links: :func:`offload_shim.interposer.profile.detect`); every host plugin found
+    (:func:`offload_shim.interposer.llvm.rtl.select_plugins`, with the release the program
+    links: :func:`offload_shim.interposer.llvm.profile.detect`); every host plugin found
     when there is no LLVM 16 installation."""
-    from .profile import detect
-    from .rtl import select_plugins
+    from .llvm.profile import detect
+    from .llvm.rtl import select_plugins
     from ..plugins import discovery
     found = select_plugins(profile=detect())
     if found:
@@ -141,7 +141,7 @@ def stop(at_exit: bool = False) -> None:
     (``native/interposer.c``, "Teardown").  If a plugin call is still running then
     (``exit()`` from inside a target region, or from one thread while another's kernel
     runs), a teardown would wait for it for ever: the callbacks are uninstalled
-    (:meth:`~offload_shim.interposer.interface.Interposer.abandon`), nothing is
+    (:meth:`~offload_shim.interposer.llvm.interface.Interposer.abandon`), nothing is
     unregistered or freed (the process's exit releases it; libomptarget's own teardown
     does not wait for kernels either), and the report says ``"abandoned"``."""
     global _state

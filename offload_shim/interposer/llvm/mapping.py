@@ -12,7 +12,7 @@ declare-target globals (``initLibrary``: infinite reference count) and the INFO 
 (``Mapping exists``, ``Creating new map entry``, ``Removing map entry``, ``Copying
 data``, the table dump) in the words of the program's release (19.1 and 22.1 add
 ``TgtAllocBegin=``, a line for unified shared memory and ``table empty``:
-:class:`~offload_shim.interposer.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
+:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
 :meth:`Device.free` (the pool); copies go through :meth:`Device.submit_raw` /
 :meth:`Device.retrieve_raw`.
 
@@ -39,15 +39,18 @@ import contextlib
 import threading
 from bisect import bisect_right
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..errors import OffloadError
-from ..records import FieldsRepr
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...errors import OffloadError
+from ...records import FieldsRepr
 from . import diag
 from .profile import LIBOMPTARGET_16
 
 _INF = float("inf")
 OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
+#: the offload policy, libomptarget 16 device.h / libomp kmp.h ``kmp_target_offload_kind``
+#: (``tgt_disabled``, ``tgt_default``, ``tgt_mandatory``)
+TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
 
 
 def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
@@ -65,7 +68,7 @@ def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
     plugin's LLVM view stands for a nextgen one.
 
     A per-release difference: to move into the runtime profile
-    (``offload_shim/interposer/profile.py``) when it lands."""
+    (``offload_shim/interposer/llvm/profile.py``) when it lands."""
     if host_runtime >= 19:
         return True
     return plugin_generation not in ("llvm16-classic", "llvm14")
@@ -295,7 +298,7 @@ class DeviceMapper:
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
     ``requires`` returns the ``__tgt_register_requires`` flags in force; ``profile``
-    the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the program's
+    the :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` of the program's
     release (its INFO lines).
 
     ``lock`` (an RLock, libomptarget 16 ``DeviceTy::DataMapMtx``) guards ``table``,
@@ -325,7 +328,7 @@ class DeviceMapper:
 
     @property
     def profile(self):
-        """The :class:`~offload_shim.interposer.profile.RuntimeProfile` in force."""
+        """The :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` in force."""
         return self._profile()
 
     def _info(self, flags: int, text: str) -> None:

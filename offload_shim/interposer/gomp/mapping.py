@@ -34,8 +34,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from ..abi import gomp_interposer as _abi
-from ..records import FieldsRepr
+from ...abi import gomp_interposer as _abi
+from ...records import FieldsRepr
 
 # -- gomp-constants.h (GCC 12) ----------------------------------------------------------
 GOMP_MAP_FLAG_TO = 1 << 0

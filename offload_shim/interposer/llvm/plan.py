@@ -64,9 +64,9 @@ from __future__ import annotations
 import os
 import threading
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..errors import OffloadError
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...errors import OffloadError
 from .mapping import MapEntry
 from .omptarget import (MAP_FROM, MAP_IMPLICIT, MAP_LITERAL, MAP_MEMBER_OF,
                         MAP_TARGET_PARAM, MAP_TO)
