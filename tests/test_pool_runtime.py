@@ -386,14 +386,6 @@ def test_requests_that_fill_the_device_are_served(bundled_path, ctl, capacity, p
         dev.free(d)
 
 
-def test_the_flat_hostplugin_path_is_the_plugins_module():
-    # the pool cases in ../shared/cases/pool/ import the control API by its
-    # path before the package was grouped by layer
-    import offload_shim.hostplugin as flat
-    from offload_shim.plugins import hostplugin
-    assert flat is hostplugin and flat.HostPluginControl is hostplugin.HostPluginControl
-
-
 # -- stats conservation against the plugin's accounting ------------------------------
 
 @pytest.mark.parametrize("policy", ["exact", "binned"])
