@@ -166,7 +166,7 @@ static int (*p_run)(const char *);        /* PyRun_SimpleString */
 static int (*p_is_init)(void);            /* Py_IsInitialized */
 
 /* CPython is still usable: a Python program finalises its interpreter before the C
- * exit handlers run, and nothing may enter it after that (seed 002) */
+ * exit handlers run, and nothing may enter it after that (LLVM D120089) */
 static int python_alive(void) { return embed_active && p_is_init && p_is_init(); }
 
 /* The GIL around a callback, when this library started CPython (ctypes' trampolines

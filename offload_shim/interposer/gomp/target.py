@@ -50,7 +50,7 @@ MAX_RECORDS = 10_000
 class GompImage(OffloadImage):
     """A GCC library's offload image as ``GOMP_offload_register_ver`` hands it over
     (the inputs of libgomp target.c ``gomp_load_image_to_device``).  ``gomp_version``
-    (packed, abi-reference 2.1), ``gomp_target_type`` (``enum offload_target_type``:
+    (packed, GCC 12 libgomp-plugin.h GOMP_VERSION), ``gomp_target_type`` (``enum offload_target_type``:
     5 = nvptx, 8 = gcn), ``gomp_target_data`` (address
     of mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes),
     ``host_table``; entries: the functions then the variables of the host table, in
@@ -220,7 +220,7 @@ class GompSide:
         000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
         host function addresses, ``(address, size)`` variable pairs, top size bit =
         ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX objects,
-        function and variable names, abi-reference 2.6), record both in
+        function and variable names, GCC 12 mkoffload), record both in
         :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime
         (pending for the plugins of that target type; :attr:`unsupported` when none
         takes it); an initialised host device loads it at once

@@ -314,7 +314,7 @@ class Registrations:
     def register_lib(self, desc: int, profile: RuntimeProfile = LIBOMPTARGET_16
                      ) -> list[OffloadImage]:
         """``__tgt_register_lib``: one OffloadImage per device image, registered
-        with the runtime (pending or loaded at once, seed 000) for the first plugin
+        with the runtime (pending or loaded at once, libgomp GOMP_offload_register_ver) for the first plugin
         that accepts it; that plugin's devices are appended to :attr:`devices` the
         first time.  Under a release that reads ``requires`` entries
         (``profile.requires_from_entries``: 19.1, 22.1) those of the descriptor's host
