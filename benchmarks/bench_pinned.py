@@ -1,4 +1,4 @@
-"""Submit throughput from pinned vs pageable host buffers (issue 6, seed 003).
+"""Submit throughput from pinned vs pageable host buffers (issue 6; gcc-patches -foffload-memory=pinned).
 
 Standalone:  python benchmarks/bench_pinned.py [--plugin PATH] [--sizes 4096,1048576] [--repeat 20]
 

@@ -617,7 +617,7 @@ static char *dup_name(osh_image *im, const char *s) {
 /* LLVM ABI                                                                               */
 /* ======================================================================================= */
 
-/* fault injection for B6: the next image loads report this many entries fewer */
+/* fault injection for GCC PR 68463: the next image loads report this many entries fewer */
 static _Atomic int g_table_shortfall;
 
 static size_t take_table_shortfall(size_t n) {
@@ -779,7 +779,7 @@ OSH_EXPORT __tgt_target_table *__tgt_rtl_load_binary(int32_t ID, __tgt_device_im
   }
   im->num_entries = n;
   im->table.EntriesBegin = im->entries;
-  /* fault injection (prior-art B6): report a table shorter than the host table */
+  /* fault injection (GCC PR 68463): report a table shorter than the host table */
   im->table.EntriesEnd = im->entries + (n - take_table_shortfall(n));
   if (!dev_add_image(d, E_LOAD_BINARY, im)) return NULL;
   return &im->table;

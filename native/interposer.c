@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interposer_frame.h"
 #include "interposer_internal.h"
 
 #define OSH_EXPORT __attribute__((visibility("default")))
@@ -165,7 +166,7 @@ static int (*p_run)(const char *);        /* PyRun_SimpleString */
 static int (*p_is_init)(void);            /* Py_IsInitialized */
 
 /* CPython is still usable: a Python program finalises its interpreter before the C
- * exit handlers run, and nothing may enter it after that (seed 002) */
+ * exit handlers run, and nothing may enter it after that (LLVM D120089) */
 static int python_alive(void) { return embed_active && p_is_init && p_is_init(); }
 
 /* The GIL around a callback, when this library started CPython (ctypes' trampolines
@@ -554,25 +555,7 @@ OSH_EXPORT uint64_t osh_interposer_calls(int which)
 }
 
 /* ---- one crossing per construct ---------------------------------------------------- */
-/* A construct's arguments as one array of 64-bit words in a per-thread frame, so that
- * Python reads them from one memoryview it keeps per frame (offload_shim/interposer/
- * plan.py) instead of one ctypes conversion per argument and array element.  The C
- * side only copies: what to do with the construct is decided in Python.
- *
- *   [0] kind (0 data begin, 1 data end, 2 data update, 3 kernel)   [1] n
- *   [2] device (int64; -1, the default device, is resolved with libomp's
- *   omp_get_default_device() when the process has it)  [3] loc  [4] host_ptr  [5] kernel args  [6] teams  [7] threads
- *   [8..13] the arrays as passed: bases, args, sizes, types, names, mappers
- *   [14] KernelArgsTy version (kernels; 0 otherwise)  [15] 1 when [16..] hold copies
- *   [16 + i], [16 + n + i], [16 + 2n + i], [16 + 3n + i]: bases[i], args[i],
- *   sizes[i], types[i] (only when n <= OSH_FRAME_MAX)
- *
- * KernelArgsTy (LLVM 16 omptarget.h, versions 1..3 share this prefix): uint32_t
- * Version, NumArgs; void **ArgBasePtrs, **ArgPtrs; int64_t *ArgSizes, *ArgTypes;
- * void **ArgNames, **ArgMappers. */
-#define OSH_FRAME_HEAD 16
-#define OSH_FRAME_MAX 256
-#define OSH_FRAME_WORDS (OSH_FRAME_HEAD + 4 * OSH_FRAME_MAX)
+/* The frame's layout, its kinds and OSH_DATA_NOWAIT: interposer_frame.h */
 
 static pthread_key_t frame_key;
 static pthread_once_t frame_once = PTHREAD_ONCE_INIT;
@@ -604,22 +587,22 @@ static void frame_fill(uint64_t *f, int kind, void *loc, int64_t dev, int64_t n,
                        void **bases, void **args, int64_t *sizes, int64_t *types,
                        void **names, void **mappers)
 {
-  f[0] = (uint64_t)kind;
-  f[1] = (uint64_t)n;
+  f[OSH_FRAME_KIND] = (uint64_t)kind;
+  f[OSH_FRAME_N] = (uint64_t)n;
   /* the default device, as libomptarget's checkDeviceAndCtors resolves it: the
    * calling thread's default-device ICV */
   if (dev == -1 && p_omp_default_device)
     dev = p_omp_default_device();
-  f[2] = (uint64_t)dev;
-  f[3] = (uint64_t)(uintptr_t)loc;
-  f[8] = (uint64_t)(uintptr_t)bases;
-  f[9] = (uint64_t)(uintptr_t)args;
-  f[10] = (uint64_t)(uintptr_t)sizes;
-  f[11] = (uint64_t)(uintptr_t)types;
-  f[12] = (uint64_t)(uintptr_t)names;
-  f[13] = (uint64_t)(uintptr_t)mappers;
+  f[OSH_FRAME_DEV] = (uint64_t)dev;
+  f[OSH_FRAME_LOC] = (uint64_t)(uintptr_t)loc;
+  f[OSH_FRAME_BASES_P] = (uint64_t)(uintptr_t)bases;
+  f[OSH_FRAME_ARGS_P] = (uint64_t)(uintptr_t)args;
+  f[OSH_FRAME_SIZES_P] = (uint64_t)(uintptr_t)sizes;
+  f[OSH_FRAME_TYPES_P] = (uint64_t)(uintptr_t)types;
+  f[OSH_FRAME_NAMES_P] = (uint64_t)(uintptr_t)names;
+  f[OSH_FRAME_MAPPERS_P] = (uint64_t)(uintptr_t)mappers;
   int copy = n >= 0 && n <= OSH_FRAME_MAX && (n == 0 || (bases && args && sizes && types));
-  f[15] = (uint64_t)copy;
+  f[OSH_FRAME_COPIED] = (uint64_t)copy;
   if (copy && n > 0) {
     memcpy(&f[OSH_FRAME_HEAD], bases, (size_t)n * 8);
     memcpy(&f[OSH_FRAME_HEAD + n], args, (size_t)n * 8);
@@ -735,13 +718,13 @@ OSH_EXPORT int __tgt_target_kernel(void *loc, int64_t dev, int32_t teams, int32_
     memcpy(&version, ka, 4);
     memcpy(&nargs, ka + 4, 4);
     memcpy(arr, ka + 8, sizeof arr);
-    frame_fill(fr, 3, loc, dev, nargs, (void **)arr[0], (void **)arr[1], (int64_t *)arr[2],
-               (int64_t *)arr[3], (void **)arr[4], (void **)arr[5]);
-    fr[4] = (uint64_t)(uintptr_t)host_ptr;
-    fr[5] = (uint64_t)(uintptr_t)args;
-    fr[6] = (uint64_t)(int64_t)teams;
-    fr[7] = (uint64_t)(int64_t)threads;
-    fr[14] = version;
+    frame_fill(fr, OSH_FRAME_KERNEL, loc, dev, nargs, (void **)arr[0], (void **)arr[1],
+               (int64_t *)arr[2], (int64_t *)arr[3], (void **)arr[4], (void **)arr[5]);
+    fr[OSH_FRAME_HOST_PTR] = (uint64_t)(uintptr_t)host_ptr;
+    fr[OSH_FRAME_KARGS] = (uint64_t)(uintptr_t)args;
+    fr[OSH_FRAME_TEAMS] = (uint64_t)(int64_t)teams;
+    fr[OSH_FRAME_THREADS] = (uint64_t)(int64_t)threads;
+    fr[OSH_FRAME_KARGS_VERSION] = version;
     rc = frame_call(fr);
   }
   if (rc == INT32_MIN)
@@ -1000,10 +983,6 @@ _Static_assert(sizeof(struct osh_mapper_component) == 40, "MapComponentInfoTy is
 _Static_assert(__builtin_offsetof(struct osh_mapper_components, first) == 16,
                "SmallVector's inline element is at offset 16");
 
-/* Added to a data construct's kind by its _nowait entry points: libomptarget 19.1 and
- * 22.1 name them apart in their LIBOMPTARGET_INFO lines ("... with being_nowait_mapper").
- * In a frame the kind stays 0..2 and word 4 (the kernel's host pointer) says nowait. */
-#define OSH_DATA_NOWAIT 0x10
 
 static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **bases,
                       void **args, int64_t *sizes, int64_t *types, void **names,
@@ -1019,8 +998,9 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
   if (fr) {
     frame_fill(fr, kind & ~OSH_DATA_NOWAIT, loc, dev, n, bases, args, sizes, types, names,
                mappers);
-    fr[5] = fr[6] = fr[7] = fr[14] = 0;
-    fr[4] = (kind & OSH_DATA_NOWAIT) ? 1 : 0;
+    fr[OSH_FRAME_KARGS] = fr[OSH_FRAME_TEAMS] = fr[OSH_FRAME_THREADS] = 0;
+    fr[OSH_FRAME_KARGS_VERSION] = 0;
+    fr[OSH_FRAME_HOST_PTR] = (kind & OSH_DATA_NOWAIT) ? 1 : 0;
     rc = frame_call(fr);
   }
   if (rc == INT32_MIN)
@@ -1059,9 +1039,9 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
               NULL);                                                                       \
   }
 
-DATA_FORMS(begin, 0)
-DATA_FORMS(end, 1)
-DATA_FORMS(update, 2)
+DATA_FORMS(begin, OSH_FRAME_BEGIN)
+DATA_FORMS(end, OSH_FRAME_END)
+DATA_FORMS(update, OSH_FRAME_UPDATE)
 
 OSH_EXPORT void __kmpc_push_target_tripcount_mapper(void *loc, int64_t dev, uint64_t n)
 {

@@ -24,7 +24,7 @@
  * (taskwait, a depend clause, the end of a parallel region).
  *
  * Everything else goes to Python through the generic API callback (osh_ip_api_call), which
- * answers as the libomptarget the program links (offload_shim/interposer/api.py,
+ * answers as the libomptarget the program links (offload_shim/interposer/llvm/api.py,
  * api_rules.py).
  */
 #define _GNU_SOURCE

@@ -63,7 +63,7 @@ int osh_host_set_num_devices(int n);
 int osh_host_set_capacity(int dev, int64_t bytes);
 /* Busy-wait latency (ns) added to every alloc / free (both ABIs); values < 0 -> 0. */
 void osh_host_set_latency(int64_t alloc_ns, int64_t free_ns);
-/* Fault injection (prior-art B6): while n > 0, every load_binary/load_image
+/* Fault injection (GCC PR 68463): while n > 0, every load_binary/load_image
    reports a target table n entries shorter than the host table; 0 turns it off. */
 void osh_host_set_table_shortfall(int n);
 /* The nth call from now (1 = next) of entry point `entry` (full name) fails without doing

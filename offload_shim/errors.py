@@ -105,7 +105,7 @@ class DeviceNotFoundError(OffloadError, IndexError):
 class LifecycleError(OffloadError):
     """A call in the wrong state: data before init, anything after close,
     a deinit of what was never initialised.  Raised in Python *before* the
-    call can reach a plugin that would crash (prior-art I1-I3)."""
+    call can reach a plugin that would crash (LLVM D130712, D120089)."""
 
 
 class DeviceInitError(OffloadError):
@@ -121,7 +121,7 @@ class InvalidImageError(OffloadError):
 
 class TableMismatchError(InvalidImageError):
     """The target table has a different number of entries than the host
-    table (prior-art I5, GCC PR 68463).  ``.expected``, ``.got``."""
+    table (GCC PR 68463).  ``.expected``, ``.got``."""
 
     def __init__(self, message: str, *, expected: int, got: int, **kw):
         super().__init__(message, **kw)
@@ -192,7 +192,7 @@ class PluginCallError(OffloadError):
     """An entry point returned a failure code."""
 
 
-# -- pinned host memory (seed 003) ------------------------------------------------
+# -- pinned host memory (gcc-patches -foffload-memory=pinned) ------------------------------
 
 class PinnedMemoryError(OffloadError):
     """Pinning (page-locking) host memory failed or was misused."""

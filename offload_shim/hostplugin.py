@@ -1,10 +1,19 @@
-"""The bundled host plugin's control API under its path before the package
-was grouped by layer: this module *is* :mod:`offload_shim.plugins.hostplugin`
-(the same module object), kept so scripts written against the flat layout,
-such as the pool cases in ``../shared/cases/pool/``, keep working."""
+"""Deprecated: the bundled host plugin's control API under its path before the package
+was grouped by layer.  Every public name of :mod:`offload_shim.plugins.hostplugin`
+is still found here, with a DeprecationWarning (once per name); this module goes away in
+0.2.0 (docs/usage.md, "Deprecated names")."""
 
-import sys
+_warned: set[str] = set()
 
-from .plugins import hostplugin as _hostplugin
 
-sys.modules[__name__] = _hostplugin
+def __getattr__(name: str):
+    from .plugins import hostplugin
+    if name.startswith("_") or name not in getattr(hostplugin, "__all__", ()):
+        raise AttributeError(f"module 'offload_shim.hostplugin' has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        import warnings
+        warnings.warn(f"offload_shim.hostplugin.{name} is deprecated and goes away in 0.2.0: "
+                      f"use offload_shim.plugins.hostplugin.{name}", DeprecationWarning,
+                      stacklevel=2)
+    return getattr(hostplugin, name)

@@ -33,7 +33,7 @@ Variants of one run, each compared with its reference
   reference.
 
 A program whose own runtime loses data where a later release fixed it (a bug of
-:data:`offload_shim.interposer.profile.FIXED_UPSTREAM`, which offload_shim does not
+:data:`offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`, which offload_shim does not
 reproduce) is listed in :data:`FIXED_UPSTREAM` for that compiler: its reference shows
 the bug, and the harnesses check instead that the run under ``offload-shim run`` gives
 the fixed result -- the same program's under libomptarget 22.1
@@ -209,7 +209,7 @@ def _clang_version(name: str) -> int:
 
 
 #: (program, clang version) -> id of the bug of that release's libomptarget the
-#: program shows (offload_shim.interposer.profile.FIXED_UPSTREAM; docs/conformance.md
+#: program shows (offload_shim.interposer.llvm.profile.FIXED_UPSTREAM; docs/conformance.md
 #: "Fixed upstream"): expected, labelled differences from the reference
 FIXED_UPSTREAM: dict[tuple[str, int], str] = {
     ("fixed_upstream_padding.c", 16): "partial-struct-padding",
@@ -257,7 +257,7 @@ def check_fixed_upstream(name: str, version: int, ref: Outcome, got: Outcome,
     under ``offload-shim run`` (``got``) gives the fixed exit status and stdout
     (``fixed``, :func:`fixed_reference`) and its report names the bug and nothing
     else, and ``offload-shim compare`` labels the difference known."""
-    from offload_shim.interposer.profile import profile_for
+    from offload_shim.interposer.llvm.profile import profile_for
     bug = FIXED_UPSTREAM[(name, version)]
     assert bug in profile_for(version).fixed_upstream, (bug, version)
     assert ref.key() != got.key(), (

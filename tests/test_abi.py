@@ -1,4 +1,4 @@
-"""ABI layouts (abi-reference 1.3, 2.2) and generation classification."""
+"""ABI layouts (LLVM 16 omptarget.h, GCC 12 gomp-constants.h) and generation classification."""
 
 import ctypes
 

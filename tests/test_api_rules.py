@@ -1,5 +1,5 @@
 """The API routines libomptarget 19.1 and 22.1 added, piece by piece: the per-release
-answers (the runtime profile, offload_shim/interposer/profile.py), the device UIDs, the interop plans and a
+answers (the runtime profile, offload_shim/interposer/llvm/profile.py), the device UIDs, the interop plans and a
 CUDA-style launch (llvmLaunchKernel).  The differential tests of the same routines --
 compiled programs run as they are and under ``offload-shim run`` -- are the api_*
 programs of tests/programs/ (tests/test_conformance_clang.py)."""
@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from offload_shim.abi import interposer as abi
-from offload_shim.interposer import api
-from offload_shim.interposer.profile import (INTEROP_DEVICE_INFO, INTEROP_FORWARD,
+from offload_shim.interposer.llvm import api
+from offload_shim.interposer.llvm.profile import (INTEROP_DEVICE_INFO, INTEROP_FORWARD,
                                             INTEROP_PREFERENCE, LIBOMPTARGET_16,
                                             LIBOMPTARGET_19, LIBOMPTARGET_22, profile_for)
-from offload_shim.interposer.interface import TGT_DISABLED, TGT_MANDATORY
+from offload_shim.interposer.llvm.interface import TGT_DISABLED, TGT_MANDATORY
 
 
 # -- the answers per release -------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_probe_misuse_bundled_answers_every_misuse_with_an_error(abi):
 
 @pytest.mark.llvm16
 def test_probe_misuse_nextgen16_crash_is_a_row(nextgen16):
-    """prior-art section 1: nextgen segfaults on data_alloc before
+    """docs/references.md, plugin contracts: nextgen segfaults on data_alloc before
     init_device and accepts init_device(N)."""
     cp = _cli(nextgen16, "--probe-misuse", "--json")
     assert cp.returncode == 1

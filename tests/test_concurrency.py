@@ -276,7 +276,7 @@ class _Harness:
 
     def reset(self) -> None:
         """Unmap every buffer (``delete``), whatever an earlier example left."""
-        from offload_shim.interposer.omptarget import MAP_DELETE
+        from offload_shim.interposer.llvm.omptarget import MAP_DELETE
         for e in self.rows():
             self.data("end", [(e.begin, MAP_DELETE)])
 
@@ -295,7 +295,7 @@ class _Harness:
         """``increment(target, WORDS)`` with ``target`` mapped as ``target_type`` and
         the ``extra`` (address, type) maps (``region``: the host address of another
         descriptor's ``increment``)."""
-        from offload_shim.interposer.omptarget import MAP_LITERAL, MAP_TARGET_PARAM
+        from offload_shim.interposer.llvm.omptarget import MAP_LITERAL, MAP_TARGET_PARAM
         args = [(target, target, 8 * WORDS, target_type | MAP_TARGET_PARAM),
                 (WORDS, WORDS, 0, MAP_LITERAL | MAP_TARGET_PARAM)]
         args += [(a, a, 8 * WORDS, t) for a, t in extra]
@@ -342,7 +342,7 @@ def _ops(rnd: random.Random, steps: int) -> list[tuple]:
 
 
 def _run_thread(h: _Harness, t: int, ops, barrier, problems: list) -> None:
-    from offload_shim.interposer.omptarget import MAP_FROM, MAP_TO
+    from offload_shim.interposer.llvm.omptarget import MAP_FROM, MAP_TO
     barrier.wait()
     for op in ops:
         if op[0] == "enter":
@@ -441,7 +441,7 @@ def test_threads_in_process(harness, cheap, seed, steps):
     for s in range(NBUF_SHARED):
         assert h.lib.omp_target_is_present(h.shared(s), 0) == (1 if held[s] else 0)
     # release what is left: the table empties, the device memory is balanced
-    from offload_shim.interposer.omptarget import MAP_FROM
+    from offload_shim.interposer.llvm.omptarget import MAP_FROM
     for s in range(NBUF_SHARED):
         for _ in range(held[s]):
             h.data("end", [(h.shared(s), MAP_FROM)])
@@ -455,7 +455,7 @@ def test_registration_while_threads_offload(harness, cheap):
     it, again and again, while two threads launch the first copy's kernel: the
     registration lock and the plans' invalidation keep both correct (each kernel ran
     exactly once per construct, nothing failed, no row is left)."""
-    from offload_shim.interposer.omptarget import MAP_FROM, MAP_TO
+    from offload_shim.interposer.llvm.omptarget import MAP_FROM, MAP_TO
     h = harness
     ip = h.ip
     h.reset()

@@ -51,7 +51,7 @@ def test_every_libomptarget_export_is_implemented_or_forwarded_on_purpose(libomp
     by the first registration).  Names without a version (local symbols ``nm -D``
     lists, such as 19.1's OMPT thread-locals) are not entry points."""
     from offload_shim.interposer import interposer_path
-    from offload_shim.interposer.api import FORWARDED
+    from offload_shim.interposer.llvm.api import FORWARDED
     real = _defined(libomptarget)
     ours = _defined(interposer_path())
     assert len(real) > 50
@@ -66,7 +66,7 @@ def test_forwarded_names_are_left_alone_with_their_reason():
     """A forwarded name is really left to the program's libomptarget (the interposer does
     not define it), has its reason, and is exported by at least one of the three."""
     from offload_shim.interposer import interposer_path
-    from offload_shim.interposer.api import FORWARDED
+    from offload_shim.interposer.llvm.api import FORWARDED
     present = [p for p in LIBOMPTARGETS if p.exists()]
     if not present:
         pytest.skip("no libomptarget installed (libomp5-16; scripts/setup.sh for 19.1/22.1)")
@@ -155,7 +155,7 @@ def test_compare_labels_a_bug_fixed_upstream():
             assert (data["verdict"], data["known"]) == ("same", [])
             continue
         assert data["verdict"] == "known" and data["same"] is False
-        from offload_shim.interposer.profile import FIXED_UPSTREAM
+        from offload_shim.interposer.llvm.profile import FIXED_UPSTREAM
         assert data["known"] == [FIXED_UPSTREAM["partial-struct-padding"].label()]
         assert data["known"][0].startswith("known: fixed upstream (partial-struct-padding: ")
         assert data["offload_shim"]["fixed_upstream"]["partial-struct-padding"] >= 1
@@ -174,7 +174,7 @@ def test_comparison_verdicts():
     b = Outcome(0, ["y"], [], fixed_upstream={"always-pointer-member-reattach": 2})
     c = Comparison(["p"], a, b)
     assert c.verdict == "known"
-    from offload_shim.interposer.profile import FIXED_UPSTREAM
+    from offload_shim.interposer.llvm.profile import FIXED_UPSTREAM
     fix = FIXED_UPSTREAM["always-pointer-member-reattach"].fix
     assert "PR #149036" in fix
     assert c.known == [f"known: fixed upstream (always-pointer-member-reattach: {fix})"]
@@ -271,7 +271,7 @@ def test_compare_prints_the_programs_stderr(tmp_path):
 def test_plugin_choice_follows_libomptarget16(tmp_path):
     """rtl.cpp loadRTLs: per target the nextgen plugin unless
     LIBOMPTARGET_NEXTGEN_PLUGINS is false, else (or when it is missing) the classic."""
-    from offload_shim.interposer.rtl import bool_env, select_plugins
+    from offload_shim.interposer.llvm.rtl import bool_env, select_plugins
     for name in ("libomptarget.rtl.x86_64.nextgen.so", "libomptarget.rtl.x86_64.so",
                  "libomptarget.rtl.cuda.so"):
         (tmp_path / name).write_bytes(b"")

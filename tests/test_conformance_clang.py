@@ -6,7 +6,7 @@ The reference is the program as built: its rpath makes the libomptarget of its o
 release the runtime (libomptarget 19.1 from .cache/llvm19, 22.1 from
 .cache/liboffload22; tests/clang_toolchains.py), with that release's host plugin linked
 in.  Under ``offload-shim run`` the interposer follows that release
-(offload_shim/interposer/profile.py), so the runtime's lines (``omptarget message:`` /
+(offload_shim/interposer/llvm/profile.py), so the runtime's lines (``omptarget message:`` /
 ``error:`` / ``fatal error N:`` / ``device N info:``) are compared line for line in
 19.1's and 22.1's own words (the API routines of 19.1 / 22.1 included).  Programs
 whose header names the compilers that can build them (``clang: 19 22``) run only with

@@ -326,7 +326,7 @@ def test_a_mapping_row_copies_through_its_block(dev, monkeypatch):
     the row's block (Device.submit_in/retrieve_in, no search of every block); a copy
     outside the row, or for a row without a block of its own, searches
     (submit_raw/retrieve_raw).  The bytes are the same either way."""
-    from offload_shim.interposer.mapping import DeviceMapper
+    from offload_shim.interposer.llvm.mapping import DeviceMapper
     d, _img = dev
     dm = DeviceMapper(d)
     host, ha = _buf([5, 6, 7])

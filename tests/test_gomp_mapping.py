@@ -1,4 +1,4 @@
-"""libgomp 12's mapping rules in :mod:`offload_shim.interposer.gomp_mapping`, on host
+"""libgomp 12's mapping rules in :mod:`offload_shim.interposer.gomp.mapping`, on host
 buffers with a device memory made of more host buffers.
 
 Each test states the rule of GCC 12 ``target.c`` it holds to (``gomp_map_vars_internal``,
@@ -15,7 +15,7 @@ import struct
 import pytest
 
 from offload_shim.abi.gomp_interposer import ScratchBuffer, read_u64
-from offload_shim.interposer import gomp_mapping as gm
+from offload_shim.interposer.gomp import mapping as gm
 
 
 class FakeMemory:

@@ -138,7 +138,7 @@ def test_clang_regions_run_on_the_device(libs, reference, plugin):
     assert res == reference["libomptarget"]
     for name in INVARIANT:
         assert res[name] == reference["host"][name], name
-    # dlclose -> __tgt_unregister_lib -> image unregistered, mappings gone (seed 000)
+    # dlclose -> __tgt_unregister_lib -> image unregistered, mappings gone (libgomp GOMP_offload_register_ver)
     assert data["calls"]["unregister_lib"] == 1
     assert data["registered_after_close"] == 0
     assert data["mappings_after_close"] == 0
@@ -194,7 +194,7 @@ def test_no_device_mandatory_aborts_like_libomptarget(libs):
 
 
 def test_register_pending_then_unregister_in_process_child(libs):
-    """Seed 000 through the real constructor/destructor: the image is pending until
+    """libgomp GOMP_offload_register_ver through the real constructor/destructor: the image is pending until
     the device initialises, then loaded; dlclose unloads and unregisters."""
     code = f"""
 import offload_shim as osh

@@ -3,7 +3,7 @@
 releases it follows can print: the literal parts of each format the interposer uses
 must occur in the libraries' own strings (``strings`` of libomptarget.so.16, and of
 19.1's and 22.1's when scripts/setup.sh unpacked them), each text a release's profile
-holds (offload_shim/interposer/profile.py) in that release's library, and
+holds (offload_shim/interposer/llvm/profile.py) in that release's library, and
 libomptarget 16's reading of its environment variables (``std::stoi`` of
 ``LIBOMPTARGET_INFO`` and ``LIBOMPTARGET_DEBUG``, ``BoolEnvar``) is followed to the
 letter (differential runs: tests/programs/env_info_parse.c)."""
@@ -26,9 +26,10 @@ LIBOMPTARGET16 = Path("/usr/lib/llvm-16/lib/libomptarget.so.16")
 #: the library of each release the interposer follows (profile.py)
 LIBRARIES = {"16": LIBOMPTARGET16, "19.1": CLANG19.runtime_lib / "libomptarget.so.19.1",
              "22.1": CLANG22.runtime_lib / "libomptarget.so.22.1"}
-#: the modules that re-create libomptarget 16 (gomp*.py re-create libgomp)
-LLVM_MODULES = ("api", "bridge", "diag", "embed", "interface", "launch", "library",
-                "mapping", "omptarget", "plan", "rtl")
+#: the modules that re-create libomptarget 16: the shared bridge and the llvm/ wing
+#: (gomp/ re-creates libgomp)
+LLVM_MODULES = ("llvm/api", "bridge", "llvm/diag", "embed", "llvm/interface", "llvm/launch",
+                "library", "llvm/mapping", "llvm/omptarget", "llvm/plan", "llvm/rtl")
 #: diag function -> index of its text argument
 _TEXT_ARG = {"report": 0, "message": 0, "info": 2, "fatal": 1, "_info": 1}
 
@@ -206,7 +207,7 @@ def test_each_profiles_texts_are_its_releases(release, release_strings):
     """The region names, fatal texts and messages of each profile occur in the strings
     of that release's own library (and a profile's name is the prefix its library
     prints)."""
-    from offload_shim.interposer.profile import PROFILES
+    from offload_shim.interposer.llvm.profile import PROFILES
     if release not in release_strings:
         pytest.skip(f"{LIBRARIES[release]} missing (scripts/setup.sh)")
     p = next(q for q in PROFILES if q.release == release)
@@ -217,7 +218,7 @@ def test_each_profiles_texts_are_its_releases(release, release_strings):
 
 def test_stoi_as_libstdcxx():
     """``std::stoi``: strtol's prefix rules, base 10, throws outside int."""
-    from offload_shim.interposer.diag import StoiError, stoi
+    from offload_shim.interposer.llvm.diag import StoiError, stoi
     assert [stoi(t) for t in ("0x40", "64", " \t64", "+64", "64abc", "-1", "1e3",
                               "2147483647", "-2147483648", "007")] == \
         [0, 64, 64, 64, 64, -1, 1, 2147483647, -2147483648, 7]

@@ -19,7 +19,7 @@ def test_bundled_plugin_is_nextgen_shaped_and_also_gomp(bundled_path):
     gomp = load_plugin(bundled_path, abi="gomp")
     assert (llvm.abi, llvm.generation, llvm.bundled) == ("llvm", "llvm16-nextgen", True)
     assert (gomp.abi, gomp.generation, gomp.version) == ("gomp", "gomp-v1", 1)
-    assert load_plugin(bundled_path) is llvm          # once per process (B10)
+    assert load_plugin(bundled_path) is llvm          # once per process (cuda-python #1011)
 
 
 def test_llvm16_plugins_classify(nextgen16, classic16):

@@ -1,4 +1,4 @@
-"""Pinned host memory (issue 6, seed 003): registry, backends, policies, host pool."""
+"""Pinned host memory (issue 6; gcc-patches -foffload-memory=pinned): registry, backends, policies, host pool."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cheap path of constructs (offload_shim/interposer/plan.py) against the general
+"""The cheap path of constructs (offload_shim/interposer/llvm/plan.py) against the general
 code of the interposer, on the same random constructs.
 
 A child process registers the bundled sample image through the interposer's own
@@ -35,7 +35,7 @@ from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_uint32, c_u
 import offload_shim as osh
 from offload_shim.abi import tgt_rtl as T
 from offload_shim.interposer import load_interposer
-from offload_shim.interposer.omptarget import (MAP_ALWAYS, MAP_DELETE, MAP_FROM,
+from offload_shim.interposer.llvm.omptarget import (MAP_ALWAYS, MAP_DELETE, MAP_FROM,
     MAP_IMPLICIT, MAP_LITERAL, MAP_PRESENT, MAP_TARGET_PARAM, MAP_TO)
 
 seed, steps, plugin, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]

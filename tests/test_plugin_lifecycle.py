@@ -1,4 +1,4 @@
-"""Plugin-level lifecycle order (prior-art I1, I2): the last ``Plugin.release``
+"""Plugin-level lifecycle order (D130712, DeviceTy::initOnce): the last ``Plugin.release``
 deinitialises every device still held *before* ``deinit_plugin``, and
 ``release_device`` / ``release`` refuse what was never acquired.  Checked
 against the bundled plugin, which counts every call and records

@@ -1,4 +1,4 @@
-"""Threads against one pool (prior-art B1, B5; seed 004 review of the bucket
+"""Threads against one pool (ROCm aomp #159, llvm-project #49284; D81054 review of the bucket
 locks): against a MemoryManager over a fake backend that yields
 (``time.sleep(0)``) inside every call, as a ctypes call that releases the GIL
 would, and against a runtime device of the bundled plugin while it is trimmed,

@@ -2,7 +2,7 @@
 runtime device, and on plugins that keep a cache of their own.
 
 Sources: docs/memory-manager.md "Debug modes"; LLVM #214752 (no pooling
-under tracing); abi-reference 1.9/1.10 (which plugins read
+under tracing); LLVM 16 MemoryManager.h (which plugins read
 ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, and when).
 """
 

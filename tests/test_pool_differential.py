@@ -1,5 +1,5 @@
 """Differential oracle: the Python MemoryManager against LLVM's own C++ one
-(seed 004; abi-reference 1.9): the exact policy against LLVM's reference.
+(LLVM D81054, LLVM 16 MemoryManager.h): the exact policy against LLVM's reference.
 
 The LLVM 16 nextgen x86_64 plugin runs LLVM's ``MemoryManagerTy`` over host
 ``malloc``: a request of at most ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``

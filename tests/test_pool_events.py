@@ -2,7 +2,7 @@
 CLI): the format, what drain logs, malformed logs.
 
 Source: docs/memory-manager.md "Event log and replay" (RMM's logging adaptor
-and replay benchmark, prior-art section 2).
+and replay benchmark, docs/references.md, pools compared).
 """
 
 from __future__ import annotations

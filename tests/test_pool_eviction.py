@@ -1,9 +1,9 @@
 """Which cached blocks go back to the backend: the cache cap, ``trim`` and
 the OOM ladders.
 
-Sources: seed 004 (LLVM ``freeAndAllocate``; the summary's incremental
+Sources: LLVM D81054 (LLVM ``freeAndAllocate``; the summary's incremental
 ladder; the reviewer's "unbounded memory" concern), CuPy ``set_limit`` /
-#7678 (prior-art B9), docs/memory-manager.md "Cap, trim, drain".
+#7678, docs/memory-manager.md "Cap, trim, drain".
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_cache_limit_evicts_oldest_first():
 
 
 def test_cache_limit_evicts_only_the_blocks_it_must():
-    # ../shared/cases/pool/cap_eviction.py without a plugin: cap 4096; three
+    # the cap-eviction case without a plugin: cap 4096; three
     # 1000-byte blocks cached, then an 8000-byte block freed: only it goes.
     b, mm = make(threshold=8192, cache_limit=4096)
     small = [mm.allocate(1000) for _ in range(3)]

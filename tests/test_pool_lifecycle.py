@@ -2,8 +2,8 @@
 (deinit racing with frees, copies checked against the pool's table), and the
 threshold variable, checked before any plugin reads it.
 
-Sources: prior-art I3, B4; seed 004 TODO "plugin destroyed before the memory
-manager"; abi-reference 1.9 (``std::stoul`` aborts on a bad threshold).
+Sources: LLVM GenericDeviceTy::deinit, D81054 TODO "plugin destroyed before the memory
+manager"; LLVM 16 MemoryManager.h (``std::stoul`` aborts on a bad threshold).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which block serves a request: LLVM's buckets, the threshold, the exact
 and binned policies, sizes and options the manager refuses.
 
-Sources: seed 004 / LLVM ``MemoryManager.h`` (abi-reference 1.9); the binned
+Sources: LLVM D81054 / LLVM 16 ``MemoryManager.h``; the binned
 policy's rule (docs/memory-manager.md "Policies"): rounding never costs device
 memory, a request the device can hold is served.
 """
@@ -305,7 +305,7 @@ def test_best_fit_hits_stay_inside_the_waste_bound(ops):
 
 @pytest.mark.parametrize("policy", ["exact", "binned", "best-fit"])
 def test_two_requests_that_fill_the_device_are_served(policy):
-    # ../shared/cases/pool/binned_growth.py without a plugin: 2 x 1000 bytes on
+    # the binned-growth case without a plugin: 2 x 1000 bytes on
     # a 2000-byte device.  Rounding 1000 up to its class (1024) would leave 976.
     b, mm = make(FakeBackend(capacity=2000), policy=policy)
     a, c = mm.allocate(1000), mm.allocate(1000)

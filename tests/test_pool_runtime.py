@@ -2,9 +2,9 @@
 (capacity limits, call counters, violation log) and the LLVM 16 x86_64
 plugins.
 
-Covers LLVM's own memory-manager test pattern (seed 004,
+Covers LLVM's own memory-manager test pattern (LLVM D81054,
 ``openmp/libomptarget/test/offloading/memory_manager.cpp``), both OOM
-ladders, prior-art B1, B4, B5 and B9 through a real plugin, requests that
+ladders, ROCm aomp #159, D81054 TODO, llvm-project #49284 and CuPy #7678 through a real plugin, requests that
 fit a full device under each policy, and stats conservation against the
 plugin's own accounting.  No timing assertions.
 """
@@ -151,7 +151,7 @@ def test_oom_ladders_on_capacity_limited_device(bundled_path, ctl, capacity, oom
     """Capacity 10000 B; 4096 B in use, 2048 + 1024 + 512 B cached (7680 held).
     A 4000 B request does not fit: free-all releases every cached block and
     retries once; incremental releases the largest (2048) and succeeds, keeping
-    the rest (seed 004 summary vs LLVM ``freeAndAllocate``)."""
+    the rest (D81054 summary vs LLVM ``freeAndAllocate``)."""
     with osh.Runtime([bundled_path], pool={"oom": oom}) as rt:
         dev = rt.devices[0]
         dev.init()
@@ -203,7 +203,7 @@ def test_out_of_device_memory_error_fields(bundled_path, ctl, capacity, oom):
         dev.free(c)
 
 
-# -- prior-art B1, B4, B5, B9 through a real plugin --------------------------------
+# -- ROCm aomp #159, D81054 TODO, llvm-project #49284, CuPy #7678 through a real plugin ----
 
 def test_b1_oom_then_close_finishes_and_releases_every_lock(bundled_path, ctl, capacity):
     """Plugin alloc returns NULL (capacity reached): allocate until OOM, free
@@ -239,7 +239,7 @@ def test_b1_oom_then_close_finishes_and_releases_every_lock(bundled_path, ctl, c
 def test_b4_close_frees_cached_blocks_before_deinit_device(bundled_path, ctl, monkeypatch):
     """Cached and still-held blocks are freed through the plugin before
     ``deinit_device``, and nothing reaches the plugin after ``deinit_plugin``
-    (seed 004 TODO; prior-art I3, B4).  Checked by the order of the plugin
+    (D81054 TODO; LLVM GenericDeviceTy::deinit).  Checked by the order of the plugin
     calls, the plugin's call counters, its leak counter (blocks the plugin had
     to free itself at deinit_device) and its violation log."""
     plugin = load_plugin(bundled_path)
@@ -334,7 +334,7 @@ def test_b5_eight_threads_first_touch_each_pointer_freed_once(bundled_path, ctl,
 @pytest.mark.parametrize("oom", ["free-all", "incremental"])
 @pytest.mark.parametrize("policy", ["exact", "binned"])
 def test_b9_cache_cap_and_capacity_limited_device(bundled_path, ctl, capacity, policy, oom):
-    """CuPy #7678 (prior-art B9) in units of 64 B: capacity 1000 units, cache
+    """CuPy #7678 in units of 64 B: capacity 1000 units, cache
     cap 600 units, threshold raised so both requests are pooled.  Alloc 512
     units, free (cached, under the cap), alloc 800 units: the backend refuses,
     the ladder evicts the cached 512 and the retry succeeds."""
@@ -359,7 +359,7 @@ def test_b9_cache_cap_and_capacity_limited_device(bundled_path, ctl, capacity, p
 @pytest.mark.parametrize("oom", ["free-all", "incremental"])
 @pytest.mark.parametrize("policy", ["exact", "binned"])
 def test_requests_that_fill_the_device_are_served(bundled_path, ctl, capacity, policy, oom):
-    """../shared/cases/pool/binned_growth.py and more of its class: a
+    """The binned-growth case and more of its class: a
     2000-byte device holds two 1000-byte blocks under either policy (binned
     does not spend device memory on rounding); after they are freed and
     cached, a 2000-byte request is served (the ladder releases the cache);
@@ -384,14 +384,6 @@ def test_requests_that_fill_the_device_are_served(bundled_path, ctl, capacity, p
         else:
             assert dev.pool.stats.hits == hits and ctl.live_bytes(dev.index) == 1990
         dev.free(d)
-
-
-def test_the_flat_hostplugin_path_is_the_plugins_module():
-    # the pool cases in ../shared/cases/pool/ import the control API by its
-    # path before the package was grouped by layer
-    import offload_shim.hostplugin as flat
-    from offload_shim.plugins import hostplugin
-    assert flat is hostplugin and flat.HostPluginControl is hostplugin.HostPluginControl
 
 
 # -- stats conservation against the plugin's accounting ------------------------------

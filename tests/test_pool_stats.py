@@ -2,7 +2,7 @@
 figures derived at snapshot time, ``stats=False``.
 
 Sources: docs/memory-manager.md "Statistics" (names after CuPy, RMM,
-PyTorch; prior-art section 2).  No timing is asserted (docs/benchmarks.md).
+PyTorch; docs/references.md, pools compared).  No timing is asserted (docs/benchmarks.md).
 """
 
 from __future__ import annotations

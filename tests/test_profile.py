@@ -1,4 +1,4 @@
-"""The runtime version profiles (offload_shim/interposer/profile.py): one per libomptarget
+"""The runtime version profiles (offload_shim/interposer/llvm/profile.py): one per libomptarget
 release a program can link, chosen from what the registering code links, and the rules
 computed from their fields.  The behaviour of each field against the real runtimes is
 checked by the conformance programs (tests/test_conformance.py with clang-16,
@@ -20,9 +20,9 @@ from clang_toolchains import CLANG16, CLANG19, CLANG22, COMPILERS, ROOT
 from offload_shim.abi import clang as abi
 from offload_shim.abi import interposer as abi_ip
 from offload_shim.errors import OffloadError, UnknownLayoutError
-from offload_shim.interposer import diag, rtl
-from offload_shim.interposer import profile as prof
-from offload_shim.interposer.profile import (LIBOMPTARGET_16, LIBOMPTARGET_19,
+from offload_shim.interposer.llvm import diag, rtl
+from offload_shim.interposer.llvm import profile as prof
+from offload_shim.interposer.llvm.profile import (LIBOMPTARGET_16, LIBOMPTARGET_19,
                                              LIBOMPTARGET_22, PROFILES, RuntimeProfile)
 
 DOC = ROOT / "docs" / "conformance.md"
@@ -196,7 +196,7 @@ def test_diag_uses_the_profile(capsys):
 
 
 def test_interposer_refuses_a_profile_that_is_not_one():
-    from offload_shim.interposer.interface import Interposer
+    from offload_shim.interposer.llvm.interface import Interposer
     with pytest.raises(TypeError, match="RuntimeProfile"):
         Interposer(runtime=None, profile="22")
 
@@ -228,7 +228,7 @@ def test_detect_names_the_release_the_code_links(cc, tmp_path):
     src.write_text(LIB_SRC)
     lib = cc.build(src, shared=True)
     code = ("import ctypes, sys\n"
-            "from offload_shim.interposer import profile\n"
+            "from offload_shim.interposer.llvm import profile\n"
             "lib = ctypes.CDLL(sys.argv[1])\n"
             "addr = ctypes.cast(lib.osh_profile_probe, ctypes.c_void_p).value\n"
             "print(profile.detect(addr).release, profile.detect().release)\n")
@@ -293,7 +293,7 @@ def test_fixed_upstream_bugs_are_described_and_tested():
 
 
 def test_note_fixed_upstream_counts_only_the_releases_bugs():
-    from offload_shim.interposer.mapping import DeviceMapper
+    from offload_shim.interposer.llvm.mapping import DeviceMapper
     for p in PROFILES:
         dm = DeviceMapper(None, profile=lambda p=p: p)
         for bug in prof.FIXED_UPSTREAM:
@@ -306,7 +306,7 @@ def test_note_fixed_upstream_counts_only_the_releases_bugs():
 def test_padding_is_noticed_where_16_would_find_it_mapped():
     """MappingTable.in_padding: a range meeting the padding before a padded row (where
     libomptarget 16's row begins), and nothing else."""
-    from offload_shim.interposer.mapping import MappingTable
+    from offload_shim.interposer.llvm.mapping import MappingTable
     t = MappingTable()
     t.padded[0x1004] = 4                    # a row from 0x1004, padded by 4 bytes
     assert t.in_padding(0x1000, 4) and t.in_padding(0x1000, 0) and t.in_padding(0x1003, 1)

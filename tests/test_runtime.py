@@ -270,7 +270,7 @@ def test_two_images_accumulate(bundled_path):
 
 
 def test_init_exactly_once_under_8_threads(bundled_path, ctl):
-    """B5: 8 threads first-touch the same device and alloc/free at once."""
+    """llvm-project #49284: 8 threads first-touch the same device and alloc/free at once."""
     with osh.Runtime([bundled_path]) as rt:
         dev = rt.devices[2]
         before = ctl.call_count("__tgt_rtl_init_device")
@@ -299,7 +299,7 @@ def test_init_exactly_once_under_8_threads(bundled_path, ctl):
 
 
 def test_plugin_calls_only_at_the_right_time(bundled_path, ctl):
-    """B2/I6: creating a runtime calls nothing; listing devices only
+    """llvm-project #74507: creating a runtime calls nothing; listing devices only
     init_plugin + number_of_devices; first use initialises the device."""
     names = ["__tgt_rtl_init_plugin", "__tgt_rtl_number_of_devices", "__tgt_rtl_init_device",
              "__tgt_rtl_deinit_device", "__tgt_rtl_deinit_plugin", "__tgt_rtl_init_requires"]
@@ -534,7 +534,7 @@ def test_image_entry_missing_from_image(bundled_path, sample_path):
 
 
 def test_table_mismatch_B6(bundled_path, ctl):
-    """B6 (GCC PR 68463): a plugin returns one entry fewer than the host table."""
+    """GCC PR 68463: a plugin returns one entry fewer than the host table."""
     with osh.Runtime([bundled_path]) as rt:
         dev = rt.devices[0]
         dev.init()
@@ -550,7 +550,7 @@ def test_table_mismatch_B6(bundled_path, ctl):
 
 
 def test_failed_init_then_close_B3(bundled_path, ctl):
-    """B3: init_device fails; close must not deinit what never initialised."""
+    """llvm-project #148615: init_device fails; close must not deinit what never initialised."""
     with osh.Runtime([bundled_path]) as rt:
         dev = rt.devices[3]
         ctl.fail_nth("__tgt_rtl_init_device", 1)
@@ -604,7 +604,7 @@ def test_explicit_deinit_then_reuse(bundled_path, ctl):
 
 
 def test_atexit_teardown_in_order_B8(bundled_path):
-    """B8/I7: buffers kept in module globals, interpreter exits: the atexit hook
+    """RMM #85, libgomp gomp_target_fini: buffers kept in module globals, interpreter exits: the atexit hook
     drains, unloads, deinits; nothing reaches the plugin after deinit_plugin."""
     r = run_child(f"""
         import atexit
@@ -987,7 +987,7 @@ def test_allocations_still_held_at_deinit_are_returned_and_logged_at_info(bundle
 
 @pytest.mark.allow_violations
 def test_close_finishes_the_teardown_and_raises_the_first_plugin_error(bundled_path, ctl):
-    """A failing deinit_device does not stop the teardown (I1-I7): the other device and
+    """A failing deinit_device does not stop the teardown (D120089, D130712): the other device and
     the plugin are still torn down, then the first error is raised."""
     rt = osh.Runtime([bundled_path])
     rt.devices[0].init()

@@ -104,7 +104,7 @@ def test_factory_and_lazy_package(bundled_path):
     m = make_lifecycle_machine(bundled_path, "gomp", threads=False, faults=False)
     assert issubclass(m, LifecycleMachine) and not m.threads and not m.faults
     assert m.abi == "gomp" and m.plugin_path.endswith("libosh_hostplugin.so")
-    # importing the package imports neither hypothesis nor a plugin (I6)
+    # importing the package imports neither hypothesis nor a plugin (llvm-project #74507)
     code = ("import sys, offload_shim.testing, offload_shim.testing.pytest_plugin; "
             "assert 'hypothesis' not in sys.modules, 'hypothesis imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,6 +1,6 @@
 """ctypes layer for GCC libgomp plugins (``GOMP_OFFLOAD_*``).
 
-Facts from ``shared/docs/abi-reference.md`` section 2 (GCC 12.2 plugins
+Facts from GCC 12 ``libgomp-plugin.h`` / ``target.c`` (GCC 12.2 plugins
 verified; other versions from libgomp sources).  GCC 12 has
 ``GOMP_VERSION`` 1: ``GOMP_OFFLOAD_version()`` returns the plain version,
 images carry ``GOMP_VERSION_PACK(GOMP_VERSION, GOMP_VERSION_<DEV>)``.
@@ -118,7 +118,7 @@ _GCC12 = {
     "page_locked_host_free": (c_bool, [c_void_p]),
 }
 
-#: libgomp 12 loader: required before caps are known (abi-reference 2.4)
+#: libgomp 12 loader: required before caps are known (GCC 12 target.c gomp_load_plugin_for_device)
 REQUIRED_BASE = ("version", "get_name", "get_caps", "get_type", "get_num_devices",
                  "init_device", "fini_device", "load_image", "unload_image",
                  "alloc", "free", "dev2host", "host2dev")
@@ -128,7 +128,7 @@ REQUIRED_OPENMP = ("run", "dev2dev")
 PROTOTYPES = {1: _GCC12}
 SUPPORTED_VERSIONS = (1,)
 
-#: GOMP_VERSION by GCC release, as far as known (abi-reference 2.1)
+#: GOMP_VERSION by GCC release, as far as known (GCC 12 libgomp-plugin.h GOMP_VERSION)
 GCC_FOR_VERSION = {0: "GCC 6-7", 1: "GCC 8-12", 2: "GCC 13", 3: "GCC 14-15", 4: "GCC 16 (trunk)"}
 
 

@@ -478,20 +478,39 @@ def cdll_from_handle(path: str, handle: int) -> ctypes.CDLL:
     return ctypes.CDLL(path, handle=handle)
 
 
-# -- the construct frame (native/interposer.c, "one crossing per construct") ------------
-#: word indices of the frame header
-(FRAME_KIND, FRAME_N, FRAME_DEV, FRAME_LOC, FRAME_HOST_PTR, FRAME_KARGS, FRAME_TEAMS,
- FRAME_THREADS, FRAME_BASES_P, FRAME_ARGS_P, FRAME_SIZES_P, FRAME_TYPES_P, FRAME_NAMES_P,
- FRAME_MAPPERS_P, FRAME_KARGS_VERSION, FRAME_COPIED) = range(16)
+# -- the construct frame (declared in native/interposer_frame.h) ------------------------
+# Each FRAME_<NAME> is the header's OSH_FRAME_<NAME>; tests/test_frame_layout.py parses
+# the header and fails when a value here differs.
+#: word indices of the frame header (enum osh_frame_word)
+FRAME_KIND = 0
+FRAME_N = 1
+FRAME_DEV = 2
+FRAME_LOC = 3
+FRAME_HOST_PTR = 4
+FRAME_KARGS = 5
+FRAME_TEAMS = 6
+FRAME_THREADS = 7
+FRAME_BASES_P = 8
+FRAME_ARGS_P = 9
+FRAME_SIZES_P = 10
+FRAME_TYPES_P = 11
+FRAME_NAMES_P = 12
+FRAME_MAPPERS_P = 13
+FRAME_KARGS_VERSION = 14
+FRAME_COPIED = 15
 FRAME_HEAD = 16
 #: most arguments copied into a frame (OSH_FRAME_MAX)
 FRAME_MAX = 256
 FRAME_WORDS = FRAME_HEAD + 4 * FRAME_MAX
-#: frame kinds: data begin / end / update (``__tgt_target_data_*_mapper``), kernel
-FRAME_BEGIN, FRAME_END, FRAME_UPDATE, FRAME_KERNEL = 0, 1, 2, 3
+#: frame kinds (enum osh_frame_kind): data begin / end / update
+#: (``__tgt_target_data_*_mapper``), kernel (``__tgt_target_kernel``)
+FRAME_BEGIN = 0
+FRAME_END = 1
+FRAME_UPDATE = 2
+FRAME_KERNEL = 3
 #: added to a data construct's kind by its ``_nowait`` entry points in the per-kind
 #: callback; in a frame, word ``FRAME_HOST_PTR`` of a data construct is 1 for them
-#: (native/interposer.c ``OSH_DATA_NOWAIT``)
+#: (OSH_DATA_NOWAIT)
 DATA_NOWAIT = 0x10
 
 
@@ -509,19 +528,19 @@ def frame_pointer_args(v: memoryview) -> tuple:
                  for k, t in enumerate(protos))
 
 
-#: libomp ``kmp_target_offload_kind`` (``__kmpc_get_target_offload``'s answer: the
-#: ``OMP_TARGET_OFFLOAD`` policy)
-TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
-
-__all__ = ["TGT_DEFAULT", "TGT_DISABLED", "TGT_MANDATORY", "API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP_TABLES",
+__all__ = ["API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP_TABLES",
            "API_INTEROP", "API_IS_ACCESSIBLE", "API_LOCK", "API_MAPPED_PTR",
            "API_RECORD_REPLAY", "API_UID_FROM_DEVICE", "IOP_DEVICE_INFO", "IOP_FORWARD",
            "IOP_OP_CALLBACK", "IOP_OP_DESTROY", "IOP_OP_DEVICE_INFO", "IOP_OP_GET",
            "IOP_OP_INIT", "IOP_OP_RELEASE", "IOP_OP_USE", "IOP_OP_USE60", "IOP_WAIT",
            "c_string_copy",
            "API_PRINT_DEVICE_INFO", "API_SET_INFO_FLAG", "API_UNLOCK", "api_args",
-           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "DATA_NOWAIT", "FRAME_BEGIN", "FRAME_END",
-           "FRAME_HEAD", "FRAME_KERNEL", "FRAME_MAX", "FRAME_UPDATE", "FRAME_WORDS",
+           "call_mapper", "read_non_contig", "CALLBACK_FIELDS", "CALL_COUNTERS", "CONSTRUCT_CB", "DATA_NOWAIT",
+           "FRAME_ARGS_P", "FRAME_BASES_P", "FRAME_BEGIN", "FRAME_COPIED", "FRAME_DEV",
+           "FRAME_END", "FRAME_HEAD", "FRAME_HOST_PTR", "FRAME_KARGS", "FRAME_KARGS_VERSION",
+           "FRAME_KERNEL", "FRAME_KIND", "FRAME_LOC", "FRAME_MAPPERS_P", "FRAME_MAX",
+           "FRAME_N", "FRAME_NAMES_P", "FRAME_SIZES_P", "FRAME_TEAMS", "FRAME_THREADS",
+           "FRAME_TYPES_P", "FRAME_UPDATE", "FRAME_WORDS",
            "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",
            "HostBuffer", "HostCell", "MapArgs",

@@ -5,7 +5,7 @@ Source of every value here: ``offload/OffloadAPI.h`` of LLVM **22.1.8** (Debian
 ``offload/liboffload/API/*.td``), checked against the exports of
 ``libLLVMOffload.so.22.1`` (``nm -D``: every function is ``ol<Name>@@VERS1.0``
 plus an ``ol<Name>WithCodeLoc`` twin) and by calling it on this machine
-(``shared/docs/abi-reference.md`` section 3).  ``OL_VERSION`` 0.0.1.
+(liboffload 22.1 ``OffloadAPI.h``).  ``OL_VERSION`` 0.0.1.
 
 Conventions (22.1.8):
 

@@ -1,7 +1,7 @@
 """ctypes layer for LLVM libomptarget plugins (``__tgt_rtl_*``).
 
 Structs and one prototype table per ABI generation.  Facts come from
-``shared/docs/abi-reference.md`` section 1 (verified against the Debian LLVM
+LLVM 14/16 ``omptargetplugin.h`` / ``omptarget.h`` (verified against the Debian LLVM
 14.0.6 and 16.0.6 plugin binaries; 17/18 from upstream ``PluginAPI.h``).
 
 Generations (``classify``):
@@ -28,7 +28,7 @@ PREFIX = "__tgt_rtl_"
 OFFLOAD_SUCCESS = 0
 OFFLOAD_FAIL = -1  # ~0 as int32
 
-# TargetAllocTy (data_alloc / data_delete Kind), abi-reference 1.3
+# TargetAllocTy (data_alloc / data_delete Kind), LLVM 16 omptarget.h
 TARGET_ALLOC_DEVICE = 0
 TARGET_ALLOC_HOST = 1
 TARGET_ALLOC_SHARED = 2
@@ -47,7 +47,7 @@ OMP_DECLARE_TARGET_LINK = 0x01
 OMP_DECLARE_TARGET_CTOR = 0x02
 OMP_DECLARE_TARGET_DTOR = 0x04
 
-KERNEL_ARGS_VERSION = 2  # abi-reference 4.7: send 2 to 16/17 (and 18 without dyn_ptr)
+KERNEL_ARGS_VERSION = 2  # LLVM 16 omptarget.h KernelArgsTy: send 2 to 16/17 (and 18 without dyn_ptr)
 
 
 class OffloadEntry(Structure):
@@ -141,14 +141,14 @@ TargetTableP = POINTER(TargetTable)
 KernelArgsP = POINTER(KernelArgs)
 AsyncInfoP = c_void_p   # __tgt_async_info *: NULL (synchronous), or ASYNC_INFO_BYTES zeros
 #: bytes of the zero-filled ``__tgt_async_info`` passed where NULL is not accepted: more
-#: than any version's layout ({Queue} in 14, + SmallVector in 16/18; abi-reference 1.x)
+#: than any version's layout ({Queue} in 14, + SmallVector in 16/18; LLVM 14/16 omptarget.h)
 ASYNC_INFO_BYTES = 256
 c_ptrdiff_t = ctypes.c_ssize_t
 
 # ---------------------------------------------------------------------------
 # Prototype tables: short name -> (restype, argtypes).  The C prototype is the
 # comment above each entry.  One table per generation; required sets follow
-# libomptarget's loader of that version (abi-reference 1.6).
+# libomptarget's loader of that version (LLVM 16 rtl.cpp RTLsTy::loadRTLs).
 
 _COMMON = {
     # int32_t __tgt_rtl_number_of_devices(void);
@@ -215,7 +215,7 @@ _LLVM16.update({
     "print_device_info": (None, [c_int32]),
     # int32_t __tgt_rtl_data_lock(int32_t ID, void *HstPtr, int64_t Size, void **LockedPtr);
     #   (the Debian 16.0.6 nextgen and amdgpu plugins store through the 4th argument;
-    #    abi-reference 1.5's 3-argument form is wrong for 16)
+    #    the later releases' 3-argument form is wrong for 16)
     "data_lock": (c_int32, [c_int32, c_void_p, c_int64, POINTER(c_void_p)]),
     # int32_t __tgt_rtl_data_unlock(int32_t ID, void *HstPtr);
     "data_unlock": (c_int32, [c_int32, c_void_p]),
@@ -247,7 +247,7 @@ _REQ_CORE = ("is_valid_binary", "number_of_devices", "init_device", "load_binary
              "data_alloc", "data_submit", "data_retrieve", "data_delete")
 
 #: generation -> (prototypes, required short names).  Required sets are
-#: libomptarget's own (abi-reference 1.6): 14 needs both run_target_* entry
+#: libomptarget's own (LLVM 16 rtl.cpp RTLsTy::loadRTLs): 14 needs both run_target_* entry
 #: points, 16 needs launch_kernel, 18 also needs init_plugin.
 GENERATIONS: dict[str, tuple[dict, tuple[str, ...]]] = {
     "llvm14": (_LLVM14, _REQ_CORE + ("run_target_region", "run_target_team_region")),
@@ -261,14 +261,14 @@ SUPPORTED = ("llvm14", "llvm16-classic", "llvm16-nextgen")
 
 # Nextgen plugins export init_plugin, deinit_plugin and deinit_device together;
 # 16 classic amdgpu has init/deinit_plugin but no deinit_device, 16 classic cuda
-# has deinit_device but no init_plugin (abi-reference 1.4).
+# has deinit_device but no init_plugin (the installed plugins' exports).
 _NEXTGEN_MARKERS = {"init_plugin", "deinit_plugin", "deinit_device"}
 
 
 def classify(symbols: set[str]) -> str | None:
     """Generation of an LLVM plugin from its exported short names (without
     ``__tgt_rtl_``), or None when it has no launch entry point.  Rules from
-    abi-reference 4.2: ``get_function``/``get_global`` -> 18;
+    docs/references.md, plugin contracts: ``get_function``/``get_global`` -> 18;
     ``launch_kernel`` -> 16+ (nextgen when it has init_plugin, deinit_plugin and
     deinit_device; 17 is API-identical and classifies as 16 nextgen);
     ``run_target_team_region`` without ``launch_kernel`` -> 14."""

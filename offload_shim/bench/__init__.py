@@ -12,11 +12,11 @@ Backends (rows).  On every machine:
 * ``+lat`` rows: the bundled plugin with injected latencies emulating a GPU
   driver (``HostPluginControl.set_latency``; defaults 5 us per alloc, 14 us per
   free, the published ``cudaMalloc``/device-synchronising ``cudaFree`` costs of
-  docs/prior-art.md section 2).  **Emulation**: a busy-wait in the plugin,
+  docs/references.md, pools compared).  **Emulation**: a busy-wait in the plugin,
   not a GPU;
 * ``llvm16-nextgen``: the LLVM 16 x86_64 nextgen plugin called through ctypes
   (``__tgt_rtl_data_alloc``/``data_delete``), its C++ ``MemoryManagerTy`` on
-  (the peer, seed 004) and off (``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=0``,
+  (the peer, LLVM D81054) and off (``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=0``,
   measured in a child process because the plugin reads the variable once);
 * ``llvm16-classic``: the LLVM 16 x86_64 classic plugin (no memory manager).
 

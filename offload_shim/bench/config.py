@@ -16,7 +16,7 @@ CUDA16 = LLVM16_DIR / "libomptarget.rtl.cuda.nextgen.so.16"
 NVPTX12 = GOMP_PLUGIN_DIR / "libgomp-plugin-nvptx.so.1"
 
 #: Emulated GPU-driver latencies (ns): ~5 us cudaMalloc, ~14 us device-synchronising
-#: cudaFree (docs/prior-art.md section 2, "published costs").
+#: cudaFree (docs/references.md, pools compared, "published costs").
 DEFAULT_ALLOC_LATENCY_NS = 5_000
 DEFAULT_FREE_LATENCY_NS = 14_000
 

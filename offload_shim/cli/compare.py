@@ -23,7 +23,7 @@ agree, 1 when they differ or a run was killed at ``--timeout``, 2 when the progr
 cannot be run, 3 when they differ and the run under ``offload-shim run`` met a
 data-losing bug of the program's libomptarget release that offload_shim does not
 reproduce (it follows the upstream fix: the ``fixed_upstream`` counts of its
-``--report``, :data:`offload_shim.interposer.profile.FIXED_UPSTREAM`): the difference is
+``--report``, :data:`offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`): the difference is
 labelled ``known: fixed upstream (ID: FIX)`` instead of ``DIFFERENT`` (the run may
 still differ in other ways: the diff is printed all the same).  Each run has a private ``TMPDIR`` and a session of its own; what it
 leaves (image copies, libomp segments, processes) is removed, also after a timeout,
@@ -209,13 +209,13 @@ class Comparison:
     @property
     def known(self) -> list[str]:
         """When the runs finished and differ: the labels (``known: fixed upstream
-        (ID: FIX)``, :meth:`~offload_shim.interposer.profile.FixedUpstream.label`) of
+        (ID: FIX)``, :meth:`~offload_shim.interposer.llvm.profile.FixedUpstream.label`) of
         the bugs of the program's release that the ``offload-shim run`` run met and
         did not reproduce (its ``fixed_upstream`` counts), which explain a difference;
         otherwise empty."""
         if self.same or self.timed_out or not self.shim.fixed_upstream:
             return []
-        from ..interposer.profile import FIXED_UPSTREAM
+        from ..interposer.llvm.profile import FIXED_UPSTREAM
         return [FIXED_UPSTREAM[b].label() for b in sorted(self.shim.fixed_upstream)
                 if b in FIXED_UPSTREAM]
 

@@ -7,10 +7,10 @@
   anchor for a kernel, a host copy of ``size`` bytes for a global (libomptarget
   uses the host function/variable address as the key of its map).
 * :class:`AddressMap`: host range -> target address, per device (libgomp's
-  splay tree of ``[host_start, host_end) -> tgt``; seed 000).
+  splay tree of ``[host_start, host_end) -> tgt``; libgomp GOMP_offload_register_ver).
 * :class:`ImageRegistry`: the registered images, in registration order; what
   is registered but not loaded into a device is that device's pending list
-  (seed 000, prior-art I4).
+  (GOMP_offload_register_ver, llvm-project #77798).
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
 ``Runtime`` plays the part of libomptarget's ``PluginManager`` / libgomp's
 ``target.c`` over real plugins:
 
-* **register / unregister** images with the seed 000 semantics (prior-art
-  I4): an image registered while a device is initialised is loaded into it
+* **register / unregister** images with libgomp's semantics (GCC 12 target.c
+  GOMP_offload_register_ver): an image registered while a device is initialised is loaded into it
   at once; otherwise it is pending and loaded when the device initialises.
   Unregister unloads it from every initialised device, removes its host ->
   target mappings and drops it from the pending list.
 * **teardown** only here (docs/architecture.md): ``close()`` and the
   ``atexit`` hook run, per device, pool drain -> image unload ->
   ``deinit_device``, then ``deinit_plugin`` for plugins no other runtime
-  uses (I1, I3, I7).  Creating a runtime makes no plugin call (I6); plugins
+  uses (D130712, D120089).  Creating a runtime makes no plugin call (llvm-project #74507); plugins
   are initialised when devices are first listed or an image is registered,
   devices on first use.
 """
@@ -35,7 +35,7 @@ from ..plugins.plugin import Plugin
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 # Strong references: a runtime dropped without close() stays alive (like an
-# unclosed file) until the atexit hook tears it down in order (I7).  A weak set
+# unclosed file) until the atexit hook tears it down in order (libgomp gomp_target_fini).  A weak set
 # would let it vanish with devices and the plugin still initialised.
 _LIVE: "set[Runtime]" = set()
 _ATEXIT_LOCK = threading.Lock()
@@ -43,7 +43,7 @@ _ATEXIT_DONE = False
 
 
 def _close_all_at_exit() -> None:
-    """atexit: close every live runtime (I7), newest first."""
+    """atexit: close every live runtime (libgomp gomp_target_fini), newest first."""
     for rt in sorted(list(_LIVE), key=lambda r: -r._serial):
         try:
             rt.close()
@@ -77,7 +77,7 @@ class Runtime:
     ``pool``: keyword options for every device's MemoryManager (e.g.
     ``{"policy": "binned"}``).  ``pinned``: pinned host memory policy
     ``"none"``/``"mapped"``/``"all"`` (default ``$OFFLOAD_SHIM_PINNED`` or
-    ``"none"``; seed 003, see :mod:`offload_shim.memory.pinned`);
+    ``"none"``; gcc-patches -foffload-memory=pinned, see :mod:`offload_shim.memory.pinned`);
     ``"all"`` calls ``mlockall`` now (warns when ``ulimit -l`` is too low).
 
     Raises the PluginLoadError family for a plugin that cannot be loaded,
@@ -229,7 +229,7 @@ class Runtime:
                               what=f"of plugin {plugin}")
         return devs[index]
 
-    # -- pinned host memory (seed 003) --------------------------------------------
+    # -- pinned host memory (gcc-patches -foffload-memory=pinned) --------------------------
     @property
     def pinned_policy(self) -> str:
         return self._pin_policy
@@ -256,7 +256,7 @@ class Runtime:
     def register_image(self, image: OffloadImage) -> None:
         """Register an image (``__tgt_register_lib`` / ``GOMP_offload_register_ver``):
         loaded at once into every initialised device whose plugin accepts it,
-        pending for the others (seed 000).  Registering the same image twice
+        pending for the others (libgomp GOMP_offload_register_ver).  Registering the same image twice
         is a no-op.  Raises LifecycleError after close, InvalidImageError when
         no plugin accepts the image; a load failure
         (InvalidImageError, TableMismatchError) unregisters the image again
@@ -336,7 +336,7 @@ class Runtime:
 
     # -- teardown ---------------------------------------------------------------------
     def close(self) -> dict[str, tuple[int, int]]:
-        """Tear down in order (I1-I7): per initialised device drain the pool
+        """Tear down in order (D120089, D130712): per initialised device drain the pool
         (allocations still held are reported and freed), unload images,
         ``deinit_device``; then ``deinit_plugin`` of plugins no other runtime
         still uses.  Idempotent.  Returns ``{device label: (leaked count,

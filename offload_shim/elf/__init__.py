@@ -2,7 +2,7 @@
 
 Only what the runtime needs from an x86-64 offload image: its machine, and
 the records of an ``omp_offloading_entries`` section (``__tgt_offload_entry``,
-32 bytes each: addr, name, size, flags, reserved; abi-reference 1.3/1.8).  In
+32 bytes each: addr, name, size, flags, reserved; LLVM 16 omptarget.h).  In
 a shared object the ``addr`` and ``name`` fields are zero in the file and
 filled by ``R_X86_64_RELATIVE`` relocations, so both are resolved through the
 dynamic relocation table.

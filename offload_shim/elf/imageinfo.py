@@ -130,7 +130,7 @@ _NVPTX_TDATA = struct.Struct("<QI4xQI4xQI4x")   # nvptx_tdata_t, GCC 7-13 (48 by
 
 def parse_nvptx_target_data(read, addr: int, cstring=None) -> dict:
     """Decode mkoffload's nvptx ``target_data`` (``nvptx_tdata_t``, GCC 7-13,
-    abi-reference 2.6) at ``addr``: ``{"ptx_objs": [{"addr", "size"}],
+    GCC 12 mkoffload) at ``addr``: ``{"ptx_objs": [{"addr", "size"}],
     "var_names": [str], "fn_names": [str], "fn_dims": [(gang, worker, vector)]}``
     (sizes in bytes, PTX text NUL included).  ``read(addr, n) -> bytes`` reads memory
     (``ctypes.string_at`` for a loaded library; :func:`describe` applies the

@@ -21,13 +21,13 @@ host plugins libomptarget 16 would load, :func:`default_plugins`: the x86_64
 program that links libomptarget 16 -- 19.1 and 22.1 have no such variable),
 ``bundled`` (add the bundled host plugin),
 ``policy`` (``OMP_TARGET_OFFLOAD`` override), ``gomp_host_device`` (GCC-built code gets
-:mod:`offload_shim.interposer.gomp`'s host device), ``report`` (path of a JSON report
+:mod:`offload_shim.interposer.gomp.target`'s host device), ``report`` (path of a JSON report
 written by :func:`stop`: interposed call counts, devices, initialised devices, errors,
 and under ``gomp`` the GCC side: registrations and unregistrations, each construct with
 where it ran and why, and on the host device every mapping with address, size and map
 kind; ``fixed_upstream``: id -> count of the data-losing bugs of the program's
 libomptarget release that constructs met and offload_shim did not reproduce,
-:data:`offload_shim.interposer.profile.FIXED_UPSTREAM`).  GCC-built code unregisters its images from destructors; one that runs after
+:data:`offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`).  GCC-built code unregisters its images from destructors; one that runs after
 :func:`stop` (a linked library's, or any after an exit handler of a plugin stopped the
 runtime early) is counted by :func:`late_gomp_unregister`, which writes the report again.
 Nothing here runs at import time.
@@ -88,7 +88,7 @@ def start(python_host: bool = False) -> None:
         if _policy(opts) == "mandatory":
             name = "Libomptarget"
             try:
-                from .profile import detect
+                from .llvm.profile import detect
                 name = detect().name
             except Exception:  # noqa: BLE001 - the message matters more than the name
                 pass
@@ -143,11 +143,11 @@ def _argv() -> list[str]:
 
 def default_plugins() -> list[str]:
     """The host plugins libomptarget 16 loads here, in its order
-    (:func:`offload_shim.interposer.rtl.select_plugins`, with the release the program
-    links: :func:`offload_shim.interposer.profile.detect`); every host plugin found
+    (:func:`offload_shim.interposer.llvm.rtl.select_plugins`, with the release the program
+    links: :func:`offload_shim.interposer.llvm.profile.detect`); every host plugin found
     when there is no LLVM 16 installation."""
-    from .profile import detect
-    from .rtl import select_plugins
+    from .llvm.profile import detect
+    from .llvm.rtl import select_plugins
     from ..plugins import discovery
     found = select_plugins(profile=detect())
     if found:
@@ -164,7 +164,7 @@ def stop(at_exit: bool = False) -> None:
     (``native/interposer.c``, "Teardown").  If a plugin call is still running then
     (``exit()`` from inside a target region, or from one thread while another's kernel
     runs), a teardown would wait for it for ever: the callbacks are uninstalled
-    (:meth:`~offload_shim.interposer.interface.Interposer.abandon`), nothing is
+    (:meth:`~offload_shim.interposer.llvm.interface.Interposer.abandon`), nothing is
     unregistered or freed (the process's exit releases it; libomptarget's own teardown
     does not wait for kernels either), and the report says ``"abandoned"``."""
     global _state

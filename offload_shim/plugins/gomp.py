@@ -115,7 +115,7 @@ class GompPlugin(Plugin):
     def _load_image_impl(self, dev: int, image) -> LoadedImage:
         """``load_image``; returns target entries in host order (functions
         first then variables, libgomp's table order, mapped back to the
-        image's entry order).  GCC 12 allows one extra trailing entry (I5).
+        image's entry order).  GCC 12 allows one extra trailing entry (GCC PR 68463).
         The ``target_data`` given to the plugin (and the image bytes it points to)
         is kept by the returned LoadedImage: the plugin keys the image by that
         pointer until ``unload_image`` (libgomp 12 ``target.c``,

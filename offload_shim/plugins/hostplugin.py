@@ -105,7 +105,7 @@ class HostPluginControl:
         self._api.call("set_latency", int(alloc_ns), int(free_ns))
 
     def set_table_shortfall(self, n: int) -> None:
-        """Fault injection (prior-art B6): while ``n`` > 0 every image load
+        """Fault injection (GCC PR 68463): while ``n`` > 0 every image load
         reports a target table ``n`` entries shorter than the host table."""
         self._api.call("set_table_shortfall", int(n))
 

@@ -116,7 +116,7 @@ class LLVMPlugin(Plugin):
     def _deinit_device(self, dev):
         fn = self._fn.get("deinit_device")
         if fn is None:
-            return                               # B7: optional, degrade silently
+            return                               # GCC PR 93481: optional, degrade silently
         self._check_int32(fn(dev), "deinit_device", dev, detail=False)
 
     # images ----------------------------------------------------------------
@@ -164,7 +164,7 @@ class LLVMPlugin(Plugin):
     def _load_image_impl(self, dev: int, image) -> LoadedImage:
         """``load_binary`` into device ``dev``; returns the target table in host
         entry order.  Raises InvalidImageError (NULL table) or
-        TableMismatchError (I5).
+        TableMismatchError (GCC PR 68463).
 
         What the plugin was given (the image's bytes, the ``__tgt_device_image``, the
         entry table and its names) is kept by the returned LoadedImage, so it is
@@ -290,7 +290,7 @@ class LLVMPlugin(Plugin):
         """Launch the kernel whose table address is ``entry`` with pointer-sized
         ``args`` (argument i = args[i] + offsets[i]); synchronous.  LLVM 14:
         ``run_target_team_region`` (1 team, 1 thread); 16: ``launch_kernel``
-        with a version-2 ``KernelArgsTy`` (abi-reference 4.7)."""
+        with a version-2 ``KernelArgsTy`` (LLVM 16 omptarget.h KernelArgsTy)."""
         n = len(args)
         if n > MAX_KERNEL_ARGS:
             raise ValueError(f"at most {MAX_KERNEL_ARGS} kernel arguments")
@@ -401,7 +401,7 @@ class LLVMPlugin(Plugin):
 def _match_by_name(host_entries, raw: list[TargetEntry]) -> list[TargetEntry]:
     """Target entries in host-entry order.  Tables are matched by index
     (libomptarget); LLVM 14 returns the image's own records, whose order may
-    differ (abi-reference 1.8), so when the names are a permutation of the
+    differ (LLVM 16 plugins-nextgen/host), so when the names are a permutation of the
     host names, match by name instead."""
     host_names = [e.name for e in host_entries]
     tgt_names = [e.name for e in raw]

@@ -46,7 +46,7 @@ class TargetEntry(namedtuple("TargetEntry", "name addr size")):
 class LoadedImage(FieldsRepr):
     """What ``load_image`` returns: target entries in host-entry order, and
     the ctypes objects that must outlive the load (the plugin keeps pointers
-    into them, abi-reference 4.3)."""
+    into them, docs/references.md, plugin contracts)."""
     _fields = ("entries",)
 
     def __init__(self, entries: list[TargetEntry], keepalive: list | None = None) -> None:
@@ -244,7 +244,7 @@ class Plugin:
 
     def release(self) -> None:
         """Drop a user reference; the last runs ``deinit_plugin`` after every
-        device it initialised has been deinitialised (I1, I2)."""
+        device it initialised has been deinitialised (D130712, DeviceTy::initOnce)."""
         with self._lock:
             if self._users <= 0:
                 raise LifecycleError(f"{self.name}: release without acquire")

@@ -11,16 +11,16 @@ host plugin they also compare it with what the plugin itself saw (call
 counters, device state, live allocations; no contract violation may ever
 be recorded), and extra rules inject faults there.
 
-Semantics checked (docs/prior-art.md):
+Semantics checked (docs/references.md):
 
-* I4 / seed 000: an image registered while a device is initialised is
+* libgomp GOMP_offload_register_ver: an image registered while a device is initialised is
   loaded into it at once, otherwise it is pending and loaded at init;
   unregister unloads it, drops its host->target mappings and its pending
   entry.
-* I2 / seed 002 / B5: first use initialises a device exactly once, also
-  when several threads touch it at once; deinit drains the pool first (I3).
-* I6: creating a runtime makes no plugin call.
-* B1 / B3: a failed ``init_device`` makes the Device FAILED (sticky, LLVM
+* DeviceTy::initOnce, LLVM D120089, llvm-project #49284: first use initialises a device exactly once, also
+  when several threads touch it at once; deinit drains the pool first (LLVM GenericDeviceTy::deinit).
+* llvm-project #74507: creating a runtime makes no plugin call.
+* ROCm aomp #159, llvm-project #148615: a failed ``init_device`` makes the Device FAILED (sticky, LLVM
   call_once) and close never deinitialises it; failed image loads and
   failed allocations leave nothing half set up.
 
@@ -252,7 +252,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.dev = {}
         self.registered = []
         if self.ctl is not None:
-            _check(self._calls() == before, "creating a Runtime called the plugin (I6)")
+            _check(self._calls() == before,
+                   "creating a Runtime called the plugin (llvm-project #74507)")
         self._log(f"open runtime {self.rt!r}")
 
     def _calls(self):
@@ -575,14 +576,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             for p in ptrs:
                 d.free(p)
 
-    # -- concurrency (B5) -----------------------------------------------------------
+    # -- concurrency (llvm-project #49284) -------------------------------------------------
     @precondition(lambda self: self.threads and self.rt is not None)
     @rule(d=devices, nthreads=S.thread_counts(), size=S.alloc_sizes(max_size=1 << 15),
           reg=st.booleans())
     def concurrent_use(self, d, nthreads, size, reg):
         """``nthreads`` threads first-touch ``d`` at once: alloc, submit,
         retrieve, free; with ``reg`` each also registers, launches from and
-        unregisters its own image.  Init must run once (B5)."""
+        unregisters its own image.  Init must run once (llvm-project #49284)."""
         m = self._model(d)
         self._log(f"concurrent_use {d.label} x{nthreads} size={size} reg={reg}")
         exc = self._use_error(m)
@@ -636,7 +637,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(nthreads=S.thread_counts(4))
     def concurrent_register(self, nthreads):
         """Threads register and unregister their own images while one thread
-        per device first-touches every device (seed 000 under threads)."""
+        per device first-touches every device (libgomp GOMP_offload_register_ver under threads)."""
         devs = self._acquire()
         self._log(f"concurrent_register x{nthreads}")
         if not self.accepts:
@@ -680,7 +681,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if self.ctl is not None:
                     self.exp_calls["init"] += 1
 
-    # -- fault injection (bundled plugin; B1, B3) -------------------------------------
+    # -- fault injection (bundled plugin; ROCm aomp #159, llvm-project #148615) ------------
     def _faulty(self):
         return self.faults and self.ctl is not None and self.rt is not None
 
@@ -741,7 +742,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def fail_alloc(self, d, size, nth):
         """The next (or next but one) plugin allocation fails: the pool's OOM
         ladder frees its cache and retries once; either the retry succeeds or
-        OutOfDeviceMemoryError is raised, and nothing leaks (B1)."""
+        OutOfDeviceMemoryError is raised, and nothing leaks (ROCm aomp #159)."""
         m = self._model(d)
         if m.state is not DeviceState.READY or size == 0:
             return multiple()

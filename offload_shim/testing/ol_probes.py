@@ -5,7 +5,7 @@ child process, straight against the library's entry points, around the
 runtime's guard), for ``libLLVMOffload.so`` and the bundled plugin's ``ol*``
 view.  The runtime refuses every one of them in Python; liboffload 22.1.8
 answers some with an ``ol_result_t`` error and segfaults on others
-(``shared/docs/abi-reference.md`` section 3.5, ``docs/conformance.md``).
+(docs/references.md, plugin contracts, ``docs/conformance.md``).
 
 Sequences that need a compute device (a device that is not the host device)
 report ``n/a`` where liboffload enumerates none (the real library on a

@@ -1,7 +1,7 @@
 """Known misuse sequences, run straight against a plugin through ctypes.
 
 Each probe is a short sequence of plugin entry-point calls that breaks the
-contract (docs/prior-art.md section 1: data before init, out-of-range
+contract (docs/references.md, plugin contracts: data before init, out-of-range
 device, double init/deinit, anything after ``deinit_plugin``, garbage
 images, unknown pointers and kernels...).  The runtime refuses all of them
 in Python; the probes go *around* it (the plugin's bound ctypes functions,

@@ -60,7 +60,7 @@ def offload_plugin_abi(request) -> str | None:
 @pytest.fixture
 def offload_runtime(offload_plugin_path, offload_plugin_abi):
     """A :class:`offload_shim.Runtime` over the plugin under test, closed
-    after the test (teardown order I1-I7)."""
+    after the test (teardown order D120089, D130712)."""
     from offload_shim import Runtime, load_plugin
     rt = Runtime([load_plugin(offload_plugin_path, abi=offload_plugin_abi)])
     try:

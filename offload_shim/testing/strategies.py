@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 __all__ = ["DEFAULT_POOL_THRESHOLD", "alloc_sizes", "device_indices", "patterns",
            "thread_counts", "vector_lengths"]
 
-#: LLVM's ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` default (seed 004), bytes.
+#: LLVM's ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` default (LLVM D81054), bytes.
 DEFAULT_POOL_THRESHOLD = 8192
 
 
@@ -43,5 +43,5 @@ def vector_lengths(max_n: int = 2048):
 
 
 def thread_counts(max_threads: int = 8):
-    """Host threads hitting one device at once (prior-art B5: 8)."""
+    """Host threads hitting one device at once (llvm-project #49284: 8)."""
     return st.integers(2, max_threads)

@@ -80,7 +80,7 @@ def stop(**end) -> None:
 
 class Recorder:
     """Hooks one :class:`~offload_shim.Runtime` and its
-    :class:`~offload_shim.interposer.interface.Interposer` and writes their events to
+    :class:`~offload_shim.interposer.llvm.interface.Interposer` and writes their events to
     a trace.  ``path``: the trace file; ``argv``: the program's command line (in the
     header)."""
 
@@ -309,7 +309,7 @@ class Recorder:
     # -- constructs --------------------------------------------------------------------
     def _hook_interposer(self, ip) -> None:
         """Every construct reaches :meth:`FastPath.on_construct
-        <offload_shim.interposer.plan.FastPath.on_construct>` as a frame, and is done
+        <offload_shim.interposer.llvm.plan.FastPath.on_construct>` as a frame, and is done
         by its cheap path (``_serve``, not None) or by the general code
         (``_general``): both are wrapped, the frame read after the construct."""
         from ..abi import interposer as _abi

@@ -4,7 +4,7 @@
 # given, its device image taken out of the executable (.llvm.offloading -> OffloadBinary ->
 # the linked device ELF), and GCC 12 nvptx-offload host binaries kept whole.
 #   LLVM19_ROOT / LLVM22_ROOT: folders with the unpacked libomp-19-dev / libomp-22-dev +
-#   liboffload-22 packages (see ../../../../shared/cases/README.md); missing -> skipped.
+#   liboffload-22 packages (scripts/setup.sh unpacks them into .cache/); missing -> skipped.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-$here/../../../.venv/bin/python}

@@ -29,25 +29,24 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..abi.interposer import CB_FAIL, CB_FATAL, CB_OK
-from ..core.images import OffloadImage
-from ..errors import LifecycleError, OffloadError, UnknownLayoutError
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...abi.interposer import CB_FAIL, CB_FATAL, CB_OK
+from ...core.images import OffloadImage
+from ...errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
 from . import profile as _prof
-from .bridge import Bridge, guard
-from .gomp import GompSide
-from .library import LoadedLibrary, open_library
-from .mapping import (OMP_REQ_UNIFIED_SHARED_MEMORY, DeviceMapper, MapEntry, MapError,
+from ..bridge import Bridge, guard
+from ..gomp.target import GompSide
+from ..library import LoadedLibrary, open_library
+from .mapping import (OMP_REQ_UNIFIED_SHARED_MEMORY, TGT_DEFAULT, TGT_DISABLED,
+                      TGT_MANDATORY, DeviceMapper, MapEntry, MapError,
                       usm_pointers_written)
 from .plan import FastPath
 from .profile import RuntimeProfile
 from .rtl import Registrations, RequiresConflict
 
 OFFLOAD_DEVICE_DEFAULT = -1
-#: libomp ``kmp_target_offload_kind`` (abi/interposer.py)
-TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = _abi.TGT_DISABLED, _abi.TGT_DEFAULT, _abi.TGT_MANDATORY
 _POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
 #: ``KernelArgsTy::Flags`` bit 1, ``IsCUDA`` (LLVM 20+ omptarget.h): a kernel-language
 #: launch whose arguments are one packed buffer
@@ -79,7 +78,8 @@ def _no_alloc(size, dev_id, kind, out) -> int:
 def _closed_construct(addr: int) -> int:
     """The ``construct`` callback after :meth:`Interposer.close`: a kernel runs on
     the host (CB_FAIL), a data construct does nothing."""
-    return CB_FAIL if _abi.frame_view(addr)[0] == _abi.FRAME_KERNEL else CB_OK
+    kind = _abi.frame_view(addr)[_abi.FRAME_KIND]
+    return CB_FAIL if kind == _abi.FRAME_KERNEL else CB_OK
 
 
 def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str,
@@ -124,7 +124,7 @@ class Interposer:
     host function addresses and ``(address, size)`` variable pairs read from the table;
     ``errors``: messages of constructs that failed.
 
-    ``profile``: the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the
+    ``profile``: the :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` of the
     libomptarget release whose behaviour to follow; by default the one the first
     registered library links (:attr:`profile`)."""
 
@@ -621,10 +621,10 @@ class Interposer:
     # -- the release (profile.py) --------------------------------------------------------
     @property
     def profile(self) -> RuntimeProfile:
-        """The :class:`~offload_shim.interposer.profile.RuntimeProfile` whose behaviour
+        """The :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` whose behaviour
         the interposer follows: the one given to :func:`interpose`, else the release
         of the libomptarget the first registered library links, chosen at that
-        registration and kept (:func:`offload_shim.interposer.profile.detect`); before
+        registration and kept (:func:`offload_shim.interposer.llvm.profile.detect`); before
         any registration, the one mapped into the process when first asked."""
         p = self._profile
         if p is None:
@@ -697,7 +697,7 @@ class Interposer:
     def fixed_upstream(self) -> dict[str, int]:
         """How many times constructs met each data-losing bug of the program's
         release that offload_shim does not reproduce (ids of
-        :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM`, summed over the
+        :data:`~offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`, summed over the
         devices: :meth:`DeviceMapper.note_fixed_upstream`); empty when none was
         met."""
         out: dict[str, int] = {}
@@ -913,9 +913,9 @@ def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = Fa
     ``policy`` overrides ``OMP_TARGET_OFFLOAD`` (``"disabled"``, ``"default"``,
     ``"mandatory"``).  ``gomp_host_device``: GCC-built code gets a device with separate
     host memory and libgomp's mapping, and its API routines answer from this device list
-    (:mod:`offload_shim.interposer.gomp`); otherwise GCC code runs on its own libgomp.
+    (:mod:`offload_shim.interposer.gomp.target`); otherwise GCC code runs on its own libgomp.
     ``profile``: the libomptarget release to follow
-    (:class:`~offload_shim.interposer.profile.RuntimeProfile`; default: the one the
+    (:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`; default: the one the
     first registered library links, :attr:`Interposer.profile`; TypeError for anything
     else).  Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
     not built, LifecycleError when another libomptarget wins symbol resolution or

@@ -34,8 +34,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from ..abi import gomp_interposer as _abi
-from ..records import FieldsRepr
+from ...abi import gomp_interposer as _abi
+from ...records import FieldsRepr
 
 # -- gomp-constants.h (GCC 12) ----------------------------------------------------------
 GOMP_MAP_FLAG_TO = 1 << 0
@@ -367,6 +367,58 @@ class MemMap:
 Trace = Callable[[dict], None]
 
 
+class _BlockLayout:
+    """Where ``gomp_map_vars_internal``'s second loop puts the new keys of one
+    construct in its device block: ``size`` (its ``tgt_size``, bytes used so far) and
+    the open structure, if any (``field_tgt_base``, ``field_tgt_offset``,
+    ``field_tgt_clear``: the elements of one ``GOMP_MAP_STRUCT`` keep their host
+    layout and share one reference count, chained from the first)."""
+
+    __slots__ = ("size", "field_base", "field_offset", "field_clear", "se_first")
+
+    def __init__(self, size: int):
+        self.size = size
+        self.field_base = 0
+        self.field_offset = 0
+        self.field_clear: int | None = None     # index of the structure's last element
+        self.se_first: Key | None = None
+
+    def open_struct(self, struct_start: int, first_start: int, end: int, last: int,
+                    align: int) -> None:
+        """A structure ``[struct_start, end)`` whose elements (first at host address
+        ``first_start``, last at list index ``last``) are all new: room for them,
+        aligned as the structure."""
+        self.size -= first_start - struct_start
+        self.size = _align_up(self.size, align)
+        self.size += first_start - struct_start
+        self.field_base = first_start
+        self.field_offset = self.size
+        self.field_clear = last
+        self.se_first = None
+        self.size += end - first_start
+
+    def place(self, k: Key, i: int, s: int, e: int, align: int) -> None:
+        """The block offset of new key ``k`` (list index ``i``, host ``[s, e)``): in
+        the open structure at its host offset, with the structure's shared count;
+        otherwise next in the block, aligned to ``align``."""
+        if self.field_clear is not None:
+            k.tgt_offset = s - self.field_base + self.field_offset
+            k.refcount = REFCOUNT_STRUCTELEM
+            if self.se_first is None:
+                self.se_first = k
+                k.se_siblings = []
+            k.se_first = self.se_first
+            self.se_first.se_siblings.append(k)
+            if i == self.field_clear:
+                k.se_last = True
+                self.se_first = None
+                self.field_clear = None
+        else:
+            self.size = _align_up(self.size, align)
+            k.tgt_offset = self.size
+            self.size += e - s
+
+
 class GompMapper:
     """libgomp's mapping for one device: ``mem`` is its memory, ``trace`` receives one
     dict per mapping event (``op``: ``map`` (new mapping), ``present`` (already mapped,
@@ -590,7 +642,14 @@ class GompMapper:
         """Map the list items of one construct (``hostaddrs`` is updated in place where
         libgomp writes it: ``use_device_ptr``, ``firstprivate``).  Returns the
         construct's :class:`Tgt` (None for ``enter data`` when nothing new was
-        mapped)."""
+        mapped).
+
+        GCC 12 libgomp target.c ``gomp_map_vars_internal``, in its phases: the scan
+        that finds what is mapped already and sizes the new block
+        (:meth:`_map_vars_scan`), the block's allocation (:meth:`_alloc_block`), the
+        pass that enters the new keys and writes the block (:meth:`_map_vars_fill`),
+        and for a target region the copy of the argument addresses (``gomp_map_val``)
+        to the block's start."""
         if rset is None:
             rset = set()
         mapnum = len(hostaddrs)
@@ -598,6 +657,34 @@ class GompMapper:
                   refcount=0 if pragma_kind & GOMP_MAP_VARS_ENTER_DATA else 1)
         if mapnum == 0:
             return tgt
+        tgt_align, tgt_size, not_found_cnt, has_firstprivate = self._map_vars_scan(
+            tgt, hostaddrs, sizes, kinds, pragma_kind, rset)
+        if not_found_cnt or pragma_kind & GOMP_MAP_VARS_TARGET:
+            self._alloc_block(tgt, tgt_size, tgt_align)
+        if not_found_cnt or has_firstprivate:
+            self._map_vars_fill(tgt, hostaddrs, sizes, kinds, pragma_kind, rset)
+
+        if pragma_kind & GOMP_MAP_VARS_TARGET:
+            block = _abi.ScratchBuffer(8 * mapnum)
+            block.set_u64s([self.map_val(tgt, hostaddrs, j) for j in range(mapnum)])
+            self._h2d(tgt.tgt_start, block.address, 8 * mapnum)
+
+        if pragma_kind & GOMP_MAP_VARS_ENTER_DATA and tgt.refcount == 0:
+            # nothing new: libgomp frees the descriptor (its block, if any, is not used)
+            self._free_block(tgt)
+            return None
+        return tgt
+
+    def _map_vars_scan(self, tgt: Tgt, hostaddrs, sizes, kinds, pragma_kind: int,
+                       rset: set) -> tuple[int, int, int, bool]:
+        """The first loop of ``gomp_map_vars_internal``: every list item either
+        found mapped (:meth:`_map_existing`, :meth:`_map_fields_existing`), inlined,
+        or counted for the new block.  Returns ``(tgt_align, tgt_size,
+        not_found_cnt, has_firstprivate)``: the block's alignment and size in bytes
+        (the argument addresses of a target region first), how many items need a
+        new key, and whether a later pass has firstprivate, always-pointer or attach
+        items to write."""
+        mapnum = len(hostaddrs)
         mm = self.mem_map
         tgt_align, tgt_size = 8, 0
         not_found_cnt = 0
@@ -619,13 +706,7 @@ class GompMapper:
             if t in (GOMP_MAP_USE_DEVICE_PTR, GOMP_MAP_USE_DEVICE_PTR_IF_PRESENT):
                 L[i].key = None
                 if not not_found_cnt:
-                    h = hostaddrs[i]
-                    n = mm.map_lookup(h, h)
-                    if n is not None:
-                        hostaddrs[i] = (n.device_address + h - n.host_start) & _U64
-                    elif t == GOMP_MAP_USE_DEVICE_PTR:
-                        raise GompFatal("use_device_ptr pointer wasn't mapped")
-                    L[i].offset = OFFSET_INLINED
+                    self._use_device_ptr(L[i], hostaddrs, i, t)
                 else:
                     L[i].offset = 0
                 i += 1
@@ -707,189 +788,199 @@ class GompMapper:
                                     "(Fortran array descriptors: not supported by "
                                     "offload_shim)")
             i += 1
+        return tgt_align, tgt_size, not_found_cnt, has_firstprivate
 
-        if not_found_cnt or pragma_kind & GOMP_MAP_VARS_TARGET:
-            to_free = self.mem.alloc(tgt_size + tgt_align - 1)
-            if not to_free:
-                raise GompFatal("device memory allocation fail")
-            tgt.to_free = to_free
-            tgt.tgt_start = _align_up(to_free, tgt_align)
-            tgt.tgt_end = tgt.tgt_start + tgt_size
-            self.live_tgts[id(tgt)] = tgt
-        tgt_size = mapnum * 8 if pragma_kind & GOMP_MAP_VARS_TARGET else 0
+    def _alloc_block(self, tgt: Tgt, tgt_size: int, tgt_align: int) -> None:
+        """The construct's device block (``devicep->alloc_func`` in
+        ``gomp_map_vars_internal``): ``tgt_size`` bytes aligned to ``tgt_align``.
+        Raises :class:`GompFatal` when the device has no memory for it."""
+        to_free = self.mem.alloc(tgt_size + tgt_align - 1)
+        if not to_free:
+            raise GompFatal("device memory allocation fail")
+        tgt.to_free = to_free
+        tgt.tgt_start = _align_up(to_free, tgt_align)
+        tgt.tgt_end = tgt.tgt_start + tgt_size
+        self.live_tgts[id(tgt)] = tgt
 
-        if not_found_cnt or has_firstprivate:
-            field_tgt_offset = 0
-            field_tgt_clear: int | None = None
-            field_tgt_base = 0
-            se_first: Key | None = None
-            i = 0
-            while i < mapnum:
-                if L[i].key is not None:
-                    i += 1
-                    continue
-                kind = get_kind(kinds, i)
-                implicit = implicit_p(kinds[i])
-                t = kind & 0xFF
-                if hostaddrs[i] == 0:
-                    i += 1
-                    continue
-                if t == GOMP_MAP_FIRSTPRIVATE:
-                    align = 1 << (kind >> 8)
-                    tgt_size = _align_up(tgt_size, align)
-                    L[i].offset = tgt_size
-                    dev = tgt.tgt_start + tgt_size
-                    self._h2d(dev, hostaddrs[i], sizes[i])
-                    self._event("firstprivate", t, hostaddrs[i], sizes[i], dev)
-                    tgt_size += sizes[i]
-                    i += 1
-                    continue
-                if t in (GOMP_MAP_FIRSTPRIVATE_INT, GOMP_MAP_ZERO_LEN_ARRAY_SECTION):
-                    i += 1
-                    continue
-                if t in (GOMP_MAP_USE_DEVICE_PTR_IF_PRESENT, GOMP_MAP_USE_DEVICE_PTR):
-                    if L[i].offset == 0:
-                        h = hostaddrs[i]
-                        n = mm.map_lookup(h, h)
-                        if n is not None:
-                            hostaddrs[i] = (n.device_address + h - n.host_start) & _U64
-                        elif t == GOMP_MAP_USE_DEVICE_PTR:
-                            raise GompFatal("use_device_ptr pointer wasn't mapped")
-                        L[i].offset = OFFSET_INLINED
-                    i += 1
-                    continue
-                if t == GOMP_MAP_STRUCT:
-                    first, last = i + 1, i + sizes[i]
-                    s = hostaddrs[i]
-                    e = hostaddrs[last] + sizes[last]
-                    if L[first].key is not None:
-                        i += 1
-                        continue
-                    n = mm.lookup(s, e)
-                    if n is None:
-                        align = 1 << (kind >> 8)
-                        tgt_size -= hostaddrs[first] - hostaddrs[i]
-                        tgt_size = _align_up(tgt_size, align)
-                        tgt_size += hostaddrs[first] - hostaddrs[i]
-                        field_tgt_base = hostaddrs[first]
-                        field_tgt_offset = tgt_size
-                        field_tgt_clear = last
-                        se_first = None
-                        tgt_size += e - hostaddrs[first]
-                        i += 1
-                        continue
-                    for j in range(first, last + 1):
-                        self._map_fields_existing(tgt, n, first, j, hostaddrs, sizes, kinds,
-                                                  rset)
-                    i = last + 1
-                    continue
-                if t == GOMP_MAP_ALWAYS_POINTER:
-                    s = hostaddrs[i]
-                    n = mm.lookup(s, s + 8)
-                    if n is None or n.host_start > s or n.host_end < s + 8:
-                        raise GompFatal("always pointer not mapped")
-                    val = 0
-                    if i > 0 and (get_kind(kinds, i - 1) & 0xFF) != GOMP_MAP_ALWAYS_POINTER:
-                        val = self.map_val(tgt, hostaddrs, i - 1)
-                    if val:
-                        val -= sizes[i]
-                    self._h2d_value(n.device_address + s - n.host_start, val & _U64)
-                    i += 1
-                    continue
-                if t == GOMP_MAP_IF_PRESENT:
-                    if i + 1 < mapnum and (get_kind(kinds, i + 1) & 0xFF) == GOMP_MAP_POINTER:
-                        i += 1
-                    i += 1
-                    continue
-                if t in (GOMP_MAP_ATTACH, GOMP_MAP_ATTACH_ZERO_LENGTH_ARRAY_SECTION):
-                    s = hostaddrs[i]
-                    n = mm.lookup(s, s + 8)
-                    if n is not None:
-                        L[i].key = n
-                        L[i].offset = s - n.host_start
-                        L[i].length = n.host_end - n.host_start
-                        L[i].copy_from = L[i].always_copy_from = False
-                        L[i].is_attach = True
-                        self.attach_pointer(n, s, sizes[i],
-                                            t == GOMP_MAP_ATTACH_ZERO_LENGTH_ARRAY_SECTION)
-                    i += 1
-                    continue
-                # a new key
-                s = hostaddrs[i]
-                e = s + (8 if pointer_p(t) else sizes[i])
-                n = mm.lookup(s, e)
-                if n is not None and n.refcount != REFCOUNT_LINK:
-                    self._map_existing(n, s, e, L[i], t, False, implicit, rset)
-                    i += 1
-                    continue
-                k = Key(s, e)
-                if n is not None and n.refcount == REFCOUNT_LINK:
-                    mm.remove(n)
-                    k.link_key = n
-                align = 1 << (kind >> 8)
-                L[i].key = k
-                k.tgt = tgt
-                k.refcount = 0
-                if field_tgt_clear is not None:
-                    k.tgt_offset = s - field_tgt_base + field_tgt_offset
-                    k.refcount = REFCOUNT_STRUCTELEM
-                    if se_first is None:
-                        se_first = k
-                        k.se_siblings = []
-                    k.se_first = se_first
-                    se_first.se_siblings.append(k)
-                    if i == field_tgt_clear:
-                        k.se_last = True
-                        se_first = None
-                        field_tgt_clear = None
-                else:
-                    tgt_size = _align_up(tgt_size, align)
-                    k.tgt_offset = tgt_size
-                    tgt_size += e - s
-                self.increment(k, rset)
-                L[i].copy_from = copy_from_p(t)
-                L[i].always_copy_from = always_from_p(t)
-                L[i].is_attach = False
-                L[i].offset = 0
-                L[i].length = e - s
-                tgt.refcount += 1
-                tgt.keys.append(k)
-                mm.insert(k)
-                dev = k.device_address
-                self._event("map", t, s, e - s, dev, k)
-                if t in (GOMP_MAP_ALLOC, GOMP_MAP_FROM, GOMP_MAP_FORCE_ALLOC,
-                         GOMP_MAP_FORCE_FROM, GOMP_MAP_ALWAYS_FROM):
-                    pass
-                elif t in (GOMP_MAP_TO, GOMP_MAP_TOFROM, GOMP_MAP_FORCE_TO,
-                           GOMP_MAP_FORCE_TOFROM, GOMP_MAP_ALWAYS_TO, GOMP_MAP_ALWAYS_TOFROM):
-                    self._h2d(dev, s, e - s)
-                    self._event("copy_to", t, s, e - s, dev, k)
-                elif t in (GOMP_MAP_POINTER, GOMP_MAP_POINTER_TO_ZERO_LENGTH_ARRAY_SECTION):
-                    self._map_pointer(tgt, _abi.read_u64(s), k.tgt_offset, sizes[i],
-                                      t == GOMP_MAP_POINTER_TO_ZERO_LENGTH_ARRAY_SECTION)
-                elif t == GOMP_MAP_FORCE_PRESENT:
-                    size = e - s
-                    raise GompFatal(f"present clause: !acc_is_present ({fmt_p(s)}, {size} "
-                                    f"({size:#x}))")
-                elif t == GOMP_MAP_FORCE_DEVICEPTR:
-                    self._h2d(dev, s, 8)
-                else:
-                    raise GompFatal(f"gomp_map_vars_internal: unhandled kind {kind:#04x}")
-                if k.link_key is not None:
-                    # the device's link pointer now points at the mapped object
-                    self._h2d_value(k.link_key.tgt_offset, dev)
+    def _use_device_ptr(self, tv: TargetVar, hostaddrs, i: int, t: int) -> None:
+        """``use_device_ptr`` / ``use_device_ptr_if_present``: the host address
+        ``hostaddrs[i]`` replaced by its device address when it is mapped; an
+        unmapped ``use_device_ptr`` is fatal (libgomp's message)."""
+        h = hostaddrs[i]
+        n = self.mem_map.map_lookup(h, h)
+        if n is not None:
+            hostaddrs[i] = (n.device_address + h - n.host_start) & _U64
+        elif t == GOMP_MAP_USE_DEVICE_PTR:
+            raise GompFatal("use_device_ptr pointer wasn't mapped")
+        tv.offset = OFFSET_INLINED
+
+    def _map_vars_fill(self, tgt: Tgt, hostaddrs, sizes, kinds, pragma_kind: int,
+                       rset: set) -> None:
+        """The second loop of ``gomp_map_vars_internal``, over the items the scan
+        left without a key: firstprivate copies into the block, the deferred
+        ``use_device_ptr`` items, structures (their elements laid out together),
+        always-pointers, attachments, and the new keys (:meth:`_map_new_key`)."""
+        mapnum = len(hostaddrs)
+        mm = self.mem_map
+        L = tgt.list
+        lay = _BlockLayout(mapnum * 8 if pragma_kind & GOMP_MAP_VARS_TARGET else 0)
+        i = 0
+        while i < mapnum:
+            if L[i].key is not None:
                 i += 1
+                continue
+            kind = get_kind(kinds, i)
+            t = kind & 0xFF
+            if hostaddrs[i] == 0:
+                i += 1
+                continue
+            if t == GOMP_MAP_FIRSTPRIVATE:
+                align = 1 << (kind >> 8)
+                lay.size = _align_up(lay.size, align)
+                L[i].offset = lay.size
+                dev = tgt.tgt_start + lay.size
+                self._h2d(dev, hostaddrs[i], sizes[i])
+                self._event("firstprivate", t, hostaddrs[i], sizes[i], dev)
+                lay.size += sizes[i]
+                i += 1
+                continue
+            if t in (GOMP_MAP_FIRSTPRIVATE_INT, GOMP_MAP_ZERO_LEN_ARRAY_SECTION):
+                i += 1
+                continue
+            if t in (GOMP_MAP_USE_DEVICE_PTR_IF_PRESENT, GOMP_MAP_USE_DEVICE_PTR):
+                if L[i].offset == 0:
+                    self._use_device_ptr(L[i], hostaddrs, i, t)
+                i += 1
+                continue
+            if t == GOMP_MAP_STRUCT:
+                first, last = i + 1, i + sizes[i]
+                s = hostaddrs[i]
+                e = hostaddrs[last] + sizes[last]
+                if L[first].key is not None:
+                    i += 1
+                    continue
+                n = mm.lookup(s, e)
+                if n is None:
+                    lay.open_struct(hostaddrs[i], hostaddrs[first], e, last, 1 << (kind >> 8))
+                    i += 1
+                    continue
+                for j in range(first, last + 1):
+                    self._map_fields_existing(tgt, n, first, j, hostaddrs, sizes, kinds,
+                                              rset)
+                i = last + 1
+                continue
+            if t == GOMP_MAP_ALWAYS_POINTER:
+                self._map_always_pointer(tgt, hostaddrs, sizes, kinds, i)
+                i += 1
+                continue
+            if t == GOMP_MAP_IF_PRESENT:
+                if i + 1 < mapnum and (get_kind(kinds, i + 1) & 0xFF) == GOMP_MAP_POINTER:
+                    i += 1
+                i += 1
+                continue
+            if t in (GOMP_MAP_ATTACH, GOMP_MAP_ATTACH_ZERO_LENGTH_ARRAY_SECTION):
+                self._map_attach(L[i], hostaddrs[i], sizes[i], t)
+                i += 1
+                continue
+            self._map_new_key(tgt, i, hostaddrs[i], sizes[i], kind, implicit_p(kinds[i]),
+                              lay, rset)
+            i += 1
 
-        if pragma_kind & GOMP_MAP_VARS_TARGET:
-            block = _abi.ScratchBuffer(8 * mapnum)
-            block.set_u64s([self.map_val(tgt, hostaddrs, j) for j in range(mapnum)])
-            self._h2d(tgt.tgt_start, block.address, 8 * mapnum)
+    def _map_always_pointer(self, tgt: Tgt, hostaddrs, sizes, kinds, i: int) -> None:
+        """``GOMP_MAP_ALWAYS_POINTER``: the device copy of the pointer at
+        ``hostaddrs[i]`` (which must be mapped) set to the device address of the
+        previous item less ``sizes[i]`` (the bias), or 0."""
+        s = hostaddrs[i]
+        n = self.mem_map.lookup(s, s + 8)
+        if n is None or n.host_start > s or n.host_end < s + 8:
+            raise GompFatal("always pointer not mapped")
+        val = 0
+        if i > 0 and (get_kind(kinds, i - 1) & 0xFF) != GOMP_MAP_ALWAYS_POINTER:
+            val = self.map_val(tgt, hostaddrs, i - 1)
+        if val:
+            val -= sizes[i]
+        self._h2d_value(n.device_address + s - n.host_start, val & _U64)
 
-        if pragma_kind & GOMP_MAP_VARS_ENTER_DATA and tgt.refcount == 0:
-            # nothing new: libgomp frees the descriptor (its block, if any, is not used)
-            self._free_block(tgt)
-            return None
-        return tgt
+    def _map_attach(self, tv: TargetVar, s: int, bias: int, t: int) -> None:
+        """``GOMP_MAP_ATTACH`` (``_ZERO_LENGTH_ARRAY_SECTION``): when the pointer at
+        host address ``s`` is mapped, the item refers to its key and the pointer is
+        attached (:meth:`attach_pointer`, ``bias`` bytes)."""
+        n = self.mem_map.lookup(s, s + 8)
+        if n is not None:
+            tv.key = n
+            tv.offset = s - n.host_start
+            tv.length = n.host_end - n.host_start
+            tv.copy_from = tv.always_copy_from = False
+            tv.is_attach = True
+            self.attach_pointer(n, s, bias, t == GOMP_MAP_ATTACH_ZERO_LENGTH_ARRAY_SECTION)
+
+    def _map_new_key(self, tgt: Tgt, i: int, s: int, size: int, kind: int, implicit: bool,
+                     lay: _BlockLayout, rset: set) -> None:
+        """List item ``i`` (host address ``s``, ``size`` bytes, map ``kind``) in the
+        second loop: mapped meanwhile (an earlier item of the same construct) it is
+        :meth:`_map_existing`; otherwise a new key at its place in the block
+        (``lay``), entered in the table with its first reference, and its data
+        copied as its kind says (:meth:`_copy_new_key`).  A ``declare target link``
+        key it replaces is remembered and its device pointer redirected."""
+        mm = self.mem_map
+        tv = tgt.list[i]
+        t = kind & 0xFF
+        e = s + (8 if pointer_p(t) else size)
+        n = mm.lookup(s, e)
+        if n is not None and n.refcount != REFCOUNT_LINK:
+            self._map_existing(n, s, e, tv, t, False, implicit, rset)
+            return
+        k = Key(s, e)
+        if n is not None and n.refcount == REFCOUNT_LINK:
+            mm.remove(n)
+            k.link_key = n
+        tv.key = k
+        k.tgt = tgt
+        k.refcount = 0
+        lay.place(k, i, s, e, 1 << (kind >> 8))
+        self.increment(k, rset)
+        tv.copy_from = copy_from_p(t)
+        tv.always_copy_from = always_from_p(t)
+        tv.is_attach = False
+        tv.offset = 0
+        tv.length = e - s
+        tgt.refcount += 1
+        tgt.keys.append(k)
+        mm.insert(k)
+        dev = k.device_address
+        self._event("map", t, s, e - s, dev, k)
+        self._copy_new_key(tgt, k, kind, size)
+        if k.link_key is not None:
+            # the device's link pointer now points at the mapped object
+            self._h2d_value(k.link_key.tgt_offset, dev)
+
+    def _copy_new_key(self, tgt: Tgt, k: Key, kind: int, size: int) -> None:
+        """What a new key's map kind copies to the device (the ``switch (kind &
+        typemask)`` after a new key in ``gomp_map_vars_internal``): nothing for
+        alloc / from, the host data for to / tofrom, the translated pointer for a
+        pointer (:meth:`_map_pointer`, ``size`` being its bias), the pointer value
+        for ``force_deviceptr``; ``force_present`` and unknown kinds are fatal."""
+        t = kind & 0xFF
+        s, e = k.host_start, k.host_end
+        dev = k.device_address
+        if t in (GOMP_MAP_ALLOC, GOMP_MAP_FROM, GOMP_MAP_FORCE_ALLOC,
+                 GOMP_MAP_FORCE_FROM, GOMP_MAP_ALWAYS_FROM):
+            pass
+        elif t in (GOMP_MAP_TO, GOMP_MAP_TOFROM, GOMP_MAP_FORCE_TO,
+                   GOMP_MAP_FORCE_TOFROM, GOMP_MAP_ALWAYS_TO, GOMP_MAP_ALWAYS_TOFROM):
+            self._h2d(dev, s, e - s)
+            self._event("copy_to", t, s, e - s, dev, k)
+        elif t in (GOMP_MAP_POINTER, GOMP_MAP_POINTER_TO_ZERO_LENGTH_ARRAY_SECTION):
+            self._map_pointer(tgt, _abi.read_u64(s), k.tgt_offset, size,
+                              t == GOMP_MAP_POINTER_TO_ZERO_LENGTH_ARRAY_SECTION)
+        elif t == GOMP_MAP_FORCE_PRESENT:
+            size = e - s
+            raise GompFatal(f"present clause: !acc_is_present ({fmt_p(s)}, {size} "
+                            f"({size:#x}))")
+        elif t == GOMP_MAP_FORCE_DEVICEPTR:
+            self._h2d(dev, s, 8)
+        else:
+            raise GompFatal(f"gomp_map_vars_internal: unhandled kind {kind:#04x}")
 
     # -- gomp_unmap_vars_internal ----------------------------------------------------------
     def unmap_vars(self, tgt: Tgt, do_copyfrom: bool, rset: set | None = None) -> None:

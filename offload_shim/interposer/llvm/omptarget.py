@@ -5,9 +5,9 @@ Mirrors libomptarget 16 ``omptarget.cpp`` (``targetDataBegin``, ``targetDataEnd`
 ``targetDataMapper`` for user-defined mappers, the partial-struct padding of
 ``getPartialStructRequiredAlignment``) and the ``OMP_TGT_MAPTYPE_*`` bits of
 ``omptarget.h``.  Each function takes the
-:class:`~offload_shim.interposer.mapping.DeviceMapper` of the device and the construct's
+:class:`~offload_shim.interposer.llvm.mapping.DeviceMapper` of the device and the construct's
 :class:`~offload_shim.abi.interposer.MapArgs`; a failure prints libomptarget's lines and
-raises :class:`~offload_shim.interposer.mapping.MapError`.
+raises :class:`~offload_shim.interposer.llvm.mapping.MapError`.
 
 ``MAP_ATTACH`` (0x4000) is emitted by clang 22 for list items with a base pointer
 (``map(to: p[0:n])`` -> the section, then ``{&p, &p[0], sizeof(p), ATTACH}``); LLVM 22
@@ -19,8 +19,8 @@ was newly mapped by the construct (or ``always``), and only when both are mapped
 
 from __future__ import annotations
 
-from ..abi import interposer as _abi
-from ..errors import OffloadError
+from ...abi import interposer as _abi
+from ...errors import OffloadError
 from . import diag
 from .mapping import DeviceMapper, MapError, TargetPointer
 

@@ -12,7 +12,7 @@ declare-target globals (``initLibrary``: infinite reference count) and the INFO 
 (``Mapping exists``, ``Creating new map entry``, ``Removing map entry``, ``Copying
 data``, the table dump) in the words of the program's release (19.1 and 22.1 add
 ``TgtAllocBegin=``, a line for unified shared memory and ``table empty``:
-:class:`~offload_shim.interposer.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
+:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
 :meth:`Device.free` (the pool); a copy for a row goes through the row's block
 (:meth:`Device.submit_in` / :meth:`Device.retrieve_in`: checked against that block
 only), any other (a global's row, an associated pointer, a shadow pointer) through
@@ -41,15 +41,18 @@ import contextlib
 import threading
 from bisect import bisect_right
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..errors import OffloadError
-from ..records import FieldsRepr
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...errors import OffloadError
+from ...records import FieldsRepr
 from . import diag
 from .profile import LIBOMPTARGET_16
 
 _INF = float("inf")
 OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
+#: the offload policy, libomptarget 16 device.h / libomp kmp.h ``kmp_target_offload_kind``
+#: (``tgt_disabled``, ``tgt_default``, ``tgt_mandatory``)
+TGT_DISABLED, TGT_DEFAULT, TGT_MANDATORY = 0, 1, 2
 
 
 def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
@@ -67,7 +70,7 @@ def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
     plugin's LLVM view stands for a nextgen one.
 
     A per-release difference: to move into the runtime profile
-    (``offload_shim/interposer/profile.py``) when it lands."""
+    (``offload_shim/interposer/llvm/profile.py``) when it lands."""
     if host_runtime >= 19:
         return True
     return plugin_generation not in ("llvm16-classic", "llvm14")
@@ -328,7 +331,7 @@ class DeviceMapper:
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
     ``requires`` returns the ``__tgt_register_requires`` flags in force; ``profile``
-    the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the program's
+    the :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` of the program's
     release (its INFO lines).
 
     ``lock`` (an RLock, libomptarget 16 ``DeviceTy::DataMapMtx``) guards ``table``,
@@ -351,7 +354,7 @@ class DeviceMapper:
         self.cv = threading.Condition(self.lock)
         self.waiting = 0
         self.lib_key = None
-        #: id of a :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM` bug -> how
+        #: id of a :data:`~offload_shim.interposer.llvm.profile.FIXED_UPSTREAM` bug -> how
         #: many times a construct met it (:meth:`note_fixed_upstream`)
         self.fixed_upstream: dict[str, int] = {}
 
@@ -361,7 +364,7 @@ class DeviceMapper:
 
     @property
     def profile(self):
-        """The :class:`~offload_shim.interposer.profile.RuntimeProfile` in force."""
+        """The :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` in force."""
         return self._profile()
 
     def _info(self, flags: int, text: str) -> None:
@@ -369,7 +372,7 @@ class DeviceMapper:
 
     def note_fixed_upstream(self, bug: str) -> bool:
         """A construct met ``bug`` (an id of
-        :data:`~offload_shim.interposer.profile.FIXED_UPSTREAM`), where this mapper
+        :data:`~offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`), where this mapper
         follows the upstream fix: counted in :attr:`fixed_upstream` when the
         program's release has the bug (its profile's ``fixed_upstream``), so that
         ``offload-shim run --report`` and ``offload-shim compare`` can name why the

@@ -11,7 +11,7 @@ and ``omp_get_mapped_ptr`` (a 1-byte lookup), ``omp_target_associate_ptr`` /
 plugin's ``data_lock``), ``__tgt_print_device_info`` and ``__tgt_set_info_flag``.
 ``omp_target_memcpy_rect`` and ``omp_get_device_num`` are done in C
 (native/interposer.c) on top of these.  Each routine takes ``ip``, the
-:class:`~offload_shim.interposer.interface.Interposer`, and returns the C value.
+:class:`~offload_shim.interposer.llvm.interface.Interposer`, and returns the C value.
 
 The routines libomptarget 19.1 and 22.1 added (native/interposer_api.c): the
 asynchronous copies and fills are libomp tasks in C around the routines above;
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import sys
 
-from ..abi import interposer as _abi
-from ..abi.interposer import CB_FAIL, CB_OK
-from ..errors import OffloadError
+from ...abi import interposer as _abi
+from ...abi.interposer import CB_FAIL, CB_OK
+from ...errors import OffloadError
 from . import diag
 from . import profile as _prof
+from .mapping import TGT_DISABLED
 
 #: Exports of libomptarget 16, 19.1 and 22.1 (``nm -D --defined-only``) that offload_shim
 #: does not define, on purpose: name -> reason (docs/conformance.md).  Every other export
@@ -354,7 +355,7 @@ def _interop_get22(ip, targetsync: int, ndeps: int) -> int:
     default one without devices included: ``OffloadPolicy``), else wait for the depend
     clauses of a targetsync request; the object is ``omp_interop_none`` (the LLVM 16
     plugins select no foreign runtime, as 22.1's own x86_64 host plugin)."""
-    if ip.policy() == _abi.TGT_DISABLED:
+    if ip.policy() == TGT_DISABLED:
         return 0
     return _abi.IOP_WAIT if targetsync and ndeps else 0
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 
-from ..abi import interposer as _abi
-from ..errors import OffloadError
+from ...abi import interposer as _abi
+from ...errors import OffloadError
 from . import diag
 from .mapping import DeviceMapper, MapError
 from .omptarget import (MAP_IMPLICIT, MAP_LITERAL, MAP_MEMBER_OF, MAP_PRIVATE,
@@ -55,7 +55,7 @@ class _Privates:
         """Where ``PrivateArgumentManagerTy`` puts packed first-private arguments
         ``args`` (``(host address, size)``): the program's release's rule
         (:meth:`RuntimeProfile.pack_firstprivate
-        <offload_shim.interposer.profile.RuntimeProfile.pack_firstprivate>`; 16: each
+        <offload_shim.interposer.llvm.profile.RuntimeProfile.pack_firstprivate>`; 16: each
         takes ``Size + Size % 8`` bytes, 13 bytes take 18).  Returns (offsets, total
         bytes)."""
         return self.dm.profile.pack_firstprivate(args)

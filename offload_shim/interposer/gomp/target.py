@@ -17,7 +17,7 @@ Two modes (:class:`GompSide`):
   registration, unregistration and construct, and why each construct ran on the host
   (``resolve_device`` of GCC 12 over libgomp's own device count).
 * **host device** (``offload-shim run --gomp-host-device``): one device,
-  :class:`~offload_shim.interposer.gomp_device.GompHostDevice`, with separate memory and
+  :class:`~offload_shim.interposer.gomp.device.GompHostDevice`, with separate memory and
   libgomp 12's mapping; GCC's API routines are answered here, so the program, libgomp's
   entry points and Python see one device list: device 0 is the host device, the initial
   device is 1 (0 devices under ``OMP_TARGET_OFFLOAD=disabled``).
@@ -29,11 +29,11 @@ import os
 import sys
 import threading
 
-from ..abi import gomp_interposer as _gabi
-from ..abi import interposer as _abi
-from ..core.images import HostEntry, OffloadImage
-from ..errors import InvalidImageError, OffloadError
-from .gomp_mapping import (GOMP_MAP_VARS_DATA, GOMP_TARGET_FLAG_EXIT_DATA, GompFatal,
+from ...abi import gomp_interposer as _gabi
+from ...abi import interposer as _abi
+from ...core.images import HostEntry, OffloadImage
+from ...errors import InvalidImageError, OffloadError
+from .mapping import (GOMP_MAP_VARS_DATA, GOMP_TARGET_FLAG_EXIT_DATA, GompFatal,
                            fmt_p)
 
 # libgomp (GCC 12 gomp-constants.h / target.c)
@@ -50,7 +50,7 @@ MAX_RECORDS = 10_000
 class GompImage(OffloadImage):
     """A GCC library's offload image as ``GOMP_offload_register_ver`` hands it over
     (the inputs of libgomp target.c ``gomp_load_image_to_device``).  ``gomp_version``
-    (packed, abi-reference 2.1), ``gomp_target_type`` (``enum offload_target_type``:
+    (packed, GCC 12 libgomp-plugin.h GOMP_VERSION), ``gomp_target_type`` (``enum offload_target_type``:
     5 = nvptx, 8 = gcn), ``gomp_target_data`` (address
     of mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes),
     ``host_table``; entries: the functions then the variables of the host table, in
@@ -62,7 +62,7 @@ class GompImage(OffloadImage):
 
     def __init__(self, data, entries, *, name, host_addresses, version, target_type,
                  target_data, host_table, device_data=None):
-        from ..elf.imageinfo import GOMP_TARGET_TYPES
+        from ...elf.imageinfo import GOMP_TARGET_TYPES
         super().__init__(data, entries, name=name, host_addresses=host_addresses,
                          machine=GOMP_TARGET_TYPES.get(target_type, f"gomp-{target_type}"))
         self.gomp_version = version
@@ -76,7 +76,7 @@ class GompImage(OffloadImage):
                           vars_) -> "GompImage":
         """Build from the arguments of ``GOMP_offload_register_ver`` and the decoded
         host table.  Raises ValueError (NULL host addresses, duplicate names)."""
-        from ..elf.imageinfo import parse_nvptx_target_data
+        from ...elf.imageinfo import parse_nvptx_target_data
         dd = None
         data = b""
         fnames = [f"func{i}" for i in range(len(funcs))]
@@ -118,7 +118,7 @@ class GompSide:
     """libgomp's host side over a :class:`~offload_shim.Runtime`.
 
     ``host_device``: serve GCC code with a
-    :class:`~offload_shim.interposer.gomp_device.GompHostDevice` (else libgomp mode, see
+    :class:`~offload_shim.interposer.gomp.device.GompHostDevice` (else libgomp mode, see
     the module docstring).  ``policy``: an ``OMP_TARGET_OFFLOAD`` override for the host
     device (libgomp mode follows libgomp, which reads the environment).  Messages of
     failures go to ``errors``, images no plugin takes to ``unsupported`` (both lists
@@ -154,7 +154,7 @@ class GompSide:
         self._table = None
         self._lib = None
         if self.host_device_enabled:
-            from .gomp_device import GompHostDevice
+            from .device import GompHostDevice
             self.host_device = GompHostDevice()
 
     @property
@@ -166,7 +166,7 @@ class GompSide:
     def install(self, lib) -> None:
         """Install the callback table in the interposer ``lib`` and replay the
         registrations it recorded before.  Raises OffloadError on a size mismatch."""
-        from .bridge import guard
+        from ..bridge import guard
         handlers = {
             "reg": guard(self.on_register, self._plain_error),
             "decide": guard(self.on_decide, self._plain_error, fail=_gabi.PASSTHROUGH),
@@ -220,7 +220,7 @@ class GompSide:
         000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
         host function addresses, ``(address, size)`` variable pairs, top size bit =
         ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX objects,
-        function and variable names, abi-reference 2.6), record both in
+        function and variable names, GCC 12 mkoffload), record both in
         :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime
         (pending for the plugins of that target type; :attr:`unsupported` when none
         takes it); an initialised host device loads it at once

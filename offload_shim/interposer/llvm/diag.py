@@ -10,7 +10,7 @@ is set in ``LIBOMPTARGET_INFO`` or ``__tgt_set_info_flag``), ``FATAL_MESSAGE``
 ``getNameFromMapping``.  Users and test suites grep these lines, so their text is
 libomptarget's own; everything goes to stderr, unbuffered.  The runtime's name
 (``Libomptarget`` / ``omptarget``) and how ``LIBOMPTARGET_DEBUG`` is read come from the
-:class:`~offload_shim.interposer.profile.RuntimeProfile` the interposer chose
+:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` the interposer chose
 (:func:`set_profile`); until one is chosen, 16's.
 """
 
@@ -21,7 +21,7 @@ import re
 import sys
 import threading
 
-from ..abi import interposer as _abi
+from ...abi import interposer as _abi
 from .profile import LIBOMPTARGET_16, RuntimeProfile
 
 # OMP_INFOTYPE_* (LLVM 16 include/Debug.h)

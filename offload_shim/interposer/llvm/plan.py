@@ -2,7 +2,8 @@
 
 Every ``__tgt_target_kernel`` / ``__tgt_target_data_*_mapper`` reaches Python once, as
 a frame of 64-bit words that the C bridge fills (``native/interposer.c``, "one crossing
-per construct"; layout in :mod:`offload_shim.abi.interposer`, ``FRAME_*``).  This
+per construct"; layout declared in ``native/interposer_frame.h``, named in
+:mod:`offload_shim.abi.interposer` ``FRAME_*``).  This
 module serves the frames:
 
 * **plans**: the constant arrays of a construct (map types, and whether it has
@@ -64,14 +65,21 @@ from __future__ import annotations
 import os
 import threading
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..errors import OffloadError
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...errors import OffloadError
 from .mapping import MapEntry
 from .omptarget import (MAP_FROM, MAP_IMPLICIT, MAP_LITERAL, MAP_MEMBER_OF,
                         MAP_TARGET_PARAM, MAP_TO)
 
 HEAD = _abi.FRAME_HEAD
+# the frame's header words (native/interposer_frame.h enum osh_frame_word)
+W_KIND, W_N, W_DEV, W_LOC, W_HOST_PTR, W_KARGS, W_TEAMS, W_THREADS = (
+    _abi.FRAME_KIND, _abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_LOC, _abi.FRAME_HOST_PTR,
+    _abi.FRAME_KARGS, _abi.FRAME_TEAMS, _abi.FRAME_THREADS)
+W_TYPES_P, W_NAMES_P, W_MAPPERS_P, W_KARGS_VERSION, W_COPIED = (
+    _abi.FRAME_TYPES_P, _abi.FRAME_NAMES_P, _abi.FRAME_MAPPERS_P, _abi.FRAME_KARGS_VERSION,
+    _abi.FRAME_COPIED)
 KERNEL, BEGIN, END, UPDATE = (_abi.FRAME_KERNEL, _abi.FRAME_BEGIN, _abi.FRAME_END,
                               _abi.FRAME_UPDATE)
 #: environment variable that turns the cheap path off (``1``)
@@ -177,7 +185,7 @@ class _Reservation:
         ready = phase != RESERVED
         ending = phase == ENDING
         v, maps = self.v, self.maps
-        names = v[_abi.FRAME_NAMES_P]
+        names = v[W_NAMES_P]
         ents = []
         for j, (k, hp, size) in enumerate(self.fresh):
             i = maps[k][0]
@@ -310,8 +318,9 @@ class FastPath:
         v = self._views.get(addr)
         if v is None:
             v = self._views[addr] = _abi.frame_view(addr)
-        kind = v[0]
-        if v[15] and self._enabled and (kind != KERNEL or v[14] in _clang.KERNEL_ARGS):
+        kind = v[W_KIND]
+        if v[W_COPIED] and self._enabled and (kind != KERNEL
+                                              or v[W_KARGS_VERSION] in _clang.KERNEL_ARGS):
             rc = self._serve(v, kind)
             if rc is not None:
                 return rc
@@ -320,12 +329,13 @@ class FastPath:
         return self._general(v, kind)
 
     def _general(self, v, kind: int) -> int:
-        dev = v[2] - _U64 if v[2] > _I64_MAX else v[2]
+        dev = v[W_DEV] - _U64 if v[W_DEV] > _I64_MAX else v[W_DEV]
         if kind == KERNEL:
-            return self._slow_kernel(v[3], dev, _s32(v[6]), _s32(v[7]), v[4], v[5])
-        # word FRAME_HOST_PTR of a data construct's frame: its _nowait entry point
-        return self._slow_data(kind | (_abi.DATA_NOWAIT if v[4] else 0), v[3], dev, v[1],
-                               *_abi.frame_pointer_args(v))
+            return self._slow_kernel(v[W_LOC], dev, _s32(v[W_TEAMS]), _s32(v[W_THREADS]),
+                                     v[W_HOST_PTR], v[W_KARGS])
+        # word W_HOST_PTR of a data construct's frame: its _nowait entry point
+        return self._slow_data(kind | (_abi.DATA_NOWAIT if v[W_HOST_PTR] else 0), v[W_LOC],
+                               dev, v[W_N], *_abi.frame_pointer_args(v))
 
     # -- the cheap path ----------------------------------------------------------------
     def _mapper(self, dev: int, loc: int):
@@ -346,7 +356,7 @@ class FastPath:
         return chk
 
     def _plan(self, v, kind: int, n: int) -> Plan:
-        key = (kind, v[11], n, v[4])
+        key = (kind, v[W_TYPES_P], n, v[W_HOST_PTR])
         plan = self._plans.get(key)
         t0 = HEAD + 3 * n
         if plan is not None:
@@ -357,24 +367,24 @@ class FastPath:
                 return plan
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
-        plan = self._plans[key] = Plan(kind, v[t0:t0 + n].tolist(), bool(v[13]))
+        plan = self._plans[key] = Plan(kind, v[t0:t0 + n].tolist(), bool(v[W_MAPPERS_P]))
         return plan
 
     def _serve(self, v, kind: int):
         """The construct through the cheap path: its return code, or None when the
         general code must do it (nothing of it done yet)."""
-        n = v[1]
+        n = v[W_N]
         plan = self._plan(v, kind, n)
         if not plan.simple:
             return None
-        dev = v[2] - _U64 if v[2] > _I64_MAX else v[2]
-        dm = self._mapper(dev, v[3])
+        dev = v[W_DEV] - _U64 if v[W_DEV] > _I64_MAX else v[W_DEV]
+        dm = self._mapper(dev, v[W_LOC])
         if isinstance(dm, int):
             return dm                       # host fallback or fatal: decided by the check
         if dm.table.shadow or dm.table.padded:
             return None
         if kind == KERNEL:
-            got = self._launcher(plan, dm, v[4], v[14])
+            got = self._launcher(plan, dm, v[W_HOST_PTR], v[W_KARGS_VERSION])
             if got is None:
                 return None
             return self._kernel(v, n, plan, dm, got)
@@ -387,7 +397,7 @@ class FastPath:
         try:
             done = self._end(v, n, plan, dm) if kind == END else self._update(v, n, plan, dm)
         except OffloadError as exc:
-            return self._failed(kind, exc, v[3])
+            return self._failed(kind, exc, v[W_LOC])
         return _abi.CB_OK if done else None
 
     def _kernel(self, v, n: int, plan: Plan, dm, got):
@@ -515,7 +525,7 @@ class FastPath:
             if rec is not None:
                 self._launch_failed(v, dm, rec, lease)
             if isinstance(exc, OffloadError):
-                return self._failed(KERNEL, exc, v[3])
+                return self._failed(KERNEL, exc, v[W_LOC])
             raise
         # targetDataEnd, in reverse order: the new rows are at their last reference
         # (unless another thread took one); a row that existed before keeps at least
@@ -623,7 +633,7 @@ class FastPath:
                 plan.parked.append(lease)
         if err is not None:
             if isinstance(err, OffloadError):
-                return self._failed(KERNEL, err, v[3])
+                return self._failed(KERNEL, err, v[W_LOC])
             raise err
         return _abi.CB_OK
 
@@ -651,7 +661,7 @@ class FastPath:
         with dm.lock:
             if rec.entries is None:
                 table.private.remove(rec)
-                names = v[_abi.FRAME_NAMES_P]
+                names = v[W_NAMES_P]
                 for j, (k, hp, size) in enumerate(rec.fresh):
                     i = rec.maps[k][0]
                     table.insert(MapEntry(v[HEAD + i], hp, hp + size, rec.tgts[k],
@@ -701,7 +711,7 @@ class FastPath:
         incs = []
         new = []                                # (row, bytes to allocate, pad, to)
         ptrs = ()
-        names = v[_abi.FRAME_NAMES_P]           # a row's name: (array, index), read lazily
+        names = v[W_NAMES_P]                    # a row's name: (array, index), read lazily
         lock = dm.lock
         lock.acquire()
         try:

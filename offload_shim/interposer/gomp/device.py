@@ -8,7 +8,7 @@ unregisters, every construct maps its list items into device memory
 addresses.  :class:`GompHostDevice` is such a device whose memory is host memory: it comes
 from the bundled host plugin's GOMP view (``GOMP_OFFLOAD_alloc`` & co.) through the
 device's memory pool (:class:`~offload_shim.core.device.Device`), the mapping is
-:class:`~offload_shim.interposer.gomp_mapping.GompMapper` (libgomp 12's rules), and the
+:class:`~offload_shim.interposer.gomp.mapping.GompMapper` (libgomp 12's rules), and the
 "device function" of a region is its host function, called on the device addresses
 (native/interposer_gomp.c runs it inside libgomp's own host fallback, which provides the
 fresh OpenMP context and the ``thread_limit``).
@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import threading
 
-from ..abi import gomp_interposer as _abi
-from ..errors import OffloadError
-from .gomp_mapping import GompFatal, GompMapper
+from ...abi import gomp_interposer as _abi
+from ...errors import OffloadError
+from .mapping import GompFatal, GompMapper
 
 #: events kept for the report (the count of dropped ones is reported)
 MAX_EVENTS = 100_000
 
 
 class _DeviceMemory:
-    """:class:`~offload_shim.interposer.gomp_mapping.DeviceMemory` over a
+    """:class:`~offload_shim.interposer.gomp.mapping.DeviceMemory` over a
     :class:`~offload_shim.core.device.Device` (pool allocations, plugin copies), plus the
     host ranges the device shares (``declare target`` variables: device address = host
     address), where a copy is a host ``memmove``."""
@@ -95,7 +95,7 @@ class GompHostDevice:
     ``runtime``: a :class:`~offload_shim.Runtime` whose first device belongs to a GOMP
     plugin with host-addressable memory; default: a new runtime over the bundled host
     plugin's GOMP view (closed by :meth:`close`).  ``events``: the mapping events
-    (:class:`~offload_shim.interposer.gomp_mapping.GompMapper`), at most
+    (:class:`~offload_shim.interposer.gomp.mapping.GompMapper`), at most
     :data:`MAX_EVENTS`, then ``dropped_events`` counts.  Not thread-safe: the caller
     holds one lock (libgomp's ``devicep->lock``).  Raises the PluginLoadError family,
     LifecycleError."""
@@ -126,7 +126,7 @@ class GompHostDevice:
 
     def trace(self, ev: dict) -> None:
         """Record one mapping event (a dict, see
-        :class:`~offload_shim.interposer.gomp_mapping.GompMapper`); ``seq`` is added."""
+        :class:`~offload_shim.interposer.gomp.mapping.GompMapper`); ``seq`` is added."""
         if len(self.events) < MAX_EVENTS:
             ev["seq"] = len(self.events) + self.dropped_events
             self.events.append(ev)
@@ -181,7 +181,7 @@ class GompHostDevice:
     def map_region(self, hostaddrs, sizes, kinds) -> tuple[int, int]:
         """``gomp_map_vars(..., GOMP_MAP_VARS_TARGET)``: (handle for
         :meth:`unmap_region`, device address of the argument block)."""
-        from .gomp_mapping import GOMP_MAP_VARS_TARGET
+        from .mapping import GOMP_MAP_VARS_TARGET
         self.mapper.construct = "target"
         tgt = self.mapper.map_vars(hostaddrs, sizes, kinds, GOMP_MAP_VARS_TARGET, set())
         h = self._next_handle

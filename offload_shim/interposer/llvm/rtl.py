@@ -32,7 +32,7 @@ skipped and ``requires`` entries (LLVM 19+, flag ``OMP_REGISTER_REQUIRES``) of t
 descriptor's host entry table become requirement flags, as libomptarget 19/22
 ``PluginManager::registerLib`` does.  What differs between the releases (where the
 ``requires`` flags come from and how they are checked, which entry versions are read)
-comes from the :class:`~offload_shim.interposer.profile.RuntimeProfile` of the
+comes from the :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` of the
 program's release.
 """
 
@@ -41,13 +41,13 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from ..abi import clang as _clang
-from ..abi import interposer as _abi
-from ..abi.clang import (ENTRY_LAYOUTS, ENTRY_TY_V1, TGT_OFFLOAD_ENTRY, EntryLayout)
-from ..core.images import HostEntry, OffloadImage
-from ..elf.imageinfo import unwrap_image
-from ..errors import InvalidImageError, OffloadError, UnknownLayoutError
-from ..records import FieldsRepr
+from ...abi import clang as _clang
+from ...abi import interposer as _abi
+from ...abi.clang import (ENTRY_LAYOUTS, ENTRY_TY_V1, TGT_OFFLOAD_ENTRY, EntryLayout)
+from ...core.images import HostEntry, OffloadImage
+from ...elf.imageinfo import unwrap_image
+from ...errors import InvalidImageError, OffloadError, UnknownLayoutError
+from ...records import FieldsRepr
 from .profile import LIBOMPTARGET_16, RuntimeProfile
 
 _BIN_DESC = _clang.BIN_DESC
@@ -314,7 +314,7 @@ class Registrations:
     def register_lib(self, desc: int, profile: RuntimeProfile = LIBOMPTARGET_16
                      ) -> list[OffloadImage]:
         """``__tgt_register_lib``: one OffloadImage per device image, registered
-        with the runtime (pending or loaded at once, seed 000) for the first plugin
+        with the runtime (pending or loaded at once, libgomp GOMP_offload_register_ver) for the first plugin
         that accepts it; that plugin's devices are appended to :attr:`devices` the
         first time.  Under a release that reads ``requires`` entries
         (``profile.requires_from_entries``: 19.1, 22.1) those of the descriptor's host

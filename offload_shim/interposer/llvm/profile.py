@@ -9,7 +9,7 @@ instance per release (:data:`LIBOMPTARGET_16`, :data:`LIBOMPTARGET_19`,
 :mod:`.omptarget`, :mod:`.launch`, :mod:`.api`, :mod:`.rtl` and :mod:`.diag` asks the
 profile and never tests a version number itself.  The profile is chosen once, when
 the first library registers (:attr:`Interposer.profile
-<offload_shim.interposer.interface.Interposer.profile>`).
+<offload_shim.interposer.llvm.interface.Interposer.profile>`).
 
 Each field's documentation names the upstream source (file and function, the release
 whose behaviour it is, the pull request that changed it where known) and how it was
@@ -20,7 +20,7 @@ and run as they are.  docs/conformance.md ("libomptarget releases") has the tabl
 
 from __future__ import annotations
 
-from ..records import FieldsRepr
+from ...records import FieldsRepr
 
 #: ``printKernelArguments``' region kinds (the frame kinds of the interposer)
 REGION_BEGIN, REGION_END, REGION_UPDATE = 0, 1, 2
@@ -216,7 +216,7 @@ class RuntimeProfile(FieldsRepr):
             "member is attached; 19.1: the last two, 22.1: none, it attaches again "
             "after the copy, PR #149036).  Where a construct "
             "meets one of them, ``offload-shim run --report`` counts it under "
-            "``fixed_upstream`` (:meth:`~offload_shim.interposer.mapping."
+            "``fixed_upstream`` (:meth:`~offload_shim.interposer.llvm.mapping."
             "DeviceMapper.note_fixed_upstream`).",
     }
 
@@ -476,7 +476,7 @@ def detect(addr: int | None = None) -> RuntimeProfile:
     names none, the ``libomptarget.so.N`` mapped into the process (the newest when
     several are, :func:`offload_shim.abi.interposer.loaded_libomptarget`); 16's when
     none is."""
-    from ..abi import interposer as _abi
+    from ...abi import interposer as _abi
     major = _abi.libomptarget_needed_by(addr) if addr else None
     if major is None:
         found = _abi.loaded_libomptarget()
