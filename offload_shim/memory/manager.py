@@ -1,9 +1,9 @@
 """Device memory manager: a cache of freed device blocks in front of a plugin.
 
-The design reproduces LLVM libomptarget's ``MemoryManagerTy`` (seed 004,
-D81054; ``plugins/common/MemoryManager/MemoryManager.h``, abi-reference
-section 1.9) and adds what the seed's reviewers asked for and other pools
-have (docs/prior-art.md section 2): a second size policy, a cap on cached
+The design reproduces LLVM libomptarget's ``MemoryManagerTy`` (LLVM
+D81054; LLVM 16 ``plugins/common/MemoryManager/MemoryManager.h``) and adds
+what D81054's reviewers asked for and other pools
+have (docs/references.md, pools compared): a second size policy, a cap on cached
 bytes, trim, statistics, an event log with replay and debug modes.
 
 The manager is pure Python over two callbacks, ``backend_alloc(size) -> ptr``
@@ -40,7 +40,7 @@ Tables (all guarded by one lock):
   age order the cap needs across sizes (kept only then: the hit path never
   touches it).
 
-Thread-safety (prior-art B1, B5; seed 004 review): one lock guards the
+Thread-safety (ROCm aomp #159, llvm-project #49284; D81054 review): one lock guards the
 tables and counters; every critical section is a few O(1) dict operations,
 and a backend call (``backend_alloc``, ``backend_free``, ``poison``) is
 never made while it is held, so a slow ``cudaFree``-like call in one thread
@@ -115,7 +115,7 @@ class MemoryManager(PoolQueries, CacheRelease):
       tracked by :meth:`owns` and the stats).  ``None`` reads
       :func:`read_threshold_env` (LLVM: default 8192, ``0`` turns the
       manager off).  ``0`` -> no pooling at all.
-    * ``policy``: ``"exact"`` (LLVM, seed 004: a cached block is reused only
+    * ``policy``: ``"exact"`` (LLVM, LLVM D81054: a cached block is reused only
       for a request of exactly its size; stats grouped in the 13 LLVM
       buckets) or ``"binned"`` (any cached block of the request's size
       class that holds it is reused, waste below ``1/bins_per_pow2``; see
@@ -123,13 +123,13 @@ class MemoryManager(PoolQueries, CacheRelease):
       requested size: rounding never costs device memory.
     * ``oom``: what to do when the backend returns 0: ``"free-all"`` (LLVM
       code: release every cached block, retry once) or ``"incremental"``
-      (seed 004 summary: release one cached block at a time, largest first,
+      (D81054 summary: release one cached block at a time, largest first,
       retry after each, stop at the first success).
     * ``cache_limit``: ``None`` or the most bytes kept cached; a free that
       exceeds it releases the fewest cached blocks that bring the cache
-      under it, the oldest that suffice (seed 004 reviewer concern; CuPy
+      under it, the oldest that suffice (D81054 reviewer concern; CuPy
       ``set_limit``, RMM ``maximum_pool_size``).  It caps the cache only,
-      never memory in use (CuPy #7678, prior-art B9).
+      never memory in use (CuPy #7678, CuPy #7678).
     * ``stats``: ``True``/``False``: keep the counters of :class:`PoolStats`
       (off: only bytes/blocks in use and cached and ``peak_bytes_total``).
     * ``event_log``: ``None``, a path (opened for append, closed by
@@ -157,7 +157,7 @@ class MemoryManager(PoolQueries, CacheRelease):
     the variable) for bad arguments.
 
     Thread-safe: see the module docstring.  The owner (the runtime's Device)
-    must call :meth:`drain` before ``deinit_device`` (prior-art I3, B4);
+    must call :meth:`drain` before ``deinit_device`` (LLVM GenericDeviceTy::deinit);
     there is deliberately no finalizer that would call a plugin during
     interpreter shutdown.
     """

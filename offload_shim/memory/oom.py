@@ -27,7 +27,7 @@ def free_all(release_all, release_largest, retry):
 
 
 def incremental(release_all, release_largest, retry):
-    """Seed 004 summary ("walk through all free buffers from the bucket with
+    """D81054's summary ("walk through all free buffers from the bucket with
     largest base size, pick up one buffer, free it, and try to allocate
     immediately"): release the largest cached block, retry, repeat until a
     retry succeeds or the cache is empty; one retry if it was empty from the

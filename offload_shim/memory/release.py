@@ -167,7 +167,7 @@ class CacheRelease:
         return self.trim(0)
 
     def drain(self) -> tuple:
-        """Teardown (prior-art I3, B4; seed 004 TODO "plugin destroyed
+        """Teardown (LLVM GenericDeviceTy::deinit, D81054 TODO "plugin destroyed
         before the memory manager"): close the manager, then free every
         cached block and every live block through the backend.
 
