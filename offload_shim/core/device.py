@@ -1,6 +1,6 @@
 """One device of one plugin, as a runtime sees it.
 
-State machine (prior-art I2, seed 002)::
+State machine (LLVM DeviceTy::initOnce, LLVM D120089)::
 
     UNINIT --first use / init()--> READY --deinit()--> UNINIT
        |                             |
@@ -8,15 +8,15 @@ State machine (prior-art I2, seed 002)::
     any --runtime close()--> CLOSED (every later call raises LifecycleError)
 
 * Lazy init exactly once, also when many threads touch the device first at
-  the same time (LLVM ``DeviceTy::initOnce``; prior-art B5).  Init loads every
-  registered image the plugin accepts (the pending list, seed 000).
+  the same time (LLVM ``DeviceTy::initOnce``; llvm-project #49284).  Init loads every
+  registered image the plugin accepts (the pending list, libgomp GOMP_offload_register_ver).
 * Every data/launch call checks the state in Python first: a call before init
   initialises, a call after close raises :class:`LifecycleError` and never
-  reaches the plugin (real plugins segfault there, abi-reference 1.7).
+  reaches the plugin (real plugins segfault there, docs/references.md, plugin contracts).
 * Frees and copies of pointers this device did not hand out raise
   :class:`UnknownPointerError` before the plugin sees them.
-* Allocation goes through the device's memory manager (seed 004); the pool
-  is drained before ``deinit_device`` (I3, B4).  A cache hit or a cached
+* Allocation goes through the device's memory manager (LLVM D81054); the pool
+  is drained before ``deinit_device`` (LLVM GenericDeviceTy::deinit).  A cache hit or a cached
   free calls no plugin and takes no in-flight token: the pool's lock orders
   it against the drain.  The pool's paths that call the plugin run inside
   the in-flight guard (:class:`_PluginCallGuard`).
@@ -120,11 +120,11 @@ class Device(DeviceImages, CompiledCodeForms):
       :class:`~offload_shim.memory.MemoryManager` (checked by the owner).
     * ``images() -> list[OffloadImage]``: the registered images this
       device's plugin accepts, in registration order; loaded at every init
-      (the pending list, seed 000).
+      (the pending list, libgomp GOMP_offload_register_ver).
     * ``check_open()``: raises LifecycleError once the owner is closed.
     * ``pinned``: the owner's :class:`~offload_shim.memory.pinned.PinnedRegistry`
       (or None): told of every first copy of a host range and of every free
-      when its policy is ``"mapped"`` (seed 003), and of the teardown.
+      when its policy is ``"mapped"`` (gcc-patches -foffload-memory=pinned), and of the teardown.
 
     Two faces.  The Python API (this module and :class:`~.device_images.DeviceImages`):
     ``state``, ``initialized``, ``init``, ``deinit``, ``in_use``, ``pool``, ``alloc``,
@@ -312,8 +312,9 @@ class Device(DeviceImages, CompiledCodeForms):
             log.debug("%s: initialised (%d images loaded)", self.label, len(self._images))
 
     def deinit(self) -> tuple[int, int]:
-        """Explicit deinit (seed 002): drain the pool (every cached block and
-        every allocation still held is freed through the plugin, I3), unload
+        """Explicit deinit (LLVM D120089): drain the pool (every cached block and
+        every allocation still held is freed through the plugin, LLVM
+        GenericDeviceTy::deinit), unload
         the images, ``deinit_device``.  The device can be used again (it
         re-initialises on next use).  Returns (leaked allocation count, bytes).
         Raises LifecycleError if not initialised, ExportedMemoryError (a

@@ -1,7 +1,7 @@
 """Device memory management: the per-device pool of freed device blocks.
 
-``MemoryManager`` reproduces LLVM libomptarget's memory manager (seed 004,
-abi-reference 1.9) with the additions of docs/prior-art.md section 2; see
+``MemoryManager`` reproduces LLVM libomptarget's memory manager (LLVM D81054,
+LLVM 16 MemoryManager.h) with the additions of docs/references.md, pools compared; see
 ``docs/memory-manager.md``.  Its parts: :mod:`.manager` (the tables and the
 hot paths), :mod:`.records` (the ``Block`` record), :mod:`.release` (the other
 frees, releasing cached blocks), :mod:`.parking` (frees put off), :mod:`.queries`

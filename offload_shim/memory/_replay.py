@@ -1,5 +1,5 @@
 """Replay a recorded event log against pool policies (RMM's replay
-benchmark and logging adaptor in spirit, prior-art section 2 "statistics").
+benchmark and logging adaptor in spirit, docs/references.md, pools compared "statistics").
 
 An event log is what ``MemoryManager(event_log=...)`` writes: JSON lines.
 Only the caller's operations are replayed: ``alloc`` events with a non-zero

@@ -1,7 +1,7 @@
 """Options of the memory manager and the environment variables it reads.
 
-``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` is LLVM's own variable (abi-reference
-1.9/1.10): the LLVM 16 nextgen plugins read it when a device initialises, the
+``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`` is LLVM's own variable (LLVM 16
+``MemoryManager.h``): the LLVM 16 nextgen plugins read it when a device initialises, the
 classic CUDA plugins when they are loaded, each with ``std::stoul``, which
 aborts the process on a value that is not a number.  :func:`read_threshold_env`
 is the one place that reads it in Python; the runtime calls it before any
@@ -63,7 +63,7 @@ _DEBUG_OFF = ("", "0", "off", "none", "false", "no")
 
 def read_threshold_env(environ=None) -> int:
     """Threshold in bytes from ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``, as
-    LLVM reads it (abi-reference 1.9): unset -> 8192; ``"0"`` -> 0 (manager
+    LLVM reads it (LLVM 16 MemoryManager.h): unset -> 8192; ``"0"`` -> 0 (manager
     off); ``"N"`` -> N.  ``environ`` defaults to :data:`os.environ`.
 
     LLVM 16 (``MemoryManagerTy::getSizeThresholdFromEnv``,

@@ -4,7 +4,7 @@ The manager appends events while it holds its own lock, so their order is
 the bookkeeping order; :meth:`EventLog.flush` writes them outside that lock,
 one writer at a time, in that order.  The format is described in
 ``docs/memory-manager.md`` ("Event log and replay"); RMM's logging adaptor
-and replay benchmark are the model (prior-art section 2, "statistics").
+and replay benchmark are the model (docs/references.md, pools compared, "statistics").
 """
 
 from __future__ import annotations

@@ -9,13 +9,13 @@ backend outside its lock.  Nothing here mutates the lists.
 * :func:`fewest_oldest` serves ``cache_limit``: the fewest blocks whose
   release brings the cache under the cap, the oldest that suffice.  A block
   larger than the cap is therefore never kept, and the small blocks cached
-  before it stay (seed 004 reviewer concern "unbounded memory"; CuPy
+  before it stay (D81054 reviewer concern "unbounded memory"; CuPy
   ``set_limit``, RMM ``maximum_pool_size``).
 * :func:`largest_first` serves ``trim`` and the incremental OOM ladder:
   the fewest blocks that release the bytes asked for, i.e. the largest
   sizes first (each release is a backend free: a ``cudaFree`` costs about
   14 us and synchronises the device), the least recently freed of a size
-  first.  The seed 004 summary describes the ladder the same way.
+  first.  The D81054 summary describes the ladder the same way.
 """
 
 from __future__ import annotations

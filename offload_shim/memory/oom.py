@@ -42,7 +42,7 @@ def free_all(release_all, release_largest, retry, reuse):
 
 
 def incremental(release_all, release_largest, retry, reuse):
-    """Seed 004 summary ("walk through all free buffers from the bucket with
+    """D81054's summary ("walk through all free buffers from the bucket with
     largest base size, pick up one buffer, free it, and try to allocate
     immediately"): release the largest cached block, reuse a fitting block
     cached meanwhile or retry, repeat until one of them succeeds or the

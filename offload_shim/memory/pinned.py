@@ -1,6 +1,6 @@
-"""Pinned (page-locked) host memory for offloaded data (seed 003).
+"""Pinned (page-locked) host memory for offloaded data (gcc-patches -foffload-memory=pinned).
 
-Seed 003 (Schwinge/Stubbs on ``-foffload-memory=pinned``): libgomp pins the
+gcc-patches (Schwinge/Stubbs on ``-foffload-memory=pinned``): libgomp pins the
 *whole process* with ``mlockall``, which (a) runs into ``ulimit -l`` and (b)
 does not register the memory with the GPU driver.  The proposal there is to
 pin only the memory that actually appears in offloading (``map`` clauses),
@@ -511,7 +511,7 @@ class PinnedRegistry:
     def on_map(self, device, tgt: int, host, addr: int, n: int) -> None:
         """Policy ``"mapped"``: ``device`` copies ``n`` bytes between host
         ``[addr, +n)`` (inside the buffer ``host``) and its block ``tgt``; the
-        first such copy pins the range for the block (seed 003).  Called
+        first such copy pins the range for the block (gcc-patches -foffload-memory=pinned).  Called
         while the copy holds the device in use.  A pin that cannot be made is
         counted in ``skipped`` and warned about once per error type
         (PinnedMemoryWarning); the copy itself goes ahead.  Read-only
@@ -695,7 +695,7 @@ class PinnedHostPool:
     stay locked in a cache keyed by size class (:func:`size_class_pages`), up
     to ``max_cached`` bytes, so repeated allocations do not pay the lock cost
     (CuPy ``PinnedMemoryPool``).  A MemlockLimitError trims the cache and
-    retries once (prior-art section 2, OOM ladder)."""
+    retries once (docs/references.md, pools compared, OOM ladder)."""
 
     def __init__(self, registry: PinnedRegistry, device=None, *,
                  max_cached: int = DEFAULT_POOL_CACHE):

@@ -4,8 +4,8 @@ Both policies ask the backend for exactly the requested size, so rounding
 never spends device memory (a request the device can hold is served whatever
 the policy); they differ in which cached blocks a later request may reuse.
 
-* :class:`ExactPolicy` (LLVM ``MemoryManagerTy``, seed 004, abi-reference
-  1.9): a cached block is reused only for a request of exactly its size.
+* :class:`ExactPolicy` (LLVM ``MemoryManagerTy``, LLVM D81054, LLVM 16
+  ``MemoryManager.h``): a cached block is reused only for a request of exactly its size.
   Statistics are grouped in LLVM's 13 buckets (:func:`llvm_bucket`).
 * :class:`BinnedPolicy`: every power-of-two range ``[2**k, 2**(k+1))`` is
   split into ``bins_per_pow2`` size classes (:func:`binned_size`); a request
@@ -21,7 +21,7 @@ the policy); they differ in which cached blocks a later request may reuse.
   than :data:`BEST_FIT_LIMIT` (2) times the request: the waste of a hit is
   below the request itself (below half the block).  Without such a bound a
   best-fit pool hands a 64 KiB cached block to a 4-byte request and keeps the
-  rest idle until it is freed (the worry of seed 004 about reusing larger
+  rest idle until it is freed (the worry of review D81054 about reusing larger
   blocks); the bound is what a replay reports as ``waste_bound``.
   Statistics are grouped in LLVM's buckets.
 
@@ -51,7 +51,7 @@ def llvm_bucket(size: int) -> int:
     """Bucket size (one of :data:`LLVM_BUCKET_SIZES`) for a block of ``size``
     bytes: the size floored to a power of two, clamped to ``[4, 8192]``;
     sizes 1-3 go to bucket 0.  This is the intent of LLVM ``findBucket``
-    (seed 004); see :func:`llvm_find_bucket_index` for its exact output."""
+    (LLVM D81054); see :func:`llvm_find_bucket_index` for its exact output."""
     if size < 4:
         return 0
     f = 1 << (size.bit_length() - 1)

@@ -2,7 +2,7 @@
 
 Names follow what users of other pools already know: CuPy ``used_bytes`` /
 ``total_bytes``, RMM statistics adaptor ``current/peak``, PyTorch
-``memory_stats`` "allocated / reserved" (docs/prior-art.md section 2,
+``memory_stats`` "allocated / reserved" (docs/references.md, pools compared,
 "statistics" row).  LLVM's MemoryManager keeps none.
 
 How they are kept: per operation the manager counts only what cannot be
