@@ -129,3 +129,84 @@ def test_empty_path():
 def test_good_plugin_still_loads_after_probe(nextgen16):
     p = load_plugin(nextgen16)
     assert p.generation == "llvm16-nextgen"
+
+
+# -- a constructor that depends on the environment (issue 28 item 6) ----------------------
+
+@pytest.fixture(scope="module")
+def moody_plugin(tmp_path_factory) -> str:
+    """The bundled plugin's sources plus a constructor that aborts only when
+    ``OSH_TEST_MOODY=1``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    d = tmp_path_factory.mktemp("moody")
+    ctor = d / "moody.c"
+    ctor.write_text("#include <stdlib.h>\n#include <string.h>\n"
+                    "__attribute__((constructor)) static void moody(void) {\n"
+                    "  const char *v = getenv(\"OSH_TEST_MOODY\");\n"
+                    "  if (v && !strcmp(v, \"1\")) abort();\n}\n")
+    lib = d / "libomptarget.rtl.moody.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}",
+                    str(native / "host_plugin.c"), str(native / "host_plugin_ol.c"), str(ctor),
+                    "-o", str(lib), "-ldl", "-lpthread"], check=True, capture_output=True,
+                   timeout=300)
+    return str(lib)
+
+
+_LOAD = ("import sys\n"
+         "from offload_shim.plugins.loader import load_plugin\n"
+         "from offload_shim.safety.isolation import plugin_known_good, remember_good_plugin\n"
+         "print('known good' if plugin_known_good(sys.argv[1]) else 'unknown')\n"
+         "try:\n"
+         "    load_plugin(sys.argv[1])\n"
+         "    remember_good_plugin(sys.argv[1])      # as offload-shim run does\n"
+         "    print('loaded')\n"
+         "except Exception as exc:\n"
+         "    print(type(exc).__name__, exc)\n")
+
+
+def test_a_verdict_is_not_reused_under_another_environment(moody_plugin, tmp_path):
+    """The plugin verdicts kept across processes were keyed on the file alone: a
+    plugin probed once was dlopen'ed unguarded afterwards, so a constructor that aborts
+    only under some environment took the process down (exit 134) with no line.  Now the
+    environment is part of the key: a second environment probes again (a typed error),
+    the first still uses its verdict."""
+    env = dict(os.environ, OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "verdicts"))
+    env.pop("OFFLOAD_SHIM_NO_CACHE", None)
+    env.pop("OSH_TEST_MOODY", None)
+
+    def load(**extra):
+        return subprocess.run([sys.executable, "-c", _LOAD, moody_plugin],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(env, **extra))
+
+    first = load()
+    assert first.returncode == 0 and first.stdout.split("\n")[:2] == ["unknown", "loaded"]
+    again = load()
+    assert again.stdout.split("\n")[:2] == ["known good", "loaded"], again.stdout
+    moody = load(OSH_TEST_MOODY="1")
+    assert moody.returncode == 0, (moody.returncode, moody.stderr[-2000:])
+    assert moody.stdout.startswith("unknown\nPluginDlopenError"), moody.stdout
+    assert "SIGABRT" in moody.stdout
+    # the same shell a command later (volatile variables differ): still known good
+    later = load(_="/usr/bin/env", OLDPWD="/", SHLVL="7", PYTEST_CURRENT_TEST="x")
+    assert later.stdout.split("\n")[:2] == ["known good", "loaded"], later.stdout
+
+
+def test_run_probes_a_plugin_again_under_another_environment(moody_plugin, tmp_path):
+    """``offload-shim run --plugin`` skips its test load of a plugin known good; under an
+    environment where its constructor aborts, that is one line and exit status 2, not the
+    program dying of SIGABRT."""
+    env = dict(os.environ, OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "verdicts"))
+    env.pop("OFFLOAD_SHIM_NO_CACHE", None)
+    env.pop("OSH_TEST_MOODY", None)
+    cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "run", "--plugin", moody_plugin,
+           "/bin/true"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=dict(env, OSH_TEST_MOODY="1"))
+    assert bad.returncode == 2, (bad.returncode, bad.stderr)
+    assert "SIGABRT" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
