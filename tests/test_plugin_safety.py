@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +212,70 @@ def test_run_probes_a_plugin_again_under_another_environment(moody_plugin, tmp_p
                          env=dict(env, OSH_TEST_MOODY="1"))
     assert bad.returncode == 2, (bad.returncode, bad.stderr)
     assert "SIGABRT" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.fixture(scope="module")
+def hanging_plugin(tmp_path_factory) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("hang")
+    src = d / "hang.c"
+    src.write_text("#include <unistd.h>\n"
+                   "__attribute__((constructor)) static void hang(void) { for (;;) pause(); }\n"
+                   "int __tgt_rtl_number_of_devices(void) { return 1; }\n")
+    lib = d / "libomptarget.rtl.hang.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+def _children_of(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig,rc,word", [(signal.SIGTERM, 143, "terminated"),
+                                         (signal.SIGINT, 130, "interrupted"),
+                                         (signal.SIGHUP, 143, "terminated")])
+def test_run_stopped_while_probing_a_plugin_leaves_nothing(hanging_plugin, tmp_path, sig, rc,
+                                                            word):
+    """A signal to ``offload-shim run --plugin hang.so`` while the plugin's probe child
+    hangs in its constructor (before the program starts): the probe child is stopped,
+    its private folder removed (a private TMPDIR here, so only this run's leftovers are
+    looked at), one line, 143 / 130."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "v"))
+    p = subprocess.Popen([sys.executable, "-P", "-m", "offload_shim.cli", "run", "--plugin",
+                          hanging_plugin, "/bin/true"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while not kids and time.monotonic() < deadline:
+            kids = _children_of(p.pid)
+            time.sleep(0.05)
+        assert kids, "no probe child"
+        assert any(x.name.startswith("osh_child_") for x in tmp.iterdir())
+        time.sleep(0.5)
+        os.kill(p.pid, sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == rc, err
+    assert err == f"offload-shim: {word}\n"
+    assert not [k for k in kids if _alive(k)], "the probe child was left running"
+    assert list(tmp.iterdir()) == []
