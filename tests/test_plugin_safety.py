@@ -279,3 +279,80 @@ def test_run_stopped_while_probing_a_plugin_leaves_nothing(hanging_plugin, tmp_p
     assert err == f"offload-shim: {word}\n"
     assert not [k for k in kids if _alive(k)], "the probe child was left running"
     assert list(tmp.iterdir()) == []
+
+
+# -- info: each plugin's calls in a child process (issue 28 item 6) --------------------
+
+def _bundled_with(tmp_path, entry: str, proto: str, body: str) -> str:
+    """The bundled plugin's sources with ``__tgt_rtl_<entry>`` replaced by ``body``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    wrap = tmp_path / "wrap.c"
+    wrap.write_text("#include <signal.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
+                    "#include <unistd.h>\n"
+                    f"__attribute__((visibility(\"default\"))) {proto} {{ {body} }}\n")
+    objs = []
+    for src, extra in (("host_plugin.c", [f"-D__tgt_rtl_{entry}=osh_replaced_{entry}"]),
+                       ("host_plugin_ol.c", [])):
+        obj = tmp_path / (src + ".o")
+        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}", *extra,
+                        str(native / src), "-o", str(obj)], check=True, capture_output=True,
+                       timeout=300)
+        objs.append(str(obj))
+    lib = tmp_path / f"libomptarget.rtl.{entry}.so"
+    subprocess.run([cc, "-shared", "-fPIC", *objs, str(wrap), "-o", str(lib), "-ldl",
+                    "-lpthread"], check=True, capture_output=True, timeout=300)
+    return str(lib)
+
+
+def _info(*args, env_extra=None, **kw):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-P", "-m", "offload_shim.cli", "info", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, **kw)
+
+
+def test_info_lists_the_others_when_a_plugin_crashes_in_number_of_devices(tmp_path):
+    """``info`` called ``init_plugin``/``number_of_devices`` in its own process: a plugin
+    crashing there killed the whole listing.  Now its row says so and the bundled
+    plugin is still listed; the plugin named on the command line is not usable: 1."""
+    bad = _bundled_with(tmp_path, "number_of_devices", "int32_t __tgt_rtl_number_of_devices(void)",
+                        "raise(SIGSEGV); return 0;")
+    p = _info(bad, "--no-system")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 1, (out, err)
+    assert f"{bad}  [explicit]\n    not usable: the plugin ended the process (SIGSEGV)" in out, out
+    assert "libosh_hostplugin.so  [bundled]\n    abi=llvm" in out, out  # still listed
+    assert err.startswith(f"offload-shim: error: {bad}: not usable: ") and "SIGSEGV" in err
+
+
+def test_info_ends_at_once_on_sigterm_during_a_plugin_call(tmp_path):
+    """SIGTERM (and Ctrl-C) were ignored while ``info`` was inside a plugin call; the
+    call is in a child now, the command waits in Python: 143 at once, the child gone."""
+    hang = _bundled_with(tmp_path, "number_of_devices",
+                         "int32_t __tgt_rtl_number_of_devices(void)", "for (;;) pause();")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = _info(hang, "--no-system", "--timeout", "120", env_extra={"TMPDIR": str(tmp)})
+    try:
+        deadline = time.monotonic() + 60
+        grand = []
+        while not grand and time.monotonic() < deadline:   # info -> row child (-> probe)
+            grand = _children_of(p.pid)
+            time.sleep(0.1)
+        assert grand
+        time.sleep(3)                       # the row child is inside number_of_devices
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 143 and "terminated" in err, (p.returncode, err)
+    assert took < 15, took
+    assert not [k for k in grand if _alive(k)]
+    assert list(tmp.iterdir()) == []

@@ -91,52 +91,120 @@ def host_runtime_info(env=None) -> list[dict]:
 
 
 def collect_info(paths=(), *, system=True, bundled=True, devices=True,
-                 timeout: float | None = None) -> list[dict]:
+                 timeout: float | None = None, isolate: bool = False) -> list[dict]:
     """One dict per plugin view found: path, source, abi, generation,
     num_devices, (GOMP) gomp_version/caps/target_name, and per device what
     the plugin prints with ``print_device_info`` (LLVM; needs a device init,
     done and undone here when ``devices``) or an ``error``.  ``timeout``:
     seconds the load of each new plugin file may take (its constructors run
-    in a child first); past it the row says it hung."""
+    in a child first); past it the row says it hung.
+
+    ``isolate`` (``offload-shim info``): each plugin file's rows are made in a child
+    process of their own (:func:`plugin_records` there, through
+    :func:`offload_shim.safety.children.run_child`): a plugin that crashes, exits or
+    hangs in ``init_plugin``, ``number_of_devices``, ``init_device`` or
+    ``print_device_info`` is one row saying so (``error``: the signal or exit status,
+    or "did not finish within N s": twice ``timeout``, default
+    :data:`~offload_shim.safety.isolation.PLUGIN_TIMEOUT_S`), the others are still
+    listed, no plugin's destructor decides the command's exit status, and SIGTERM and
+    Ctrl-C end the command at once (the parent only waits; its child is stopped)."""
     from ..plugins import discovery
-    from ..errors import OffloadError
-    from ..core.runtime import Runtime
     out = []
     for cand in discovery.candidates(paths, system=system, bundled=bundled):
-        base = {"path": cand.path, "source": cand.source}
-        try:
-            views = _plugin_views(cand.path, timeout)
-        except (OffloadError, OSError, ValueError, TypeError) as exc:
-            # a bad candidate is one "not usable" row; the others are still listed
-            out.append({**base, "abi": None, "generation": None, "num_devices": None,
-                        "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        for p in views:
-            rec = {**base, **p.info()}
-            rec.pop("symbols", None)
-            rec["entry_points"] = len(p.symbols)
-            try:
-                with Runtime([p]) as rt:
-                    devs = rt.devices
-                    rec["num_devices"] = len(devs)
-                    if hasattr(p, "devices_info"):    # liboffload: platforms and devices
-                        rec["ol_platforms"] = p.platforms_info()
-                        rec["ol_devices"] = p.devices_info()
-                    rec["devices"] = []
-                    for d in devs:
-                        drec = {"index": d.index}
-                        if devices and p.has("print_device_info"):
-                            d.init()
-                            _, text = _capture_c_stdout(lambda: p.print_device_info(d.index))
-                            drec["info"] = " ".join(text.split())
-                        rec["devices"].append(drec)
-            except (OffloadError, OSError) as exc:
-                rec.setdefault("num_devices", None)
-                rec["error"] = f"{type(exc).__name__}: {exc}"
-            out.append(rec)
+        if isolate:
+            out.extend(_plugin_records_in_child(cand.path, cand.source, devices, timeout))
+        else:
+            out.extend(plugin_records(cand.path, cand.source, devices, timeout))
     if system:
         out.extend(host_runtime_info())
     return out
+
+
+def plugin_records(path: str, source: str, devices: bool = True,
+                   timeout: float | None = None) -> list[dict]:
+    """The rows of :func:`collect_info` for one plugin file, made in this process."""
+    from ..errors import OffloadError
+    from ..core.runtime import Runtime
+    base = {"path": path, "source": source}
+    try:
+        views = _plugin_views(path, timeout)
+    except (OffloadError, OSError, ValueError, TypeError) as exc:
+        # a bad candidate is one "not usable" row; the others are still listed
+        return [{**base, "abi": None, "generation": None, "num_devices": None,
+                 "error": f"{type(exc).__name__}: {exc}"}]
+    out = []
+    for p in views:
+        rec = {**base, **p.info()}
+        rec.pop("symbols", None)
+        rec["entry_points"] = len(p.symbols)
+        try:
+            with Runtime([p]) as rt:
+                devs = rt.devices
+                rec["num_devices"] = len(devs)
+                if hasattr(p, "devices_info"):    # liboffload: platforms and devices
+                    rec["ol_platforms"] = p.platforms_info()
+                    rec["ol_devices"] = p.devices_info()
+                rec["devices"] = []
+                for d in devs:
+                    drec = {"index": d.index}
+                    if devices and p.has("print_device_info"):
+                        d.init()
+                        _, text = _capture_c_stdout(lambda: p.print_device_info(d.index))
+                        drec["info"] = " ".join(text.split())
+                    rec["devices"].append(drec)
+        except (OffloadError, OSError) as exc:
+            rec.setdefault("num_devices", None)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+        out.append(rec)
+    return out
+
+
+_INFO_MARK = "@@offload_shim info rows@@"
+_INFO_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from offload_shim.cli import plugin_records, _INFO_MARK
+rows = plugin_records(*json.loads(sys.argv[2]))
+sys.stdout.write("\n" + _INFO_MARK + json.dumps(rows) + "\n")
+sys.stdout.flush()
+"""
+
+
+def _plugin_records_in_child(path: str, source: str, devices: bool,
+                             timeout: float | None) -> list[dict]:
+    import subprocess
+    from ..safety.children import run_child, signal_name
+    from ..safety.isolation import PLUGIN_TIMEOUT_S
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    limit = 2 * (timeout or PLUGIN_TIMEOUT_S)
+    base = {"path": path, "source": source, "abi": None, "generation": None,
+            "num_devices": None}
+    try:
+        proc = run_child([sys.executable, "-P", "-c", _INFO_CHILD, root,
+                          json.dumps([path, source, devices, timeout])], timeout=limit)
+    except subprocess.TimeoutExpired:
+        return [{**base, "error": f"hung: the plugin's calls did not finish within "
+                 f"{limit:g} s (in a child process)"}]
+    rows = None
+    head, mark, tail = proc.stdout.rpartition(_INFO_MARK)
+    if mark:
+        try:
+            rows = json.loads(tail.strip())
+        except ValueError:
+            rows = None
+    if rc := proc.returncode:
+        how = signal_name(rc) if rc < 0 else f"exit status {rc}"
+        why = " ".join((proc.stderr or "").split())[-300:]
+        if rows is None:
+            return [{**base, "error": f"the plugin ended the process ({how}) while it was "
+                     "loaded, initialised or asked for its devices, in a child process"
+                     + (f": {why}" if why else "")}]
+        for r in rows:                  # listed, then its destructor took the process down
+            r["error"] = (r.get("error") + "; " if r.get("error") else "") + \
+                f"the process ended with {how} after the listing (the plugin's destructors)"
+    if rows is None:
+        return [{**base, "error": "the child process listed nothing"}]
+    return rows
 
 
 def cmd_info(args) -> int:
@@ -161,7 +229,7 @@ def cmd_info(args) -> int:
             print("\n".join(format_description(i) for i in infos))
         return 0
     recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices,
-                        timeout=args.timeout)
+                        timeout=args.timeout, isolate=True)
     # what the user named on the command line must be usable
     named_bad = [r for r in recs if r.get("source") == "explicit"
                  and (r.get("abi") is None or r.get("error"))]
