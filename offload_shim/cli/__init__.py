@@ -121,8 +121,10 @@ def collect_info(paths=(), *, system=True, bundled=True, devices=True,
 
 
 def plugin_records(path: str, source: str, devices: bool = True,
-                   timeout: float | None = None) -> list[dict]:
-    """The rows of :func:`collect_info` for one plugin file, made in this process."""
+                   timeout: float | None = None, init: bool = True) -> list[dict]:
+    """The rows of :func:`collect_info` for one plugin file, made in this process;
+    ``init`` False: only what loading tells (path, name, abi, generation...: no
+    ``init_plugin``, no device count)."""
     from ..errors import OffloadError
     from ..core.runtime import Runtime
     base = {"path": path, "source": source}
@@ -137,6 +139,9 @@ def plugin_records(path: str, source: str, devices: bool = True,
         rec = {**base, **p.info()}
         rec.pop("symbols", None)
         rec["entry_points"] = len(p.symbols)
+        if not init:
+            out.append(rec)
+            continue
         try:
             with Runtime([p]) as rt:
                 devs = rt.devices
@@ -171,7 +176,7 @@ sys.stdout.flush()
 
 
 def _plugin_records_in_child(path: str, source: str, devices: bool,
-                             timeout: float | None) -> list[dict]:
+                             timeout: float | None, init: bool = True) -> list[dict]:
     import subprocess
     from ..safety.children import run_child, signal_name
     from ..safety.isolation import PLUGIN_TIMEOUT_S
@@ -181,7 +186,8 @@ def _plugin_records_in_child(path: str, source: str, devices: bool,
             "num_devices": None}
     try:
         proc = run_child([sys.executable, "-P", "-c", _INFO_CHILD, root,
-                          json.dumps([path, source, devices, timeout])], timeout=limit)
+                          json.dumps([path, source, devices, timeout, init])],
+                         timeout=limit)
     except subprocess.TimeoutExpired:
         return [{**base, "error": f"hung: the plugin's calls did not finish within "
                  f"{limit:g} s (in a child process)"}]
@@ -342,25 +348,48 @@ def _demo_one(path: str, abi: str | None) -> int:
 
 def demo_targets(paths=(), *, system=True,
                  timeout: float | None = None) -> list[tuple[str, str | None, str]]:
-    """(path, abi view, label) of every plugin view that runs on this CPU and
-    has at least one device (vendor GPU plugins report 0 devices here).
+    """(path, abi view, label) of every plugin view that runs on this CPU (vendor GPU
+    plugins report 0 devices here).  The views are read in a child process per file
+    (:func:`collect_info`'s isolation): this process never loads a plugin, so no
+    plugin's destructor decides ``demo``'s exit status.  A file that cannot be listed
+    there (not a plugin, a crash or hang while listing) is still a target when named on
+    the command line or when it crashed or hung: its own demo child says how it ends.
     ``timeout``: seconds the child-process probe of each new plugin may take."""
     from ..plugins import discovery
-    from ..errors import OffloadError
     out = []
     for cand in discovery.candidates(paths, system=system):
         if not discovery.is_host_plugin(cand.path) and cand.source not in ("explicit",):
             continue
-        try:
-            views = _plugin_views(cand.path, timeout)
-        except (OffloadError, OSError):
-            if cand.source == "explicit":
-                out.append((cand.path, None, os.path.basename(cand.path)))
-            continue
-        for p in views:
-            label = f"{p.name} ({p.abi}, {p.generation})"
-            out.append((cand.path, p.abi if p.bundled else None, label))
+        for r in _plugin_records_in_child(cand.path, cand.source, False, timeout,
+                                          init=False):
+            if r.get("abi") is None:
+                err = r.get("error") or ""
+                if cand.source == "explicit" or err.startswith(("the plugin ended", "hung")):
+                    out.append((cand.path, None, os.path.basename(cand.path)))
+                break
+            label = f"{r['name']} ({r['abi']}, {r['generation']})"
+            out.append((cand.path, r["abi"] if r.get("bundled") else None, label))
     return out
+
+
+def plugin_view(path: str, abi: str | None = None, timeout: float | None = None):
+    """The view ``load_plugin(path, abi=abi)`` gives -- ``path`` (real), ``name``,
+    ``abi``, ``generation``, ``bundled`` as attributes -- read in a child process, so
+    that this process never loads the plugin (``check`` and ``demo`` parents: no
+    plugin's constructor or destructor runs in them).  Raises PluginLoadError with the
+    child's reason (its typed error, or how the child ended)."""
+    from types import SimpleNamespace
+    from ..errors import PluginLoadError
+    rows = _plugin_records_in_child(path, "explicit", False, timeout, init=False)
+    usable = [r for r in rows if r.get("abi") is not None]
+    pick = [r for r in usable if r["abi"] == abi] if abi else usable[:1]
+    if not pick:
+        why = rows[0].get("error") if rows and rows[0].get("error") else \
+            f"no {abi} view (views: {', '.join(r['abi'] for r in usable) or 'none'})"
+        raise PluginLoadError(why)
+    r = pick[0]
+    return SimpleNamespace(path=r["path"], name=r["name"], abi=r["abi"],
+                           generation=r["generation"], bundled=bool(r.get("bundled")))
 
 
 def cmd_demo(args) -> int:
@@ -393,8 +422,16 @@ def cmd_demo(args) -> int:
             log.write(proc.stdout)
             log.flush()
             rc = proc.returncode
-            status = "verified" if rc == 0 else (
-                f"crashed ({signal_name(rc)})" if rc < 0 else "failed")
+            from .check import CRASH_SIGNALS
+            if rc == 0:
+                status = "verified"
+            elif rc < 0 and -rc in CRASH_SIGNALS:
+                status = f"crashed ({signal_name(rc)})"
+            elif rc < 0:        # SIGKILL, SIGTERM, SIGHUP...: from outside, not the plugin
+                status = f"interrupted ({signal_name(rc)} from outside" + (
+                    " or the out-of-memory killer)" if rc == -9 else ")")
+            else:
+                status = "failed"
         except subprocess.TimeoutExpired as exc:
             log.write(exc.output or "")
             status = f"hung (>{args.timeout:g}s)"

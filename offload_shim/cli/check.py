@@ -87,11 +87,11 @@ def cmd_check(args) -> int:
         return _child_main(args)
     path = _resolve(args.plugin)
     from ..errors import PluginLoadError
-    from ..plugins.loader import load_plugin
-    try:
-        plugin = load_plugin(path, abi=args.abi, timeout=args.timeout)
+    from . import plugin_view
+    try:            # in a child: no constructor or destructor of the plugin runs here
+        plugin = plugin_view(path, abi=args.abi, timeout=args.timeout)
     except (PluginLoadError, OSError) as exc:
-        raise UsageError(f"check {args.plugin}: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"check {args.plugin}: {exc}") from None
     if args.probe_misuse:
         return _probe_main(args, path, plugin)
     bar = ProgressBar(args.max_examples, "sequences", enabled=not args.json)
@@ -170,12 +170,12 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     import time
 
     from ..safety.children import ChildScope, check_timeout, stop_child
-    from ..plugins.loader import load_plugin
+    from . import plugin_view
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
     timeout = check_timeout(timeout)
-    plugin = load_plugin(path, abi=abi)
+    plugin = plugin_view(path, abi=abi)     # read in a child: never loaded here
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
     deadline = time.monotonic() + timeout
