@@ -422,7 +422,7 @@ def cmd_demo(args) -> int:
             log.write(proc.stdout)
             log.flush()
             rc = proc.returncode
-            from .check import CRASH_SIGNALS
+            from ..safety.children import CRASH_SIGNALS
             if rc == 0:
                 status = "verified"
             elif rc < 0 and -rc in CRASH_SIGNALS:

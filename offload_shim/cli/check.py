@@ -268,12 +268,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     return base
 
 
-#: signals a plugin's own code raises when it fails (a fault, abort(), a trap): a crash
-#: of the plugin.  Any other signal that ends a child came from outside (a user's kill,
-#: Ctrl-C sent to the child's group, a hang-up, the kernel's out-of-memory killer) or
-#: from a resource limit: it is not counted against the plugin.
-CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
-                           signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS})
+from ..safety.children import CRASH_SIGNALS  # noqa: E402 - (re-exported here)
 _LIMIT_SIGNALS = frozenset({signal.SIGXCPU, signal.SIGXFSZ})
 
 #: kinds of a result entry that say why a run stopped, not what the plugin did

@@ -28,10 +28,19 @@ import time
 from .leftovers import (dead_kmp_segments, kmp_segment_files, llvm_copies, process_state,
                         remove_kmp_segment, sweep)
 
-__all__ = ["ChildScope", "check_timeout", "run_child", "run_program", "signal_name",
-           "signals_deferred", "stop_child"]
+__all__ = ["CRASH_SIGNALS", "ChildScope", "check_timeout", "run_child", "run_program",
+           "signal_name", "signals_deferred", "stop_child"]
 
 _SCOPES_VAR = "OSH_CHILD_SCOPES"
+
+
+#: signals a process's own code raises when it fails (a fault, abort(), a trap): a crash
+#: of the plugin it was running.  Any other signal that ends a child came from outside (a
+#: user's kill, Ctrl-C sent to the child's group, a hang-up, the kernel's out-of-memory
+#: killer) or from a resource limit: ``check`` and ``demo`` never count it against the
+#: plugin.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                           signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS})
 
 
 def signal_name(rc: int) -> str:
