@@ -37,6 +37,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,6 +404,35 @@ OSH_EXPORT int oshx_start_main_225(main_fn main, int argc, char **argv, void (*i
 }
 __asm__(".symver oshx_start_main_225,__libc_start_main@GLIBC_2.2.5");
 
+/* The program's signal dispositions, as they were before CPython started.
+ * Py_InitializeEx(0) installs no handler, but the first import of `_signal` (which
+ * `subprocess`, `signal` and so the runtime import) still installs Python's SIGINT
+ * handler where SIGINT is SIG_DFL (CPython 3.8-3.13 Modules/signalmodule.c,
+ * signal_get_set_handlers: "Install Python SIGINT handler which raises
+ * KeyboardInterrupt"): Ctrl-C would then only set a flag that the program's own code
+ * never checks (the program went on and exited 0), or raise KeyboardInterrupt inside a
+ * callback.  The boot imports `_signal` first, and then every disposition it changed is
+ * put back: the program keeps its own, exactly as without `offload-shim run`. */
+static struct sigaction saved_sig[NSIG];
+static unsigned char saved_sig_ok[NSIG];
+
+static void signals_save(void)
+{
+  for (int s = 1; s < NSIG; s++)
+    saved_sig_ok[s] = sigaction(s, NULL, &saved_sig[s]) == 0;
+}
+
+static void signals_restore(void)
+{
+  for (int s = 1; s < NSIG; s++) {
+    struct sigaction now;
+    if (!saved_sig_ok[s] || s == SIGKILL || s == SIGSTOP || sigaction(s, NULL, &now) != 0)
+      continue;
+    if (now.sa_handler != saved_sig[s].sa_handler || now.sa_flags != saved_sig[s].sa_flags)
+      sigaction(s, &saved_sig[s], NULL);
+  }
+}
+
 static void embed_boot(void);
 static void embed_start(void)
 {
@@ -436,7 +466,7 @@ static void embed_boot(void)
     return;
   }
   static const char boot[] =
-      "import os, sys\n"
+      "import _signal, os, sys\n"        /* see signals_save: its handlers go now */
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
       "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
@@ -468,8 +498,10 @@ static void embed_boot(void)
   } else {
     if (no_site)
       *no_site = 1;
+    signals_save();
     init_ex(0);                           /* no signal handlers: the program keeps its own */
     rc = p_run(boot);
+    signals_restore();                    /* and those `import _signal` installed go */
     save();                               /* release the GIL for good */
   }
   __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);

@@ -105,3 +105,135 @@ def test_the_first_sequence_always_registers_and_initialises(tmp_path):
     res = json.loads(cp.stdout)
     assert [f["kind"] for f in res["findings"]] == ["error"]
     assert "register sample1" in res["findings"][0]["steps"]
+
+
+# -- how a child ended (issue 28 item 6) ----------------------------------------------
+
+from pathlib import Path  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+
+NATIVE = Path(__file__).resolve().parent.parent / "native"
+
+EXIT_IN = {"init_plugin": "int32_t __tgt_rtl_init_plugin(void)",
+           "init_device": "int32_t __tgt_rtl_init_device(int32_t id)"}
+
+
+def _exit_plugin(tmp_path, entry):
+    """The bundled plugin's sources with ``__tgt_rtl_<entry>`` replaced by one that
+    calls exit(3)."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    name = f"__tgt_rtl_{entry}"
+    wrap = tmp_path / "wrap.c"
+    wrap.write_text("#include <stdint.h>\n#include <stdlib.h>\n"
+                    f"__attribute__((visibility(\"default\"))) {EXIT_IN[entry]} "
+                    "{ exit(3); }\n")
+    out = tmp_path / f"libomptarget.rtl.exit_{entry}.so"
+    objs = []
+    for src, extra in (("host_plugin.c", [f"-D{name}=osh_replaced_{entry}"]),
+                       ("host_plugin_ol.c", [])):
+        obj = tmp_path / (src + ".o")
+        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{NATIVE}",
+                        *extra, str(NATIVE / src), "-o", str(obj)], check=True,
+                       capture_output=True, timeout=300)
+        objs.append(str(obj))
+    subprocess.run([cc, "-shared", "-fPIC", *objs, str(wrap), "-o", str(out), "-ldl",
+                    "-lpthread"], check=True, capture_output=True, timeout=300)
+    return str(out)
+
+
+@pytest.mark.parametrize("entry", sorted(EXIT_IN))
+def test_a_short_check_finds_a_plugin_that_exits(tmp_path, entry):
+    """The first sequence registers, initialises and launches before its random steps
+    (issue 32): exit() in init_device went unnoticed by 3 sequences of 5 steps."""
+    plugin = _exit_plugin(tmp_path, entry)
+    cp = _cli(plugin, "--abi", "llvm", "--max-examples", "3", "--steps", "5", "--json")
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    res = json.loads(cp.stdout)
+    assert [f["kind"] for f in res["findings"]] == ["error"], res
+    assert "exited 3 without a result" in res["findings"][0]["message"]
+
+
+@pytest.mark.parametrize("rc,kind,sig", [
+    (-signal.SIGSEGV, "crash", "SIGSEGV"), (-signal.SIGABRT, "crash", "SIGABRT"),
+    (-signal.SIGINT, "interrupted", "SIGINT"), (-signal.SIGTERM, "interrupted", "SIGTERM"),
+    (-signal.SIGHUP, "interrupted", "SIGHUP"), (-signal.SIGKILL, "interrupted", "SIGKILL"),
+    (-signal.SIGXFSZ, "environment", "SIGXFSZ"), (130, "interrupted", "SIGINT"),
+    (143, "interrupted", "SIGTERM"), (2, "usage", None), (3, "error", None)])
+def test_child_end_names_what_happened(rc, kind, sig):
+    from offload_shim.cli.check import child_end
+    end = child_end(rc)
+    assert end["kind"] == kind and end.get("signal") == sig, end
+    if sig:
+        assert sig in end["message"]
+    if rc == -signal.SIGKILL:
+        assert "out-of-memory" in end["message"]
+
+
+def _children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_child_signalled_from_outside_is_reported_as_interrupted(sig):
+    """The same signal is the same entry every time: the signal's own name, kind
+    ``interrupted``, never a crash, a FlakyFailure or "exited 143" against the plugin."""
+    p = subprocess.Popen([sys.executable, "-m", "offload_shim.cli", "check", "bundled",
+                          "--max-examples", "100000", "--steps", "10", "--timeout", "120",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while not kids and time.monotonic() < deadline:   # the sequences' child
+            kids = [k for k in _children(p.pid) if b"--child" in _cmdline(k)]
+            time.sleep(0.1)
+        assert kids, "the check started no child"
+        time.sleep(3)                          # inside its sequences by now
+        os.kill(kids[0], sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, err
+    res = json.loads(out)
+    assert [(f["kind"], f.get("signal")) for f in res["findings"]] == \
+        [("interrupted", signal.Signals(sig).name)], res
+    assert "FINDING" not in out
+
+
+def test_a_full_tmpdir_is_the_environment_not_the_plugin(tmp_path):
+    """TMPDIR on a full file system (a private tmpfs, in a mount namespace of its own):
+    ``environment``, printed as STOPPED, never an InvalidImageError finding or a
+    traceback of the parent."""
+    if shutil.which("unshare") is None or os.geteuid() != 0 or subprocess.run(
+            ["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -m for a private tmpfs")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = (f"mount -t tmpfs -o size=512k tmpfs {mnt} && "
+              f"dd if=/dev/zero of={mnt}/fill bs=1k count=508 2>/dev/null; "
+              f"TMPDIR={mnt} exec {sys.executable} -m offload_shim.cli check bundled "
+              "--max-examples 5 --steps 5")
+    cp = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                        text=True, timeout=600)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    assert "STOPPED  environment: the temporary directory" in cp.stdout, cp.stdout
+    assert "FINDING" not in cp.stdout and "Traceback" not in cp.stderr, cp.stderr

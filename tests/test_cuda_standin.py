@@ -13,6 +13,7 @@ kernels are recorded and never run.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -289,20 +290,37 @@ def test_cuda_backend_rolls_back_a_failed_registration(run_on_standin):
 
 # -- the prepared GPU check, dry run ------------------------------------------------------------
 
+def _documented_dry_run() -> str:
+    """The dry-run command of docs/testing.md ("GPU check"), as written there."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    lines = [ln for ln in text.splitlines()
+             if "gpu-check.sh --bundle none --stand-in" in ln and ln.startswith("OUT=")]
+    assert len(lines) == 1, lines
+    return lines[0].split("#")[0].strip()
+
+
 def test_gpu_check_dry_run_on_the_stand_in(standin_dir, tmp_path):
-    """``scripts/gpu-check.sh --bundle none --stand-in`` (what a lent GPU
-    machine runs, with the stand-in for the driver and what is installed here
-    for the bundle) passes, writes at most 8 files under $OUT, each labelled
-    STAND-IN, and exits 0; a failing test makes it exit non-zero."""
+    """The documented dry run, ``OUT=... PYTHON=.venv/bin/python bash scripts/gpu-check.sh
+    --bundle none --stand-in`` from the checkout (what a lent GPU machine runs, with the
+    stand-in for the driver and what is installed here for the bundle; PYTHON a path
+    relative to the checkout, as written), passes, writes at most 8 files under $OUT,
+    each labelled STAND-IN, counts the tests (every file with a test marked gpu,
+    liboffload's included) and every GPU benchmark row, and exits 0; a failing test
+    makes it exit non-zero."""
     _plugin("nextgen")
     _cuda_python()
+    cmd = _documented_dry_run()
+    assert "PYTHON=.venv/bin/python" in cmd, cmd
+    # this run's interpreter, by a path relative to the checkout as the docs give it
+    # (.venv/bin/python in a checkout set up by scripts/setup.sh)
+    rel = os.path.relpath(sys.executable, ROOT)
+    cmd = cmd.replace("PYTHON=.venv/bin/python", f"PYTHON={rel}")
     out = tmp_path / "out"
-    out.mkdir()
-    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable,
-               OSH_CUDA_STANDIN_DIR=str(standin_dir))
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--bundle", "none",
-                           "--stand-in"], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+    cmd = re.sub(r"^OUT=\S+", f"OUT={out}", cmd)
+    env = dict(os.environ, OSH_CUDA_STANDIN_DIR=str(standin_dir))
+    env.pop("PYTHON", None)
+    proc = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     files = sorted(p.name for p in out.iterdir())
     assert 0 < len(files) <= 8 and all(p.is_file() for p in out.iterdir())
@@ -311,14 +329,90 @@ def test_gpu_check_dry_run_on_the_stand_in(standin_dir, tmp_path):
     summary = (out / "summary.txt").read_text()
     assert "RESULT: PASS" in summary and "STAND-IN" in summary
     assert "passed" in (out / "pytest-gpu.txt").read_text()
+    # every file with a gpu test ran, and every GPU row of the benchmark was asked for
+    head = (out / "pytest-gpu.txt").read_text().splitlines()[1]
+    assert all(f in head for f in ("test_gpu.py", "test_pinned.py", "test_liboffload_gpu.py"))
+    from offload_shim.bench.gpu import GPU_ROWS
+    for row in GPU_ROWS:
+        assert re.search(rf"^  {re.escape(row)}: (measured|skipped: )", summary, re.M), row
+    assert "missing" in summary and " 0 missing" in summary
 
     out2 = tmp_path / "out2"
     out2.mkdir()
     # the first host-to-device copy of each process fails (999): the data path tests fail
-    env.update(OUT=str(out2), OSH_CUDA_STANDIN_FAIL="cuMemcpyHtoDAsync_v2:1:999,"
-                                                     "cuMemcpyHtoD_v2:1:999")
+    env.update(OUT=str(out2), PYTHON=sys.executable,
+               OSH_CUDA_STANDIN_FAIL="cuMemcpyHtoDAsync_v2:1:999,cuMemcpyHtoD_v2:1:999")
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--bundle", "none",
                            "--stand-in"], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+                          timeout=900, cwd=ROOT)
     assert proc.returncode != 0
     assert "RESULT: FAIL" in (out2 / "summary.txt").read_text()
+
+
+def _tally():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_check_tally",
+                                                  ROOT / "scripts" / "gpu_check_tally.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _junit(path, cases):
+    inner = {"pass": "", "fail": '<failure message="boom"/>', "error": '<error message="boom"/>'}
+    body = "".join(
+        f'<testcase classname="tests.test_gpu" name="t{i}">'
+        + (inner[kind] if kind in inner else f'<skipped type="pytest.skip" message="{kind}"/>')
+        + "</testcase>" for i, kind in enumerate(cases))
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite>{body}'
+                    "</testsuite></testsuites>")
+    return str(path)
+
+
+@pytest.mark.parametrize("cases,stand_in,rc", [
+    (["pass"] + ["CUDA driver present but no device (cuInit 100)"] * 10, False, 1),
+    (["pass", "clang-16 not installed (apt-get install clang-16)",
+      "liboffload 22 not unpacked (scripts/setup.sh)"], False, 0),
+    (["pass", "the CUDA driver stand-in records kernel launches and never runs them"],
+     False, 1),
+    (["pass", "the CUDA driver stand-in records kernel launches and never runs them"],
+     True, 0),
+    (["pass", "fail"], False, 1), (["pass", "error"], False, 1),
+    (["clang-16 not installed"], False, 5), ([], False, 5)])
+def test_gpu_check_passes_only_when_the_hardware_tests_ran(tmp_path, cases, stand_in, rc):
+    """"1 passed, 10 skipped" is no PASS: a skip passes only with a reason the lent
+    machine gives by design (no clang-16 there, no liboffload 22 in the bundle)."""
+    t = _tally()
+    lines, got = t.tally_tests(_junit(tmp_path / "r.xml", cases), str(tmp_path / "none"),
+                               stand_in)
+    assert got == rc, lines
+    skipped = sum(1 for c in cases if c not in ("pass", "fail", "error"))
+    assert lines[0].startswith(f"{cases.count('pass')} passed, {skipped} skipped")
+
+
+def test_gpu_check_counts_tests_from_the_text_when_pytest_was_cut_short(tmp_path):
+    t = _tally()
+    txt = tmp_path / "p.txt"
+    txt.write_text("test_gpu.py::test_a PASSED [ 10%]\ntest_gpu.py::test_b SKIPPED (x)\n"
+                   "test_pinned.py::test_c FAILED [ 30%]\n")
+    lines, rc = t.tally_tests(str(tmp_path / "missing.xml"), str(txt), False)
+    assert rc == 1 and lines[0].startswith("1 passed, 1 skipped, 1 failed, 0 errors (from")
+
+
+def test_gpu_check_finds_every_gpu_bench_row(tmp_path):
+    """Each row of GPU_ROWS is asked for by its full name, and the tally says which are
+    measured, skipped (with the reason) or missing; no GPU row name selects a CPU row."""
+    from offload_shim.bench.backends import CPU_ROWS
+    from offload_shim.bench.gpu import GPU_ROWS
+    for row in GPU_ROWS:
+        assert not [c for c in CPU_ROWS if row in c], row
+    t = _tally()
+    txt = tmp_path / "b.txt"
+    txt.write_text("| cuda:cuMemAlloc [STAND-IN, not a GPU] | 1 |\n"
+                   "| pool:exact/cuMemAlloc | 2 |\n"
+                   "* `cupy:MemoryPool`: CuPy unavailable\n")
+    lines, rc = t.tally_bench(str(txt), ["cuda:cuMemAlloc", "pool:exact/cuMemAlloc",
+                                         "cupy:MemoryPool", "pool:exact/cuMemAllocAsync"])
+    assert rc == 1 and lines[0] == "2 of 4 GPU rows measured, 1 skipped, 1 missing"
+    assert "  pool:exact/cuMemAllocAsync: MISSING (not in the output)" in lines
+    assert "  cupy:MemoryPool: skipped: CuPy unavailable" in lines

@@ -161,3 +161,57 @@ def test_run_counts_memory_never_freed_in_the_report_only(tmp_path, opts, progra
     total = [kinds["mapped"][0] + kinds["allocated"][0], kinds["mapped"][1] + kinds["allocated"][1]]
     assert rep["leaks"] == {dev: total}, rep
     assert rep["leaks_by_kind"] == {dev: kinds}, rep
+
+
+def _flip_embedded_section_headers(exe: str, out: Path) -> Path:
+    """A copy of ``exe`` whose embedded device image (the second ELF in the file) has
+    every byte of its section header table flipped: ld.so and the x86_64 plugin read
+    only program headers and run it; offload_shim's ELF checks refuse it."""
+    import struct
+    b = bytearray(Path(exe).read_bytes())
+    at = b.find(b"\x7fELF", 1)
+    assert at > 0, "no embedded device image"
+    shoff, = struct.unpack_from("<Q", b, at + 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", b, at + 0x3A)
+    for i in range(at + shoff, at + shoff + shentsize * shnum):
+        b[i] ^= 0xA5
+    out.write_bytes(bytes(b))
+    out.chmod(0o755)
+    return out
+
+
+@pytest.mark.parametrize("policy", ["default", "mandatory", "disabled"])
+def test_a_refused_image_is_said_in_one_line(prog, tmp_path, policy):
+    """Issue 28 item 6: an image offload_shim's own checks refuse, which libomptarget 16
+    hands to its plugin (and runs), falls back to the host with one line of
+    offload_shim's own on stderr naming the reason -- not silently, the reason only in
+    the report.  Under ``mandatory`` the construct's fatal error follows; under
+    ``disabled`` nothing is offloaded anyway and nothing is said.  The intact program
+    gets no such line."""
+    bad = _flip_embedded_section_headers(prog, tmp_path / "flipped")
+    env = {"OMP_TARGET_OFFLOAD": policy}
+    real = _real(str(bad), env)
+    assert real.returncode == 3 and real.stderr == "", real.stderr
+    if policy != "disabled":
+        assert "on_device 1" in real.stdout           # the real runtime ran the image
+    ours = _ours(str(bad), tmp_path / "r.json", (), env)
+    lines = [ln for ln in ours.stderr.splitlines() if ln.startswith("offload_shim:")]
+    if policy != "mandatory":                    # (an abort writes no report)
+        rep = json.loads((tmp_path / "r.json").read_text())
+        assert len(rep["unsupported"]) == 1 and "corrupt ELF image" in rep["unsupported"][0]
+    if policy == "disabled":
+        assert ours.stderr == "" and ours.returncode == 3
+        return
+    assert len(lines) == 1, ours.stderr
+    assert lines[0].startswith("offload_shim: not offloading image 'desc@"), lines
+    assert "corrupt ELF image" in lines[0]
+    if policy == "default":
+        assert lines[0].endswith("its target regions run on the host")
+        assert ours.stderr == lines[0] + "\n"
+        assert ours.returncode == 3 and "on_device 0" in ours.stdout
+    else:
+        assert ours.returncode == -6
+        assert "fatal error 1: failure of target construct while offloading is mandatory" \
+            in ours.stderr
+    good = _ours(prog, tmp_path / "g.json", (), env)
+    assert "offload_shim:" not in good.stderr and good.returncode == 3

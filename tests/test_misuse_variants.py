@@ -359,3 +359,29 @@ def test_runtime_takes_one_plugin_object():
     p = osh.load_plugin(bundled_plugin_path())
     with osh.Runtime(p) as rt:
         assert rt.plugins == [p]
+
+
+def test_compare_timeout_holds_when_a_grandchild_keeps_the_output_open(tmp_path):
+    """A program that leaves a process of another session behind holding its stdout:
+    the wait for the output ended only when that process did (here 300 s).  Now the
+    run is killed at --timeout, the stray is killed too, and the command ends."""
+    import time
+    token = f"{300 + os.getpid() % 1000 / 1000:.3f}"          # this test's own sleep
+    t0 = time.monotonic()
+    p = _cli("compare", "--json", "--timeout", "1", "/bin/sh", "-c",
+             f"setsid sleep {token} & echo hi", cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    data = json.loads(p.stdout)
+    assert data["timed_out"] is True and data["same"] is False
+    assert took < 90, took
+    left = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:2] == [b"sleep", token.encode()]:
+                        left.append(int(d))
+            except OSError:
+                pass
+    assert left == [], "the grandchild holding the output was left running"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +131,257 @@ def test_empty_path():
 def test_good_plugin_still_loads_after_probe(nextgen16):
     p = load_plugin(nextgen16)
     assert p.generation == "llvm16-nextgen"
+
+
+# -- a constructor that depends on the environment (issue 28 item 6) ----------------------
+
+@pytest.fixture(scope="module")
+def moody_plugin(tmp_path_factory) -> str:
+    """The bundled plugin's sources plus a constructor that aborts only when
+    ``OSH_TEST_MOODY=1``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    d = tmp_path_factory.mktemp("moody")
+    ctor = d / "moody.c"
+    ctor.write_text("#include <stdlib.h>\n#include <string.h>\n"
+                    "__attribute__((constructor)) static void moody(void) {\n"
+                    "  const char *v = getenv(\"OSH_TEST_MOODY\");\n"
+                    "  if (v && !strcmp(v, \"1\")) abort();\n}\n")
+    lib = d / "libomptarget.rtl.moody.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}",
+                    str(native / "host_plugin.c"), str(native / "host_plugin_ol.c"), str(ctor),
+                    "-o", str(lib), "-ldl", "-lpthread"], check=True, capture_output=True,
+                   timeout=300)
+    return str(lib)
+
+
+_LOAD = ("import sys\n"
+         "from offload_shim.plugins.loader import load_plugin\n"
+         "from offload_shim.safety.isolation import plugin_known_good, remember_good_plugin\n"
+         "print('known good' if plugin_known_good(sys.argv[1]) else 'unknown')\n"
+         "try:\n"
+         "    load_plugin(sys.argv[1])\n"
+         "    remember_good_plugin(sys.argv[1])      # as offload-shim run does\n"
+         "    print('loaded')\n"
+         "except Exception as exc:\n"
+         "    print(type(exc).__name__, exc)\n")
+
+
+def test_a_verdict_is_not_reused_under_another_environment(moody_plugin, tmp_path):
+    """The plugin verdicts kept across processes were keyed on the file alone: a
+    plugin probed once was dlopen'ed unguarded afterwards, so a constructor that aborts
+    only under some environment took the process down (exit 134) with no line.  Now the
+    environment is part of the key: a second environment probes again (a typed error),
+    the first still uses its verdict."""
+    env = dict(os.environ, OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "verdicts"))
+    env.pop("OFFLOAD_SHIM_NO_CACHE", None)
+    env.pop("OSH_TEST_MOODY", None)
+
+    def load(**extra):
+        return subprocess.run([sys.executable, "-c", _LOAD, moody_plugin],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(env, **extra))
+
+    first = load()
+    assert first.returncode == 0 and first.stdout.split("\n")[:2] == ["unknown", "loaded"]
+    again = load()
+    assert again.stdout.split("\n")[:2] == ["known good", "loaded"], again.stdout
+    moody = load(OSH_TEST_MOODY="1")
+    assert moody.returncode == 0, (moody.returncode, moody.stderr[-2000:])
+    assert moody.stdout.startswith("unknown\nPluginDlopenError"), moody.stdout
+    assert "SIGABRT" in moody.stdout
+    # the same shell a command later (volatile variables differ): still known good
+    later = load(_="/usr/bin/env", OLDPWD="/", SHLVL="7", PYTEST_CURRENT_TEST="x")
+    assert later.stdout.split("\n")[:2] == ["known good", "loaded"], later.stdout
+
+
+def test_run_probes_a_plugin_again_under_another_environment(moody_plugin, tmp_path):
+    """``offload-shim run --plugin`` skips its test load of a plugin known good; under an
+    environment where its constructor aborts, that is one line and exit status 2, not the
+    program dying of SIGABRT."""
+    env = dict(os.environ, OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "verdicts"))
+    env.pop("OFFLOAD_SHIM_NO_CACHE", None)
+    env.pop("OSH_TEST_MOODY", None)
+    cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "run", "--plugin", moody_plugin,
+           "/bin/true"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=dict(env, OSH_TEST_MOODY="1"))
+    assert bad.returncode == 2, (bad.returncode, bad.stderr)
+    assert "SIGABRT" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.fixture(scope="module")
+def hanging_plugin(tmp_path_factory) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("hang")
+    src = d / "hang.c"
+    src.write_text("#include <unistd.h>\n"
+                   "__attribute__((constructor)) static void hang(void) { for (;;) pause(); }\n"
+                   "int __tgt_rtl_number_of_devices(void) { return 1; }\n")
+    lib = d / "libomptarget.rtl.hang.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+def _children_of(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig,rc,word", [(signal.SIGTERM, 143, "terminated"),
+                                         (signal.SIGINT, 130, "interrupted"),
+                                         (signal.SIGHUP, 143, "terminated")])
+def test_run_stopped_while_probing_a_plugin_leaves_nothing(hanging_plugin, tmp_path, sig, rc,
+                                                            word):
+    """A signal to ``offload-shim run --plugin hang.so`` while the plugin's probe child
+    hangs in its constructor (before the program starts): the probe child is stopped,
+    its private folder removed (a private TMPDIR here, so only this run's leftovers are
+    looked at), one line, 143 / 130."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), OFFLOAD_SHIM_CACHE_DIR=str(tmp_path / "v"))
+    p = subprocess.Popen([sys.executable, "-P", "-m", "offload_shim.cli", "run", "--plugin",
+                          hanging_plugin, "/bin/true"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        kids = []
+        while not kids and time.monotonic() < deadline:
+            kids = _children_of(p.pid)
+            time.sleep(0.05)
+        assert kids, "no probe child"
+        assert any(x.name.startswith("osh_child_") for x in tmp.iterdir())
+        time.sleep(0.5)
+        os.kill(p.pid, sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == rc, err
+    assert err == f"offload-shim: {word}\n"
+    assert not [k for k in kids if _alive(k)], "the probe child was left running"
+    assert list(tmp.iterdir()) == []
+
+
+# -- info: each plugin's calls in a child process (issue 28 item 6) --------------------
+
+def _bundled_with(tmp_path, entry: str, proto: str, body: str) -> str:
+    """The bundled plugin's sources with ``__tgt_rtl_<entry>`` replaced by ``body``."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    wrap = tmp_path / "wrap.c"
+    wrap.write_text("#include <signal.h>\n#include <stdint.h>\n#include <stdlib.h>\n"
+                    "#include <unistd.h>\n"
+                    f"__attribute__((visibility(\"default\"))) {proto} {{ {body} }}\n")
+    objs = []
+    for src, extra in (("host_plugin.c", [f"-D__tgt_rtl_{entry}=osh_replaced_{entry}"]),
+                       ("host_plugin_ol.c", [])):
+        obj = tmp_path / (src + ".o")
+        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}", *extra,
+                        str(native / src), "-o", str(obj)], check=True, capture_output=True,
+                       timeout=300)
+        objs.append(str(obj))
+    lib = tmp_path / f"libomptarget.rtl.{entry}.so"
+    subprocess.run([cc, "-shared", "-fPIC", *objs, str(wrap), "-o", str(lib), "-ldl",
+                    "-lpthread"], check=True, capture_output=True, timeout=300)
+    return str(lib)
+
+
+def _info(*args, env_extra=None, **kw):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-P", "-m", "offload_shim.cli", "info", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, **kw)
+
+
+def test_info_lists_the_others_when_a_plugin_crashes_in_number_of_devices(tmp_path):
+    """``info`` called ``init_plugin``/``number_of_devices`` in its own process: a plugin
+    crashing there killed the whole listing.  Now its row says so and the bundled
+    plugin is still listed; the plugin named on the command line is not usable: 1."""
+    bad = _bundled_with(tmp_path, "number_of_devices", "int32_t __tgt_rtl_number_of_devices(void)",
+                        "raise(SIGSEGV); return 0;")
+    p = _info(bad, "--no-system")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 1, (out, err)
+    assert f"{bad}  [explicit]\n    not usable: the plugin ended the process (SIGSEGV)" in out, out
+    assert "libosh_hostplugin.so  [bundled]\n    abi=llvm" in out, out  # still listed
+    assert err.startswith(f"offload-shim: error: {bad}: not usable: ") and "SIGSEGV" in err
+
+
+def test_info_ends_at_once_on_sigterm_during_a_plugin_call(tmp_path):
+    """SIGTERM (and Ctrl-C) were ignored while ``info`` was inside a plugin call; the
+    call is in a child now, the command waits in Python: 143 at once, the child gone."""
+    hang = _bundled_with(tmp_path, "number_of_devices",
+                         "int32_t __tgt_rtl_number_of_devices(void)", "for (;;) pause();")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = _info(hang, "--no-system", "--timeout", "120", env_extra={"TMPDIR": str(tmp)})
+    try:
+        deadline = time.monotonic() + 60
+        grand = []
+        while not grand and time.monotonic() < deadline:   # info -> row child (-> probe)
+            grand = _children_of(p.pid)
+            time.sleep(0.1)
+        assert grand
+        time.sleep(3)                       # the row child is inside number_of_devices
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 143 and "terminated" in err, (p.returncode, err)
+    assert took < 15, took
+    assert not [k for k in grand if _alive(k)]
+    assert list(tmp.iterdir()) == []
+
+
+def test_demo_and_check_parents_never_load_the_plugin(tmp_path):
+    """A plugin whose destructor crashes: ``demo``'s and ``check``'s own exit status is
+    theirs (1: the plugin's rows say what happened), never the plugin's SIGSEGV -- the
+    parents read the plugin's views in a child and never load it themselves."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler")
+    native = Path(__file__).resolve().parent.parent / "native"
+    dtor = tmp_path / "dtor.c"
+    dtor.write_text("#include <signal.h>\n"
+                    "__attribute__((destructor)) static void bye(void) { raise(SIGSEGV); }\n")
+    lib = tmp_path / "libomptarget.rtl.dtor.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}",
+                    str(native / "host_plugin.c"), str(native / "host_plugin_ol.c"), str(dtor),
+                    "-o", str(lib), "-ldl", "-lpthread"], check=True, capture_output=True,
+                   timeout=300)
+    base = [sys.executable, "-P", "-m", "offload_shim.cli"]
+    demo = subprocess.run([*base, "demo", "--no-system", str(lib)], capture_output=True,
+                          text=True, timeout=600)
+    assert demo.returncode == 1, (demo.returncode, demo.stdout[-2000:], demo.stderr[-2000:])
+    assert "crashed (SIGSEGV)" in demo.stdout
+    check = subprocess.run([*base, "check", str(lib), "--abi", "llvm", "--max-examples", "2",
+                            "--steps", "3", "--json"], capture_output=True, text=True,
+                           timeout=600)
+    assert check.returncode == 1, (check.returncode, check.stderr[-2000:])
+    kinds = {(f["kind"], f.get("signal")) for f in json.loads(check.stdout)["findings"]}
+    assert kinds == {("crash", "SIGSEGV")}, kinds

@@ -91,52 +91,126 @@ def host_runtime_info(env=None) -> list[dict]:
 
 
 def collect_info(paths=(), *, system=True, bundled=True, devices=True,
-                 timeout: float | None = None) -> list[dict]:
+                 timeout: float | None = None, isolate: bool = False) -> list[dict]:
     """One dict per plugin view found: path, source, abi, generation,
     num_devices, (GOMP) gomp_version/caps/target_name, and per device what
     the plugin prints with ``print_device_info`` (LLVM; needs a device init,
     done and undone here when ``devices``) or an ``error``.  ``timeout``:
     seconds the load of each new plugin file may take (its constructors run
-    in a child first); past it the row says it hung."""
+    in a child first); past it the row says it hung.
+
+    ``isolate`` (``offload-shim info``): each plugin file's rows are made in a child
+    process of their own (:func:`plugin_records` there, through
+    :func:`offload_shim.safety.children.run_child`): a plugin that crashes, exits or
+    hangs in ``init_plugin``, ``number_of_devices``, ``init_device`` or
+    ``print_device_info`` is one row saying so (``error``: the signal or exit status,
+    or "did not finish within N s": twice ``timeout``, default
+    :data:`~offload_shim.safety.isolation.PLUGIN_TIMEOUT_S`), the others are still
+    listed, no plugin's destructor decides the command's exit status, and SIGTERM and
+    Ctrl-C end the command at once (the parent only waits; its child is stopped)."""
     from ..plugins import discovery
-    from ..errors import OffloadError
-    from ..core.runtime import Runtime
     out = []
     for cand in discovery.candidates(paths, system=system, bundled=bundled):
-        base = {"path": cand.path, "source": cand.source}
-        try:
-            views = _plugin_views(cand.path, timeout)
-        except (OffloadError, OSError, ValueError, TypeError) as exc:
-            # a bad candidate is one "not usable" row; the others are still listed
-            out.append({**base, "abi": None, "generation": None, "num_devices": None,
-                        "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        for p in views:
-            rec = {**base, **p.info()}
-            rec.pop("symbols", None)
-            rec["entry_points"] = len(p.symbols)
-            try:
-                with Runtime([p]) as rt:
-                    devs = rt.devices
-                    rec["num_devices"] = len(devs)
-                    if hasattr(p, "devices_info"):    # liboffload: platforms and devices
-                        rec["ol_platforms"] = p.platforms_info()
-                        rec["ol_devices"] = p.devices_info()
-                    rec["devices"] = []
-                    for d in devs:
-                        drec = {"index": d.index}
-                        if devices and p.has("print_device_info"):
-                            d.init()
-                            _, text = _capture_c_stdout(lambda: p.print_device_info(d.index))
-                            drec["info"] = " ".join(text.split())
-                        rec["devices"].append(drec)
-            except (OffloadError, OSError) as exc:
-                rec.setdefault("num_devices", None)
-                rec["error"] = f"{type(exc).__name__}: {exc}"
-            out.append(rec)
+        if isolate:
+            out.extend(_plugin_records_in_child(cand.path, cand.source, devices, timeout))
+        else:
+            out.extend(plugin_records(cand.path, cand.source, devices, timeout))
     if system:
         out.extend(host_runtime_info())
     return out
+
+
+def plugin_records(path: str, source: str, devices: bool = True,
+                   timeout: float | None = None, init: bool = True) -> list[dict]:
+    """The rows of :func:`collect_info` for one plugin file, made in this process;
+    ``init`` False: only what loading tells (path, name, abi, generation...: no
+    ``init_plugin``, no device count)."""
+    from ..errors import OffloadError
+    from ..core.runtime import Runtime
+    base = {"path": path, "source": source}
+    try:
+        views = _plugin_views(path, timeout)
+    except (OffloadError, OSError, ValueError, TypeError) as exc:
+        # a bad candidate is one "not usable" row; the others are still listed
+        return [{**base, "abi": None, "generation": None, "num_devices": None,
+                 "error": f"{type(exc).__name__}: {exc}"}]
+    out = []
+    for p in views:
+        rec = {**base, **p.info()}
+        rec.pop("symbols", None)
+        rec["entry_points"] = len(p.symbols)
+        if not init:
+            out.append(rec)
+            continue
+        try:
+            with Runtime([p]) as rt:
+                devs = rt.devices
+                rec["num_devices"] = len(devs)
+                if hasattr(p, "devices_info"):    # liboffload: platforms and devices
+                    rec["ol_platforms"] = p.platforms_info()
+                    rec["ol_devices"] = p.devices_info()
+                rec["devices"] = []
+                for d in devs:
+                    drec = {"index": d.index}
+                    if devices and p.has("print_device_info"):
+                        d.init()
+                        _, text = _capture_c_stdout(lambda: p.print_device_info(d.index))
+                        drec["info"] = " ".join(text.split())
+                    rec["devices"].append(drec)
+        except (OffloadError, OSError) as exc:
+            rec.setdefault("num_devices", None)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+        out.append(rec)
+    return out
+
+
+_INFO_MARK = "@@offload_shim info rows@@"
+_INFO_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from offload_shim.cli import plugin_records, _INFO_MARK
+rows = plugin_records(*json.loads(sys.argv[2]))
+sys.stdout.write("\n" + _INFO_MARK + json.dumps(rows) + "\n")
+sys.stdout.flush()
+"""
+
+
+def _plugin_records_in_child(path: str, source: str, devices: bool,
+                             timeout: float | None, init: bool = True) -> list[dict]:
+    import subprocess
+    from ..safety.children import run_child, signal_name
+    from ..safety.isolation import PLUGIN_TIMEOUT_S
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    limit = 2 * (timeout or PLUGIN_TIMEOUT_S)
+    base = {"path": path, "source": source, "abi": None, "generation": None,
+            "num_devices": None}
+    try:
+        proc = run_child([sys.executable, "-P", "-c", _INFO_CHILD, root,
+                          json.dumps([path, source, devices, timeout, init])],
+                         timeout=limit)
+    except subprocess.TimeoutExpired:
+        return [{**base, "error": f"hung: the plugin's calls did not finish within "
+                 f"{limit:g} s (in a child process)"}]
+    rows = None
+    head, mark, tail = proc.stdout.rpartition(_INFO_MARK)
+    if mark:
+        try:
+            rows = json.loads(tail.strip())
+        except ValueError:
+            rows = None
+    if rc := proc.returncode:
+        how = signal_name(rc) if rc < 0 else f"exit status {rc}"
+        why = " ".join((proc.stderr or "").split())[-300:]
+        if rows is None:
+            return [{**base, "error": f"the plugin ended the process ({how}) while it was "
+                     "loaded, initialised or asked for its devices, in a child process"
+                     + (f": {why}" if why else "")}]
+        for r in rows:                  # listed, then its destructor took the process down
+            r["error"] = (r.get("error") + "; " if r.get("error") else "") + \
+                f"the process ended with {how} after the listing (the plugin's destructors)"
+    if rows is None:
+        return [{**base, "error": "the child process listed nothing"}]
+    return rows
 
 
 def cmd_info(args) -> int:
@@ -161,7 +235,7 @@ def cmd_info(args) -> int:
             print("\n".join(format_description(i) for i in infos))
         return 0
     recs = collect_info(args.plugins, system=not args.no_system, devices=not args.no_devices,
-                        timeout=args.timeout)
+                        timeout=args.timeout, isolate=True)
     # what the user named on the command line must be usable
     named_bad = [r for r in recs if r.get("source") == "explicit"
                  and (r.get("abi") is None or r.get("error"))]
@@ -274,25 +348,48 @@ def _demo_one(path: str, abi: str | None) -> int:
 
 def demo_targets(paths=(), *, system=True,
                  timeout: float | None = None) -> list[tuple[str, str | None, str]]:
-    """(path, abi view, label) of every plugin view that runs on this CPU and
-    has at least one device (vendor GPU plugins report 0 devices here).
+    """(path, abi view, label) of every plugin view that runs on this CPU (vendor GPU
+    plugins report 0 devices here).  The views are read in a child process per file
+    (:func:`collect_info`'s isolation): this process never loads a plugin, so no
+    plugin's destructor decides ``demo``'s exit status.  A file that cannot be listed
+    there (not a plugin, a crash or hang while listing) is still a target when named on
+    the command line or when it crashed or hung: its own demo child says how it ends.
     ``timeout``: seconds the child-process probe of each new plugin may take."""
     from ..plugins import discovery
-    from ..errors import OffloadError
     out = []
     for cand in discovery.candidates(paths, system=system):
         if not discovery.is_host_plugin(cand.path) and cand.source not in ("explicit",):
             continue
-        try:
-            views = _plugin_views(cand.path, timeout)
-        except (OffloadError, OSError):
-            if cand.source == "explicit":
-                out.append((cand.path, None, os.path.basename(cand.path)))
-            continue
-        for p in views:
-            label = f"{p.name} ({p.abi}, {p.generation})"
-            out.append((cand.path, p.abi if p.bundled else None, label))
+        for r in _plugin_records_in_child(cand.path, cand.source, False, timeout,
+                                          init=False):
+            if r.get("abi") is None:
+                err = r.get("error") or ""
+                if cand.source == "explicit" or err.startswith(("the plugin ended", "hung")):
+                    out.append((cand.path, None, os.path.basename(cand.path)))
+                break
+            label = f"{r['name']} ({r['abi']}, {r['generation']})"
+            out.append((cand.path, r["abi"] if r.get("bundled") else None, label))
     return out
+
+
+def plugin_view(path: str, abi: str | None = None, timeout: float | None = None):
+    """The view ``load_plugin(path, abi=abi)`` gives -- ``path`` (real), ``name``,
+    ``abi``, ``generation``, ``bundled`` as attributes -- read in a child process, so
+    that this process never loads the plugin (``check`` and ``demo`` parents: no
+    plugin's constructor or destructor runs in them).  Raises PluginLoadError with the
+    child's reason (its typed error, or how the child ended)."""
+    from types import SimpleNamespace
+    from ..errors import PluginLoadError
+    rows = _plugin_records_in_child(path, "explicit", False, timeout, init=False)
+    usable = [r for r in rows if r.get("abi") is not None]
+    pick = [r for r in usable if r["abi"] == abi] if abi else usable[:1]
+    if not pick:
+        why = rows[0].get("error") if rows and rows[0].get("error") else \
+            f"no {abi} view (views: {', '.join(r['abi'] for r in usable) or 'none'})"
+        raise PluginLoadError(why)
+    r = pick[0]
+    return SimpleNamespace(path=r["path"], name=r["name"], abi=r["abi"],
+                           generation=r["generation"], bundled=bool(r.get("bundled")))
 
 
 def cmd_demo(args) -> int:
@@ -325,8 +422,16 @@ def cmd_demo(args) -> int:
             log.write(proc.stdout)
             log.flush()
             rc = proc.returncode
-            status = "verified" if rc == 0 else (
-                f"crashed ({signal_name(rc)})" if rc < 0 else "failed")
+            from ..safety.children import CRASH_SIGNALS
+            if rc == 0:
+                status = "verified"
+            elif rc < 0 and -rc in CRASH_SIGNALS:
+                status = f"crashed ({signal_name(rc)})"
+            elif rc < 0:        # SIGKILL, SIGTERM, SIGHUP...: from outside, not the plugin
+                status = f"interrupted ({signal_name(rc)} from outside" + (
+                    " or the out-of-memory killer)" if rc == -9 else ")")
+            else:
+                status = "failed"
         except subprocess.TimeoutExpired as exc:
             log.write(exc.output or "")
             status = f"hung (>{args.timeout:g}s)"

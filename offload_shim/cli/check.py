@@ -39,8 +39,7 @@ import signal
 import subprocess
 import sys
 
-from .common import (ProgressBar, Terminated, UsageError, install_sigterm, positive_float,
-                     positive_int)
+from .common import ProgressBar, UsageError, positive_float, positive_int
 
 __all__ = ["register_cli", "run_check", "cmd_check"]
 
@@ -88,11 +87,11 @@ def cmd_check(args) -> int:
         return _child_main(args)
     path = _resolve(args.plugin)
     from ..errors import PluginLoadError
-    from ..plugins.loader import load_plugin
-    try:
-        plugin = load_plugin(path, abi=args.abi, timeout=args.timeout)
+    from . import plugin_view
+    try:            # in a child: no constructor or destructor of the plugin runs here
+        plugin = plugin_view(path, abi=args.abi, timeout=args.timeout)
     except (PluginLoadError, OSError) as exc:
-        raise UsageError(f"check {args.plugin}: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"check {args.plugin}: {exc}") from None
     if args.probe_misuse:
         return _probe_main(args, path, plugin)
     bar = ProgressBar(args.max_examples, "sequences", enabled=not args.json)
@@ -121,7 +120,8 @@ def _print_result(r: dict) -> None:
         print("result   nothing found")
         return
     for f in r["findings"]:
-        print(f"FINDING  {f['kind']}: {f['message']}")
+        head = "STOPPED " if f["kind"] in NOT_PLUGIN_FAULTS else "FINDING "
+        print(f"{head} {f['kind']}: {f['message']}")
         for c in f.get("causes", []):
             print(f"    cause: {c}")
         if f.get("program"):
@@ -157,19 +157,25 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     Each child runs in a session of its own with a private ``TMPDIR``; when
     the run ends -- normally, past ``timeout``, or by an exception such as
     KeyboardInterrupt -- the child's process group is killed and what it left
-    is removed (:class:`~offload_shim.safety.children.ChildScope`).  A child
-    ended by SIGTERM, SIGKILL or SIGINT from outside is reported as
-    ``"interrupted"``, not as a crash of the plugin."""
+    is removed (:class:`~offload_shim.safety.children.ChildScope`).  How a
+    child ended is reported as what it was (:func:`child_end`): a crash only
+    for the signals a plugin raises itself (:data:`CRASH_SIGNALS`), any other
+    signal ``"interrupted"`` (from outside: never counted against the
+    plugin), exit status 2 ``"usage"``; a sequence that failed because the
+    environment did (a full ``TMPDIR``, no file descriptors:
+    :func:`environment_fault`) ``"environment"``.  These kinds
+    (:data:`NOT_PLUGIN_FAULTS`) still make ``ok`` false (nothing verified)
+    and print as ``STOPPED``, not ``FINDING``."""
     import threading
     import time
 
     from ..safety.children import ChildScope, check_timeout, stop_child
-    from ..plugins.loader import load_plugin
+    from . import plugin_view
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
     timeout = check_timeout(timeout)
-    plugin = load_plugin(path, abi=abi)
+    plugin = plugin_view(path, abi=abi)     # read in a child: never loaded here
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
     deadline = time.monotonic() + timeout
@@ -221,35 +227,35 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             t.join(10)
             steps_run = _read_trace(trace_file)
             child: dict = {}
-            if os.path.exists(res_file):
+            try:
                 with open(res_file) as f:
                     child = json.load(f)
-                base["examples"] += child.get("examples", 0)
-                base["findings"] += child.get("findings", [])
-            if killed:
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError):      # cut short: a full TMPDIR, a kill
+                child = {}
+            base["examples"] += child.get("examples", 0)
+            base["findings"] += child.get("findings", [])
+            full = tmpdir_full() if (rc != 0 or not child) and not killed else None
+            if full is not None:
+                base["findings"].append({"kind": "environment", "message": f"{full}; the "
+                                         f"child ended ({_status(rc)}) without a result, not "
+                                         "counted against the plugin", "steps": steps_run,
+                                         "output": tail[-10:]})
+            elif killed:
                 base["findings"].append({"kind": "hang",
                                          "message": f"no result after {timeout} s",
                                          "steps": steps_run})
-            elif rc in (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
-                sig = signal.Signals(-rc).name
-                who = "from outside" if sig != "SIGKILL" else \
-                    "from outside or by the kernel's out-of-memory killer"
-                base["findings"].append({"kind": "interrupted", "signal": sig,
-                                         "message": f"the child was ended by {sig} {who} "
-                                         "(not counted as a crash of the plugin)",
-                                         "steps": steps_run})
-            elif rc < 0:
-                try:
-                    sig = signal.Signals(-rc).name
-                except ValueError:
-                    sig = f"signal {-rc}"
-                base["findings"].append({"kind": "crash", "signal": sig,
-                                         "message": f"the child died of {sig}",
-                                         "steps": steps_run, "output": tail[-10:]})
+            elif rc != 0:
+                end = child_end(rc)
+                end["steps"] = steps_run
+                if end["kind"] in ("crash", "error", "usage"):
+                    end["output"] = tail[-20:]
+                base["findings"].append(end)
             elif not child:
-                base["findings"].append({"kind": "error", "message": f"child exited {rc} "
-                                         "without a result", "output": tail[-20:],
-                                         "steps": steps_run})
+                base["findings"].append({"kind": "error", "message": "the child exited 0 "
+                                         "without a result (exit() in a plugin call?)",
+                                         "output": tail[-20:], "steps": steps_run})
             elif child.get("exhausted") and not child.get("findings"):
                 if child.get("examples", 0) == 0:
                     base["findings"].append({"kind": "resource", "message": "a fresh child "
@@ -260,6 +266,99 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             break
     base["ok"] = not base["findings"]
     return base
+
+
+from ..safety.children import CRASH_SIGNALS  # noqa: E402 - (re-exported here)
+_LIMIT_SIGNALS = frozenset({signal.SIGXCPU, signal.SIGXFSZ})
+
+#: kinds of a result entry that say why a run stopped, not what the plugin did
+NOT_PLUGIN_FAULTS = frozenset({"interrupted", "environment", "usage"})
+
+
+def child_end(rc: int) -> dict:
+    """How a child that wrote no result ended, as a result entry ``{"kind", "message",
+    "signal"?}``: ``crash`` (a signal of :data:`CRASH_SIGNALS`: the plugin's fault),
+    ``interrupted`` (any other signal, from outside; SIGKILL also by the out-of-memory
+    killer; or the exit status 130/143 the CLI gives Ctrl-C/SIGTERM), ``environment``
+    (SIGXCPU/SIGXFSZ: a resource limit), ``usage`` (exit status 2: the child refused its
+    configuration), ``error`` (any other exit status)."""
+    from ..safety.children import signal_name
+    from .common import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
+    if rc < 0:
+        sig = signal_name(rc)
+        if -rc in CRASH_SIGNALS:
+            return {"kind": "crash", "signal": sig, "message": f"the child died of {sig}"}
+        if -rc in _LIMIT_SIGNALS:
+            return {"kind": "environment", "signal": sig,
+                    "message": f"the child was ended by {sig}: a resource limit "
+                    "(ulimit) of the environment, not counted against the plugin"}
+        who = "from outside or by the kernel's out-of-memory killer" \
+            if -rc == signal.SIGKILL else "from outside"
+        return {"kind": "interrupted", "signal": sig,
+                "message": f"the child was ended by {sig} {who} "
+                "(not counted as a crash of the plugin)"}
+    if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        sig = "SIGINT" if rc == EXIT_INTERRUPTED else "SIGTERM"
+        return {"kind": "interrupted", "signal": sig,
+                "message": f"the child was ended by {sig} from outside before it ran "
+                "a sequence (not counted against the plugin)"}
+    if rc == EXIT_USAGE:
+        return {"kind": "usage", "message": "the child refused its configuration (exit 2): "
+                "see its output"}
+    return {"kind": "error", "message": f"the child exited {rc} without a result "
+            "(exit() in a plugin call?)"}
+
+
+def environment_fault(exc: BaseException) -> str | None:
+    """Why ``exc`` (a sequence's failure) is the environment's fault, or None: an OSError
+    for a full or read-only file system, too many open files or no memory anywhere in its
+    chain (``__cause__``/``__context__``, exception groups), or ``TMPDIR`` found full
+    after the failure (a plugin writes each image it loads there: LLVM's
+    ``loadBinary`` with ``sys::fs::createTemporaryFile``, libgomp's plugins likewise;
+    its refusal then reads as an invalid image)."""
+    import errno
+    codes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+             errno.EROFS: "read-only file system", errno.EMFILE: "too many open files",
+             errno.ENFILE: "too many open files in the system",
+             errno.ENOMEM: "out of host memory"}
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in codes:
+            return f"{codes[e.errno]} ({type(e).__name__}: {e})"
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    return tmpdir_full()
+
+
+def tmpdir_full() -> str | None:
+    """What is wrong when the temporary directory (``tempfile.gettempdir()``: the
+    ``TMPDIR`` a child was given) has under :data:`TMPDIR_FULL_BYTES` or no inode free,
+    else None."""
+    import tempfile
+    tmp = tempfile.gettempdir()
+    try:
+        st = os.statvfs(tmp)
+    except OSError:
+        return None
+    if st.f_bavail * st.f_frsize < TMPDIR_FULL_BYTES or (st.f_files and st.f_favail == 0):
+        return (f"the temporary directory {tmp} is full "
+                f"({st.f_bavail * st.f_frsize} bytes, {st.f_favail} inodes free): plugins "
+                "write every image they load there")
+    return None
+
+
+def _status(rc: int) -> str:
+    from ..safety.children import signal_name
+    return signal_name(rc) if rc < 0 else f"exit {rc}"
+
+
+#: free bytes under which ``TMPDIR`` counts as full when a sequence fails (a plugin's
+#: temporary copy of the sample image is about 16 KiB)
+TMPDIR_FULL_BYTES = 1 << 20
 
 
 def _read_trace(path: str) -> list[str]:
@@ -304,7 +403,16 @@ def _child_main(args) -> int:
     from ..abi import libc
     from ..safety.leftovers import unlink_mapped_copies
     libc.set_parent_death_signal(signal.SIGKILL)     # no orphan if the parent is killed
-    install_sigterm()
+
+    def die_by(signum, frame):
+        # never an exception: hypothesis would take it for the plugin's failure (and,
+        # replayed without the signal, report a FlakyFailure against the plugin)
+        unlink_mapped_copies()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)             # the parent sees the very signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, die_by)
     cfg = json.loads(args.child)
     logging.getLogger("offload_shim").setLevel(logging.ERROR)
     from hypothesis import HealthCheck, settings
@@ -350,16 +458,15 @@ def _child_main(args) -> int:
         test()
     except ProcessExhausted as exc:   # not a finding: the parent starts a fresh child
         exhausted = str(exc)          # (raised after a sequence that passed)
-    except (Terminated, KeyboardInterrupt):
-        unlink_mapped_copies()
-        trace.close()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)     # die by the signal: the parent sees it
-        raise
     except BaseException as exc:   # the finding itself
         notes = "\n".join(getattr(exc, "__notes__", []))
         kind = "invariant" if isinstance(exc, AssertionError) else "error"
         msg = f"{type(exc).__name__}: {exc}"
+        env = environment_fault(exc)
+        if env is not None:
+            kind = "environment"
+            msg = (f"{env}; not counted against the plugin (what the sequence raised: "
+                   f"{msg})")
         use = mapping_usage()
         if use is not None and use[0] > 0.95 * use[1]:
             # the safety margin did not hold: say so, not just what hypothesis made of it

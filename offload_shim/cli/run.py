@@ -63,6 +63,29 @@ def check_plugins(paths) -> str | None:
     return None
 
 
+def _check_plugins_interruptible(paths) -> "str | int | None":
+    """:func:`check_plugins` as every other command runs: SIGTERM and SIGHUP (turned
+    into :class:`~offload_shim.cli.common.Terminated`) and Ctrl-C end it with the probe
+    child stopped and its private ``TMPDIR`` removed
+    (:func:`offload_shim.safety.children.run_child`), one line, and 143 / 130 (returned
+    as an int).  Before, a SIGTERM to ``run --plugin hang.so`` killed the launcher at
+    once, leaving the probe child running and ``/tmp/osh_child_*`` behind."""
+    if not paths:
+        return None
+    import signal
+    from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, _raise_terminated)
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return check_plugins(paths)
+    except (KeyboardInterrupt, Terminated) as exc:
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        print(f"offload-shim: {what}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED if what == "interrupted" else EXIT_TERMINATED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def cmd_run_library(args) -> int:
     import offload_shim as osh
     from ..errors import OffloadError
@@ -219,7 +242,9 @@ def cmd_run(args) -> int:
     ``#!``) is run by ``/bin/sh``, as ``execvp`` does."""
     import errno
     import os
-    bad = check_plugins(args.plugin)          # before the program runs: not a silent fallback
+    bad = _check_plugins_interruptible(args.plugin)   # before the program: no silent fallback
+    if isinstance(bad, int):
+        return bad
     record = getattr(args, "record", None)
     if not bad and record:
         from ..trace.record import trace_path_ok

@@ -28,10 +28,19 @@ import time
 from .leftovers import (dead_kmp_segments, kmp_segment_files, llvm_copies, process_state,
                         remove_kmp_segment, sweep)
 
-__all__ = ["ChildScope", "check_timeout", "run_child", "run_program", "signal_name",
-           "signals_deferred", "stop_child"]
+__all__ = ["CRASH_SIGNALS", "ChildScope", "check_timeout", "run_child", "run_program",
+           "signal_name", "signals_deferred", "stop_child"]
 
 _SCOPES_VAR = "OSH_CHILD_SCOPES"
+
+
+#: signals a process's own code raises when it fails (a fault, abort(), a trap): a crash
+#: of the plugin it was running.  Any other signal that ends a child came from outside (a
+#: user's kill, Ctrl-C sent to the child's group, a hang-up, the kernel's out-of-memory
+#: killer) or from a resource limit: ``check`` and ``demo`` never count it against the
+#: plugin.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                           signal.SIGABRT, signal.SIGTRAP, signal.SIGSYS})
 
 
 def signal_name(rc: int) -> str:
@@ -108,7 +117,10 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_child(proc)
-            out, err = proc.communicate()
+            # a grandchild in a session of its own may hold the pipes open: it goes too,
+            # and the rest of the output is waited for a bounded time only
+            sc.stop_strays()
+            out, err = _drain(proc)
             raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     finally:
@@ -119,6 +131,24 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
                 sc.stop_strays()
         if own:
             sc.cleanup()
+
+
+def _drain(proc, wait_s: float = 5.0) -> tuple[str, str]:
+    """What is left of ``proc``'s output after it was killed, waiting at most ``wait_s``
+    for the pipes to close (a process outside the child's group and scope -- one that
+    changed its environment -- could hold them for ever: they are closed then, and
+    what had not been read is lost)."""
+    import subprocess
+    try:
+        return proc.communicate(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        return "", ""
 
 
 # -- a program in the foreground --------------------------------------------------------

@@ -54,7 +54,7 @@ LDSO_EXIT = 127        # ld.so's _dl_signal_error / assertion exits use 127
 
 _lock = threading.Lock()
 _image_verdicts: dict[str, str | None] = {}        # sha256 -> None (ok) or message
-_plugin_verdicts: dict[tuple[str, int, int], tuple[str, str] | None] = {}
+_plugin_verdicts: dict[tuple[str, int, int, str], tuple[str, str] | None] = {}
 
 
 def _tail(text: str, limit: int = 400) -> str:
@@ -181,7 +181,9 @@ def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, 
 def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = None) -> None:
     """Load the plugin file ``real`` (a real path) in a child process the way
     :func:`~offload_shim.plugins.loader.load_plugin` does, once per ``(realpath,
-    size, mtime)`` per process.  Raises PluginDlopenError when the child
+    size, mtime)`` and environment (:func:`~offload_shim.safety.verdicts.environment_fingerprint`:
+    a constructor may behave differently under another) per process, the verdict
+    stored across processes under the file's bytes and the environment.  Raises PluginDlopenError when the child
     dies (``.dlerror`` names the signal or the exit status); typed failures
     (not a plugin, dlopen error) are left to the in-process load, which
     raises them without running any constructor.  Costs one interpreter
@@ -193,12 +195,13 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
     from .children import check_timeout
     timeout = check_timeout(PLUGIN_TIMEOUT_S if timeout is None else timeout)
     st = os.stat(real)
-    key = (real, st.st_size, st.st_mtime_ns)
+    env = _verdicts.environment_fingerprint()
+    key = (real, st.st_size, st.st_mtime_ns, env)
     with _lock:
         if key in _plugin_verdicts:
             verdict = _plugin_verdicts[key]
         else:
-            content = f"{_verdicts.file_sha256(real)}:{abi or ''}"
+            content = f"{_verdicts.file_sha256(real)}:{abi or ''}:{env}"
             stored = _verdicts.get("plugin-probe", _PLUGIN_CHECKERS, content)
             if stored is not None and "verdict" in stored:
                 verdict = tuple(stored["verdict"]) if stored["verdict"] else None
@@ -217,10 +220,13 @@ def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = N
 def plugin_known_good(path: str, abi: str | None = None) -> bool:
     """True when an earlier process loaded the plugin file at ``path`` (same bytes,
     same checking code) with :func:`~offload_shim.plugins.loader.load_plugin` and got
-    a plugin (:func:`remember_good_plugin`): ``offload-shim run`` then skips its own
-    test load of ``--plugin`` files.  False when unknown or unreadable."""
+    a plugin (:func:`remember_good_plugin`) under the same environment
+    (:func:`~offload_shim.safety.verdicts.environment_fingerprint`): ``offload-shim run``
+    then skips its own test load of ``--plugin`` files.  False when unknown or
+    unreadable."""
     try:
-        content = f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}"
+        content = (f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}:"
+                   f"{_verdicts.environment_fingerprint()}")
     except OSError:
         return False
     stored = _verdicts.get("plugin-load", _PLUGIN_CHECKERS, content)
@@ -230,7 +236,8 @@ def plugin_known_good(path: str, abi: str | None = None) -> bool:
 def remember_good_plugin(path: str, abi: str | None = None) -> None:
     """Record that ``load_plugin(path)`` succeeded for these bytes."""
     try:
-        content = f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}"
+        content = (f"{_verdicts.file_sha256(os.path.realpath(path))}:{abi or ''}:"
+                   f"{_verdicts.environment_fingerprint()}")
     except OSError:
         return
     _verdicts.put("plugin-load", _PLUGIN_CHECKERS, content, {"ok": True})

@@ -10,7 +10,9 @@ on the bytes checked and on the code that checks them, so it is stored here unde
     sha256(kind, fingerprint of the checking code, sha256 of the bytes)
 
 and a later process (the next ``offload-shim run`` of the same program) reads it
-instead of running the check again.  The fingerprint is the SHA-256 of the source
+instead of running the check again.  A plugin's constructors also see the environment,
+so its verdicts are stored under :func:`environment_fingerprint` too: under another
+environment the plugin is probed again.  The fingerprint is the SHA-256 of the source
 files of the modules doing the check, so any change to a check invalidates what it
 decided before.
 
@@ -349,6 +351,45 @@ def sha256(data: bytes) -> str:
     return fn(data).hexdigest()
 
 
+#: variables left out of :func:`environment_fingerprint`: those a shell or a test runner
+#: changes from one command to the next, and those ``offload-shim run`` adds for its
+#: program (``cli/run.py`` ``run_environment``; its ``LD_PRELOAD`` entry is dropped too)
+VOLATILE_VARIABLES = frozenset({
+    "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "PS3", "PS4",
+    "PROMPT_COMMAND", "HISTCMD", "TERM_SESSION_ID", "WINDOWID", "PYTEST_CURRENT_TEST",
+    "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_LIBPYTHON", "OFFLOAD_SHIM_PYTHON",
+    "OFFLOAD_SHIM_PYTHONPATH", "OFFLOAD_SHIM_RUN_OPTIONS"})
+_INTERPOSER_FILE = "libosh_interposer.so"
+_env_fp: tuple[tuple, str] | None = None
+
+
+def environment_fingerprint(env=None) -> str:
+    """SHA-256 (hex) of what a library's constructors can see of the process's
+    environment: every variable (name and value) but :data:`VOLATILE_VARIABLES`, with
+    the interposer's entry taken out of ``LD_PRELOAD``.  A plugin whose constructor
+    behaves differently under another environment (an ``exit()``, a crash or a hang
+    only when a variable is set) must be probed again there, so the plugin verdicts
+    (:func:`offload_shim.safety.isolation.probe_plugin`, ``plugin_known_good``) are
+    stored under it as well as under the file's bytes.  ``env``: a mapping (default
+    ``os.environ``); the last answer is kept while the environment is unchanged."""
+    global _env_fp
+    env = os.environ if env is None else env
+    items = tuple(sorted((k, v) for k, v in env.items() if k not in VOLATILE_VARIABLES))
+    last = _env_fp
+    if last is not None and last[0] == items:
+        return last[1]
+    h = _new_sha256()
+    for k, v in items:
+        if k == "LD_PRELOAD":
+            v = ":".join(p for p in v.replace(" ", ":").split(":")
+                         if p and os.path.basename(p) != _INTERPOSER_FILE)
+        h.update(k.encode("utf-8", "surrogateescape") + b"=" +
+                 v.encode("utf-8", "surrogateescape") + b"\0")
+    fp = h.hexdigest()
+    _env_fp = (items, fp)
+    return fp
+
+
 def file_sha256(path: str) -> str:
     """SHA-256 of a file's bytes (hex)."""
     h = _new_sha256()
@@ -358,6 +399,6 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-__all__ = ["CACHE_DIR_VAR", "MAX_AGE_S", "MAX_ENTRIES", "NO_CACHE_VAR", "cache_dir", "clear",
-           "configured_dir", "file_sha256", "fingerprint", "get", "key", "prune", "put",
-           "remembered", "sha256", "usage"]
+__all__ = ["CACHE_DIR_VAR", "MAX_AGE_S", "MAX_ENTRIES", "NO_CACHE_VAR", "VOLATILE_VARIABLES",
+           "cache_dir", "clear", "configured_dir", "environment_fingerprint", "file_sha256",
+           "fingerprint", "get", "key", "prune", "put", "remembered", "sha256", "usage"]

@@ -325,6 +325,30 @@ class LifecycleMachine(RuleBasedStateMachine):
     @initialize()
     def open_runtime(self):
         self._open()
+        if not getattr(type(self), "_smoke_passed", False):
+            self._smoke()
+            type(self)._smoke_passed = True
+
+    def _smoke(self) -> None:
+        """The first example of a process (and every one until this passes) registers an
+        image, initialises device 0 and launches ``vec_add`` on it before its random
+        steps: a plugin that fails only there (``exit()`` in ``init_plugin``, a crash in
+        ``load_binary``) is found by the shortest run (``check --max-examples 3 --steps
+        5``), whatever steps the first sequences draw.  Through the rules themselves, so
+        the model follows; the device and image stay (outside the bundles) until the
+        example's teardown closes the runtime."""
+        self._log("smoke: register, init device 0, launch vec_add")
+        img = self._new_image()
+        self.register(img)
+        devs = self.rt.devices
+        if not devs:
+            return
+        d = devs[0]
+        if d not in self.dev:
+            _check(d.state is DeviceState.UNINIT, f"fresh {d!r} is not UNINIT")
+            self.dev[d] = _Dev()
+        self.init_device(d)
+        self.launch_vec_add(d, img, 16)
 
     @precondition(lambda self: self.rt is None)
     @rule()

@@ -203,6 +203,12 @@ def fatal(num: int, text: str, prefix: str = "") -> None:
     _write(f"{prefix}{_name} fatal error {num}: {text}\n")
 
 
+def own(text: str) -> None:
+    """A line of offload_shim's own, never libomptarget's: ``offload_shim: TEXT`` (what
+    the Python runtime does differently from the real one and the user should know)."""
+    _write(f"offload_shim: {text}\n")
+
+
 def ptr(value: int | None) -> str:
     """``DPxMOD`` of a pointer (``0x%016lx``)."""
     return f"0x{(value or 0) & 0xFFFFFFFFFFFFFFFF:016x}"

@@ -764,7 +764,36 @@ class Interposer:
                 self.fast.invalidate()
             if first and prof.policy_at_registration:
                 self._raw_policy()          # loadRTLs / PluginManager::init read it now
+            self._say_refused()
             return CB_OK
+
+    def _say_refused(self) -> None:
+        """One line ``offload_shim: not offloading ...`` on stderr for each image of the
+        registration that offload_shim's own checks refused
+        (:attr:`Registrations.refused`): libomptarget 16 would have given it to a
+        plugin, which runs it or aborts the program when it cannot load it, and prints
+        nothing at registration under any ``LIBOMPTARGET_INFO``; here its target regions
+        fall back to the host (under ``OMP_TARGET_OFFLOAD=mandatory``: the fatal error
+        at its first construct), so the reason is said once, in offload_shim's own words
+        (never libomptarget's).  Nothing under ``OMP_TARGET_OFFLOAD=disabled``: no
+        runtime offloads anything then."""
+        if not self.rtls.refused:
+            return
+        raw = self._peek_policy()
+        if raw == TGT_DISABLED:
+            return
+        then = ("its target regions cannot be offloaded (OMP_TARGET_OFFLOAD=mandatory)"
+                if raw == TGT_MANDATORY else "its target regions run on the host")
+        for why in self.rtls.refused:
+            diag.own(f"not offloading {why}; {then}")
+
+    def _peek_policy(self) -> int:
+        """:meth:`_raw_policy` without reading it for good (19.1 reads it at the first
+        construct, so a ``setenv`` in ``main`` still counts there)."""
+        if self._policy_override is not None or self._read_policy is not None:
+            return self._raw_policy()
+        env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
+        return {"disabled": TGT_DISABLED, "mandatory": TGT_MANDATORY}.get(env, TGT_DEFAULT)
 
     def _on_unregister(self, desc: int) -> int:
         """``__tgt_unregister_lib``: the destructors of the library's declare-target

@@ -268,7 +268,11 @@ class Registrations:
 
     ``libraries``: ``__tgt_bin_desc`` address -> its registered OffloadImages;
     ``unsupported``: ``(desc, message)`` of images no plugin accepted (skipped, as
-    libomptarget does); ``devices``: OpenMP device numbers 0..n-1; ``requires_flags``:
+    libomptarget does); ``refused``: the messages of the last :meth:`register_lib`'s
+    images that offload_shim's own checks refused (a corrupt ELF image, one that fails
+    a test ``dlopen`` in a child) where libomptarget would have handed them to a plugin
+    (which runs them, or fails to load them and aborts): the interposer prints one line
+    for each; ``devices``: OpenMP device numbers 0..n-1; ``requires_flags``:
     the first ``requires`` flags registered (:meth:`add_requirements`: 16's
     ``__tgt_register_requires``, 19.1's and 22.1's requires entries), 0 before any;
     ``generations``: registered descriptor -> which clang
@@ -286,6 +290,7 @@ class Registrations:
         self.runtime = runtime
         self.libraries: dict[int, list[OffloadImage]] = {}
         self.unsupported: list[tuple[int, str]] = []
+        self.refused: list[str] = []
         self.devices: list = []
         self.requires_flags = 0
         self.requires_set = False
@@ -322,6 +327,7 @@ class Registrations:
         Returns the images registered (empty for a descriptor seen before).  Raises
         UnknownLayoutError (an entry table the release cannot read) or
         :class:`RequiresConflict`, in both cases with nothing registered."""
+        self.refused = []
         if desc in self.libraries:
             return []
         images = []
@@ -347,6 +353,7 @@ class Registrations:
                                    trusted=True)
             except (InvalidImageError, ValueError) as exc:
                 self._unsupported((desc, f"{label}: {exc}"))
+                self._refused(label, exc)
                 continue
             self.runtime.devices                      # the plugins are initialised
             # Runtime.accepts: each plugin's verdict is remembered with the image, so
@@ -363,6 +370,7 @@ class Registrations:
                     self.runtime.register_image(img)
                 except InvalidImageError as exc:
                     self._unsupported((desc, f"{label}: {exc}"))
+                    self._refused(label, exc)
                     continue
             images.append(img)
             self.records[desc].append(ImageRecord(
@@ -399,6 +407,11 @@ class Registrations:
             except OffloadError as exc:
                 errors.append(f"unregister {img.name}: {exc}")
         return images
+
+    def _refused(self, label: str, exc: Exception) -> None:
+        text = str(exc)
+        self.refused.append(text if text.startswith(f"image {label!r}")
+                            else f"image {label!r}: {text}")
 
     def _unsupported(self, item: tuple[int, str]) -> None:
         """Note an image no plugin took, once (a library loaded again at the same
