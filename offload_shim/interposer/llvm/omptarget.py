@@ -228,16 +228,24 @@ def target_data_end(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = Fa
         dm.end_rows(counted)
         raise
     # postProcessingTargetDataEnd: under the table lock, the rows this construct ended
-    # are no longer being ended by it; a row at zero that nobody else ends goes
+    # are no longer being ended by it; a row at zero that nobody else ends goes.  A row
+    # several arguments end (``map(alloc: pp[0])`` beside ``map(tofrom: pp[0][0])``)
+    # goes at its last argument only: libomptarget 16 counts one data-end user per
+    # argument (``incDataEndThreadCount`` in ``getTgtPtrBegin``, ``decDataEndThreadCount``
+    # here), so the earlier ones neither delete it nor drop its shadow pointers, and a
+    # ``from`` argument after them still restores the host pointer values
+    last = {id(tpr.entry): k for k, (_hp, _size, _t, tpr) in enumerate(post)
+            if tpr.entry is not None}
     frees = []
     with dm.lock:
         for ent in counted:
             ent.ends -= 1
-        for hp, size, t, tpr in post:
+        for k, (hp, size, t, tpr) in enumerate(post):
             ent = tpr.entry
             if ent is None:
                 continue
-            delete = not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
+            delete = last[id(ent)] == k and \
+                not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
             if delete and (ent.total != 0 or ent.ends):
                 delete = False
             if t & MAP_FROM:
