@@ -355,7 +355,11 @@ class Device(DeviceImages, CompiledCodeForms):
         (an export books itself inside one), so :attr:`exported_views` is final;
         ``False`` (the close refused) allows them again."""
         self._exports_frozen = frozen
-        if frozen:
+        # an export in flight belongs to a live array, whose block is in _array_blocks
+        # from its creation on: with none, there is nothing to wait for -- and waiting
+        # for every call in flight would never end while other threads keep allocating
+        # (the device is still READY here: nothing refuses their calls yet)
+        if frozen and (self._array_blocks or self._views_exported):
             self._wait_idle()
 
     def _refuse_if_viewed(self) -> None:
