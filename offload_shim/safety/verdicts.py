@@ -358,7 +358,10 @@ VOLATILE_VARIABLES = frozenset({
     "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "PS3", "PS4",
     "PROMPT_COMMAND", "HISTCMD", "TERM_SESSION_ID", "WINDOWID", "PYTEST_CURRENT_TEST",
     "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_LIBPYTHON", "OFFLOAD_SHIM_PYTHON",
-    "OFFLOAD_SHIM_PYTHONPATH", "OFFLOAD_SHIM_RUN_OPTIONS"})
+    "OFFLOAD_SHIM_PYTHONPATH", "OFFLOAD_SHIM_RUN_OPTIONS", "OSH_CHILD_SCOPES",
+    # offload_shim gives the processes it starts (run's program, child processes) a
+    # private TMPDIR per run: with it in the fingerprint every run would probe again
+    "TMPDIR"})
 _INTERPOSER_FILE = "libosh_interposer.so"
 _env_fp: tuple[tuple, str] | None = None
 
@@ -383,6 +386,8 @@ def environment_fingerprint(env=None) -> str:
         if k == "LD_PRELOAD":
             v = ":".join(p for p in v.replace(" ", ":").split(":")
                          if p and os.path.basename(p) != _INTERPOSER_FILE)
+            if not v:
+                continue        # only the interposer: as without LD_PRELOAD
         h.update(k.encode("utf-8", "surrogateescape") + b"=" +
                  v.encode("utf-8", "surrogateescape") + b"\0")
     fp = h.hexdigest()
