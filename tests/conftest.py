@@ -33,6 +33,19 @@ else:
 
 from offload_shim.plugins import hostplugin
 
+import signal as _signal
+
+# A suite started in the background by a non-interactive shell (`make test &`, nohup)
+# inherits SIGINT and SIGQUIT ignored (POSIX: asynchronous lists), nohup also SIGHUP, and
+# an ignored disposition survives exec: the tests that send these signals to the
+# processes they start (Ctrl-C under run, interrupted commands leaving nothing) need the
+# default ones there, as a terminal gives them.
+for _sig in (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGHUP):
+    if _signal.getsignal(_sig) == _signal.SIG_IGN:
+        _signal.signal(_sig, _signal.default_int_handler if _sig == _signal.SIGINT
+                       else _signal.SIG_DFL)
+
+
 LLVM16 = Path("/usr/lib/llvm-16/lib")
 NEXTGEN16 = LLVM16 / "libomptarget.rtl.x86_64.nextgen.so.16"
 CLASSIC16 = LLVM16 / "libomptarget.rtl.x86_64.so.16"
