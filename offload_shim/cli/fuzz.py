@@ -49,8 +49,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", help="write each divergence's shrunk program "
                    "(.c) and its outputs (.txt) there")
     p.add_argument("--no-shrink", action="store_true", help="report divergences as found")
-    p.add_argument("--json", action="store_true", help='print {"programs": N, '
-                   '"divergences": [{"class", "program", "outputs", ...}]} on stdout')
+    p.add_argument("--json", action="store_true", help='print the result as JSON on stdout: {"programs": N, '
+                   '"divergences": [{"class", "program", "outputs", ...}]}')
     p.set_defaults(func=cmd_fuzz)
 
 
