@@ -38,7 +38,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 
-from ..errors import KernelNotFoundError, LifecycleError, OffloadError, UnknownPointerError
+from ..errors import KernelNotFoundError, LifecycleError, UnknownPointerError
 from .device_state import (DeviceState as _DeviceState, OWN_LAUNCHES as _OWN_LAUNCHES,
                            READY as _READY, check_size)
 
@@ -203,11 +203,7 @@ class CompiledCodeForms:
         self._enter()
         try:
             with self._launch_cv:
-                img = next((k[2] for lst in self._kernels.values() for k in lst
-                            if k[0] == entry), None)
-                if img is None:
-                    raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
-                                              "of a loaded image", device=self.label)
+                img = self._kernel_image_locked(entry)
                 rec = self._images[img.id]
             return KernelLauncher(self, img.id, rec, self.init_count,
                                   self.plugin.launcher(self.index, entry, nargs), nargs)

@@ -666,11 +666,7 @@ class Device(DeviceImages, CompiledCodeForms):
         self._enter()
         try:
             with self._launch_cv:
-                img = next((k[2] for lst in self._kernels.values() for k in lst
-                            if k[0] == entry), None)
-                if img is None:
-                    raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
-                                              "of a loaded image", device=self.label)
+                img = self._kernel_image_locked(entry)
                 self._launching[img.id] = self._launching.get(img.id, 0) + 1
             self._launch_held(img.id, entry, args, offsets)
         finally:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import operator
 
-from ..errors import InvalidImageError, LifecycleError, NotMappedError, OffloadError
+from ..errors import (InvalidImageError, KernelNotFoundError, LifecycleError, NotMappedError,
+                      OffloadError)
 from .device_state import DeviceState, own_launches as _own_launches
 from .images import OffloadImage
 
@@ -34,6 +35,16 @@ class DeviceImages:
     """The images part of :class:`~offload_shim.core.device.Device`."""
 
     __slots__ = ()
+
+    def _kernel_image_locked(self, entry: int):
+        """(``_launch_cv`` held.)  The loaded image whose kernel has target-table
+        address ``entry``; raises KernelNotFoundError when none has."""
+        img = next((k[2] for lst in self._kernels.values() for k in lst if k[0] == entry),
+                   None)
+        if img is None:
+            raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
+                                      "of a loaded image", device=self.label)
+        return img
 
     def _load(self, image: OffloadImage) -> None:
         if image.id in self._images:
