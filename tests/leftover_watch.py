@@ -255,8 +255,13 @@ class Watch:
         if left:
             out.append(f"left in its TMPDIR: {left}")
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+        # the verdict cache is meant to stay (a user's lives in ~/.cache; the suite's,
+        # OFFLOAD_SHIM_CACHE_DIR, under its TMPDIR, is made by whichever command runs first)
+        cache = (os.environ if self._env is None else self._env).get("OFFLOAD_SHIM_CACHE_DIR")
+        kept = tuple(d for d in (self.tmpdir, cache) if d)
         files = sorted(p for p in self.files if _created_since(p, self.t0)
-                       and p not in self.before and not p.startswith(self.tmpdir))
+                       and p not in self.before
+                       and not any(p == d or p.startswith(d + "/") for d in kept))
         if files:
             out.append(f"files it had open or mapped, still there: {files}")
         # by pid, among those that were not there before and made while our process of
