@@ -281,6 +281,29 @@ def test_run_stopped_while_probing_a_plugin_leaves_nothing(hanging_plugin, tmp_p
     assert list(tmp.iterdir()) == []
 
 
+def test_interrupt_landing_inside_popen_leaves_no_child(monkeypatch):
+    """Ctrl-C arriving after the fork but before ``Popen`` returns (a window of the
+    start of every child): the child is known, stopped and reaped, and the interrupt
+    is raised afterwards."""
+    import subprocess as sp
+    from offload_shim.safety import children
+    real = sp.Popen
+    started = []
+
+    class Interrupted(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self.pid)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):          # Python code: a handler runs here
+                pass
+
+    monkeypatch.setattr(sp, "Popen", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        children.run_child(["sleep", "30"])
+    assert started and not _alive(started[0]), "the child was left running"
+
+
 # -- info: each plugin's calls in a child process (issue 28 item 6) --------------------
 
 def _bundled_with(tmp_path, entry: str, proto: str, body: str) -> str:

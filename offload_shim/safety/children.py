@@ -88,6 +88,31 @@ def check_timeout(value, name: str = "timeout") -> float:
     return float(value)
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """SIGINT and SIGTERM, where Python handlers of this (main) thread take them, are
+    noted instead of handled while the block runs, then handled -- by the handlers that
+    were installed -- once it has ended (normally or not).  Off the main thread, and for
+    a signal ignored or left to its default action, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        h = signal.getsignal(sig)
+        if callable(h):
+            old[sig] = h
+            signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        for signum in noted:
+            old[signum](signum, None)
+
+
 def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
               merge_stderr: bool = False, scope: ChildScope | None = None,
               cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -107,12 +132,16 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
     try:
         if own:
             sc.__enter__()
-        # (signals are not held back around Popen: the child would inherit the mask)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                                text=True, errors="replace", env=sc.env(env), cwd=cwd,
-                                start_new_session=True)
-        sc.track(proc.pid)
+        # (no signal mask around Popen -- the child would inherit it; the Python-level
+        # handlers wait instead, so that an interrupt cannot land between the fork and
+        # the assignment of ``proc``, which would leave the child running unknown)
+        with _signals_deferred():
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT if merge_stderr
+                                    else subprocess.PIPE,
+                                    text=True, errors="replace", env=sc.env(env), cwd=cwd,
+                                    start_new_session=True)
+            sc.track(proc.pid)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
