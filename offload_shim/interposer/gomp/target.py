@@ -33,12 +33,11 @@ from ...abi import gomp_interposer as _gabi
 from ...abi import interposer as _abi
 from ...core.images import HostEntry, OffloadImage
 from ...errors import InvalidImageError, OffloadError
-from .mapping import (GOMP_MAP_VARS_DATA, GOMP_TARGET_FLAG_EXIT_DATA, GompFatal,
-                           fmt_p)
+from .fatal import GompFatal, fmt_p
+from .kinds import GOMP_DEVICE_HOST_FALLBACK, GOMP_DEVICE_ICV, GOMP_TARGET_FLAG_EXIT_DATA
+from .memmap import GOMP_MAP_VARS_DATA
 
-# libgomp (GCC 12 gomp-constants.h / target.c)
-GOMP_DEVICE_ICV = -1
-GOMP_DEVICE_HOST_FALLBACK = -2
+# libgomp (GCC 12 target.c)
 GOMP_CONSTRUCTS = ("target", "target_data", "target_end_data", "target_update",
                    "target_enter_exit_data")
 #: outcomes of a construct in :attr:`GompSide.regions`
@@ -705,5 +704,5 @@ class GompSide:
             return out
 
 
-__all__ = ["GOMP_CONSTRUCTS", "GOMP_DEVICE_HOST_FALLBACK", "GOMP_DEVICE_ICV", "GompImage",
-           "GompSide", "OUTCOMES", "parse_target_offload"]
+__all__ = ["GOMP_CONSTRUCTS", "GompImage", "GompSide", "MAX_RECORDS", "OUTCOMES",
+           "parse_target_offload"]
