@@ -1,5 +1,5 @@
-"""libgomp 12's mapping rules in :mod:`offload_shim.interposer.gomp.mapping`, on host
-buffers with a device memory made of more host buffers.
+"""libgomp 12's mapping rules (:class:`offload_shim.interposer.gomp.mapping.GompMapper`
+and the rooms below it), on host buffers with a device memory made of more host buffers.
 
 Each test states the rule of GCC 12 ``target.c`` it holds to (``gomp_map_vars_internal``,
 ``gomp_unmap_vars_internal``, ``gomp_exit_data``, ``gomp_update``,
@@ -15,7 +15,10 @@ import struct
 import pytest
 
 from offload_shim.abi.gomp_interposer import ScratchBuffer, read_u64
-from offload_shim.interposer.gomp import mapping as gm
+from offload_shim.interposer.gomp import kinds as gk
+from offload_shim.interposer.gomp import memmap as gmm
+from offload_shim.interposer.gomp.fatal import GompFatal
+from offload_shim.interposer.gomp.mapping import GompMapper
 
 
 class FakeMemory:
@@ -79,14 +82,14 @@ K = lambda kind, align=3: kind | (align << 8)  # noqa: E731 - 8-byte aligned map
 
 @pytest.fixture
 def m():
-    return gm.GompMapper(FakeMemory())
+    return GompMapper(FakeMemory())
 
 
 def test_target_maps_copy_in_and_out_and_free_the_block(m):
     a, b = ints(1, 2, 3), ints(0, 0, 0)
     h = [a.address, b.address]
-    tgt = m.map_vars(h, [24, 24], [K(gm.GOMP_MAP_TO), K(gm.GOMP_MAP_FROM)],
-                     gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars(h, [24, 24], [K(gk.GOMP_MAP_TO), K(gk.GOMP_MAP_FROM)],
+                     gmm.GOMP_MAP_VARS_TARGET)
     # the argument block holds the device addresses (gomp_map_val), 32-byte aligned
     assert tgt.tgt_start % 32 == 0
     da, db = get(tgt.tgt_start, 2)
@@ -103,26 +106,26 @@ def test_structured_and_dynamic_references_share_one_count(m):
     copy back; the second exit copies and removes (gomp_exit_data)."""
     x = ints(1, 2)
     for _ in range(2):
-        m.enter_data([x.address], [16], [K(gm.GOMP_MAP_TO)])
+        m.enter_data([x.address], [16], [K(gk.GOMP_MAP_TO)])
     key = m.mem_map.lookup(x.address, x.address + 16)
     assert key.count == 2
-    tgt = m.map_vars([x.address], [16], [K(gm.GOMP_MAP_TOFROM)], gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars([x.address], [16], [K(gk.GOMP_MAP_TOFROM)], gmm.GOMP_MAP_VARS_TARGET)
     assert key.count == 3
     put(key.device_address, 10, 20)
     m.unmap_vars(tgt, True)
     assert key.count == 2 and get(x.address, 2) == [1, 2]     # not the last reference
-    m.exit_data([x.address], [16], [K(gm.GOMP_MAP_FROM)])
+    m.exit_data([x.address], [16], [K(gk.GOMP_MAP_FROM)])
     assert key.count == 1 and get(x.address, 2) == [1, 2]
-    m.exit_data([x.address], [16], [K(gm.GOMP_MAP_FROM)])
+    m.exit_data([x.address], [16], [K(gk.GOMP_MAP_FROM)])
     assert get(x.address, 2) == [10, 20] and len(m.mem_map) == 0 and m.mem.blocks == {}
 
 
 def test_delete_drops_every_reference_without_copy(m):
     x = ints(5)
-    m.enter_data([x.address], [8], [K(gm.GOMP_MAP_TO)])
-    m.enter_data([x.address], [8], [K(gm.GOMP_MAP_TO)])
+    m.enter_data([x.address], [8], [K(gk.GOMP_MAP_TO)])
+    m.enter_data([x.address], [8], [K(gk.GOMP_MAP_TO)])
     put(m.mem_map.lookup(x.address, x.address + 8).device_address, 99)
-    m.exit_data([x.address], [8], [K(gm.GOMP_MAP_DELETE)])
+    m.exit_data([x.address], [8], [K(gk.GOMP_MAP_DELETE)])
     assert len(m.mem_map) == 0 and get(x.address, 1) == [5]
 
 
@@ -132,29 +135,29 @@ def test_one_count_per_construct_for_the_elements_of_a_structure(m):
     s = ints(1, 2, 3, 4)                   # struct { long a, b, c, d; }
     base = s.address
     h = [base, base, base + 16]            # struct header, s.a, s.c
-    kinds = [K(gm.GOMP_MAP_STRUCT), K(gm.GOMP_MAP_TOFROM), K(gm.GOMP_MAP_TOFROM)]
+    kinds = [K(gk.GOMP_MAP_STRUCT), K(gk.GOMP_MAP_TOFROM), K(gk.GOMP_MAP_TOFROM)]
     m.enter_data(list(h), [2, 8, 8], kinds)
     ka = m.mem_map.lookup(base, base + 8)
     kc = m.mem_map.lookup(base + 16, base + 24)
-    assert ka.refcount == kc.refcount == gm.REFCOUNT_STRUCTELEM
+    assert ka.refcount == kc.refcount == gmm.REFCOUNT_STRUCTELEM
     assert ka.count == kc.count == 1
     # device block keeps the layout: c sits 16 bytes after a
     assert kc.device_address - ka.device_address == 16
-    tgt = m.map_vars(list(h), [2, 8, 8], kinds, gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars(list(h), [2, 8, 8], kinds, gmm.GOMP_MAP_VARS_TARGET)
     assert ka.count == 2                   # not 3
     m.unmap_vars(tgt, True)
     assert ka.count == 1
     put(ka.device_address, 100)
     put(kc.device_address, 300)
-    m.exit_data([base, base + 16], [8, 8], [K(gm.GOMP_MAP_FROM), K(gm.GOMP_MAP_FROM)])
+    m.exit_data([base, base + 16], [8, 8], [K(gk.GOMP_MAP_FROM), K(gk.GOMP_MAP_FROM)])
     assert get(base, 4) == [100, 2, 300, 4] and len(m.mem_map) == 0
 
 
 def test_always_to_and_always_from_copy_when_present(m):
     x = ints(1)
-    m.enter_data([x.address], [8], [K(gm.GOMP_MAP_TO)])
+    m.enter_data([x.address], [8], [K(gk.GOMP_MAP_TO)])
     put(x.address, 2)
-    tgt = m.map_vars([x.address], [8], [K(gm.GOMP_MAP_ALWAYS_TOFROM)], gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars([x.address], [8], [K(gk.GOMP_MAP_ALWAYS_TOFROM)], gmm.GOMP_MAP_VARS_TARGET)
     key = m.mem_map.lookup(x.address, x.address + 8)
     assert get(key.device_address, 1) == [2]
     put(key.device_address, 3)
@@ -164,15 +167,15 @@ def test_always_to_and_always_from_copy_when_present(m):
 
 def test_update_copies_only_what_is_mapped(m):
     x = ints(1, 2, 3, 4)
-    tgt = m.map_vars([x.address], [32], [K(gm.GOMP_MAP_TO)], gm.GOMP_MAP_VARS_DATA)
+    tgt = m.map_vars([x.address], [32], [K(gk.GOMP_MAP_TO)], gmm.GOMP_MAP_VARS_DATA)
     dev = m.mem_map.lookup(x.address, x.address + 32).device_address
     put(dev + 8, 20, 30)
-    m.update([x.address + 8], [8], [K(gm.GOMP_MAP_FROM)])
+    m.update([x.address + 8], [8], [K(gk.GOMP_MAP_FROM)])
     assert get(x.address, 4) == [1, 20, 3, 4]
     other = ints(0)
-    m.update([other.address], [8], [K(gm.GOMP_MAP_TO)])      # not mapped: nothing
-    with pytest.raises(gm.GompFatal) as exc:
-        m.update([x.address + 16], [32], [K(gm.GOMP_MAP_TO)])
+    m.update([other.address], [8], [K(gk.GOMP_MAP_TO)])      # not mapped: nothing
+    with pytest.raises(GompFatal) as exc:
+        m.update([x.address + 16], [32], [K(gk.GOMP_MAP_TO)])
     assert exc.value.message.startswith("Trying to update [0x")
     assert "object when only [" in exc.value.message
     m.unmap_vars(tgt, True)
@@ -180,9 +183,9 @@ def test_update_copies_only_what_is_mapped(m):
 
 def test_extending_a_mapping_is_fatal_with_libgomps_text(m):
     x = ints(1, 2, 3, 4)
-    m.enter_data([x.address], [16], [K(gm.GOMP_MAP_TO)])
-    with pytest.raises(gm.GompFatal) as exc:
-        m.map_vars([x.address], [32], [K(gm.GOMP_MAP_TO)], gm.GOMP_MAP_VARS_TARGET)
+    m.enter_data([x.address], [16], [K(gk.GOMP_MAP_TO)])
+    with pytest.raises(GompFatal) as exc:
+        m.map_vars([x.address], [32], [K(gk.GOMP_MAP_TO)], gmm.GOMP_MAP_VARS_TARGET)
     a = x.address
     assert exc.value.message == (f"Trying to map into device [{a:#x}..{a + 32:#x}) object "
                                  f"when [{a:#x}..{a + 16:#x}) is already mapped")
@@ -191,9 +194,9 @@ def test_extending_a_mapping_is_fatal_with_libgomps_text(m):
 def test_implicit_map_of_a_larger_object_is_allowed(m):
     """GCC 12: an implicit map may contain the existing mapping (implicit_subset)."""
     x = ints(1, 2, 3, 4)
-    m.enter_data([x.address + 8], [16], [K(gm.GOMP_MAP_TO)])
-    kinds = [K(gm.GOMP_MAP_TOFROM) | gm.GOMP_MAP_IMPLICIT]
-    tgt = m.map_vars([x.address], [32], kinds, gm.GOMP_MAP_VARS_TARGET)
+    m.enter_data([x.address + 8], [16], [K(gk.GOMP_MAP_TO)])
+    kinds = [K(gk.GOMP_MAP_TOFROM) | gk.GOMP_MAP_IMPLICIT]
+    tgt = m.map_vars([x.address], [32], kinds, gmm.GOMP_MAP_VARS_TARGET)
     key = m.mem_map.lookup(x.address + 8, x.address + 24)
     assert key.count == 2
     # the argument is the device address of x[0], 8 bytes before the mapping
@@ -204,22 +207,22 @@ def test_implicit_map_of_a_larger_object_is_allowed(m):
 
 def test_zero_length_sections_and_use_device_ptr(m):
     x = ints(1, 2, 3)
-    data = m.map_vars([x.address], [24], [K(gm.GOMP_MAP_TOFROM)], gm.GOMP_MAP_VARS_DATA)
+    data = m.map_vars([x.address], [24], [K(gk.GOMP_MAP_TOFROM)], gmm.GOMP_MAP_VARS_DATA)
     dev = m.mem_map.lookup(x.address, x.address + 24).device_address
     other = ints(0)
     h = [x.address + 8, other.address]
-    tgt = m.map_vars(h, [0, 0], [K(gm.GOMP_MAP_ZERO_LEN_ARRAY_SECTION)] * 2,
-                     gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars(h, [0, 0], [K(gk.GOMP_MAP_ZERO_LEN_ARRAY_SECTION)] * 2,
+                     gmm.GOMP_MAP_VARS_TARGET)
     # a zero-length section inside a mapping gets its device address, else NULL
     assert get(tgt.tgt_start, 2) == [dev + 8, 0]
     m.unmap_vars(tgt, True)
     h = [x.address + 16]
-    m.unmap_vars(m.map_vars(h, [0], [K(gm.GOMP_MAP_USE_DEVICE_PTR, 0)],
-                            gm.GOMP_MAP_VARS_DATA), True)
+    m.unmap_vars(m.map_vars(h, [0], [K(gk.GOMP_MAP_USE_DEVICE_PTR, 0)],
+                            gmm.GOMP_MAP_VARS_DATA), True)
     assert h == [dev + 16]                 # rewritten in place
-    with pytest.raises(gm.GompFatal, match="use_device_ptr pointer wasn't mapped"):
-        m.map_vars([other.address], [0], [K(gm.GOMP_MAP_USE_DEVICE_PTR, 0)],
-                   gm.GOMP_MAP_VARS_DATA)
+    with pytest.raises(GompFatal, match="use_device_ptr pointer wasn't mapped"):
+        m.map_vars([other.address], [0], [K(gk.GOMP_MAP_USE_DEVICE_PTR, 0)],
+                   gmm.GOMP_MAP_VARS_DATA)
     m.unmap_vars(data, True)
     assert len(m.mem_map) == 0
 
@@ -231,8 +234,8 @@ def test_attach_pointer_in_a_mapped_structure(m):
     s = ints(1, arr.address)               # struct { long n; long *p; }
     h = [s.address, arr.address, s.address + 8]
     tgt = m.map_vars(h, [16, 16, 0],
-                     [K(gm.GOMP_MAP_TOFROM), K(gm.GOMP_MAP_TO), K(gm.GOMP_MAP_ATTACH)],
-                     gm.GOMP_MAP_VARS_TARGET)
+                     [K(gk.GOMP_MAP_TOFROM), K(gk.GOMP_MAP_TO), K(gk.GOMP_MAP_ATTACH)],
+                     gmm.GOMP_MAP_VARS_TARGET)
     ks = m.mem_map.lookup(s.address, s.address + 16)
     ka = m.mem_map.lookup(arr.address, arr.address + 16)
     assert read_u64(ks.device_address + 8) == ka.device_address
@@ -243,8 +246,8 @@ def test_attach_pointer_in_a_mapped_structure(m):
 def test_firstprivate_and_firstprivate_int(m):
     v = ints(42)
     tgt = m.map_vars([v.address, 7], [8, 0],
-                     [K(gm.GOMP_MAP_FIRSTPRIVATE), K(gm.GOMP_MAP_FIRSTPRIVATE_INT)],
-                     gm.GOMP_MAP_VARS_TARGET)
+                     [K(gk.GOMP_MAP_FIRSTPRIVATE), K(gk.GOMP_MAP_FIRSTPRIVATE_INT)],
+                     gmm.GOMP_MAP_VARS_TARGET)
     fp, val = get(tgt.tgt_start, 2)
     assert get(fp, 1) == [42] and val == 7 and len(m.mem_map) == 0
     put(fp, 0)                             # a private copy: never copied back
@@ -255,14 +258,14 @@ def test_firstprivate_and_firstprivate_int(m):
 def test_pointer_target_must_be_mapped(m):
     arr = ints(1)
     p = ints(arr.address)
-    with pytest.raises(gm.GompFatal, match="Pointer target of array section wasn't mapped"):
-        m.map_vars([p.address], [0], [K(gm.GOMP_MAP_POINTER)], gm.GOMP_MAP_VARS_TARGET)
+    with pytest.raises(GompFatal, match="Pointer target of array section wasn't mapped"):
+        m.map_vars([p.address], [0], [K(gk.GOMP_MAP_POINTER)], gmm.GOMP_MAP_VARS_TARGET)
 
 
 def test_allocation_failure_is_fatal(m):
     m.mem.fail_next_alloc = True
-    with pytest.raises(gm.GompFatal, match="^device memory allocation fail$"):
-        m.map_vars([ints(1).address], [8], [K(gm.GOMP_MAP_TO)], gm.GOMP_MAP_VARS_TARGET)
+    with pytest.raises(GompFatal, match="^device memory allocation fail$"):
+        m.map_vars([ints(1).address], [8], [K(gk.GOMP_MAP_TO)], gmm.GOMP_MAP_VARS_TARGET)
 
 
 def test_declare_target_variables_stay_mapped(m):
@@ -270,11 +273,11 @@ def test_declare_target_variables_stay_mapped(m):
     dev = m.mem.alloc(8)
     m.load_image([0x1000], [(g.address, 8)], [dev])
     assert m.function_mapped(0x1000) and not m.function_mapped(0x1001)
-    tgt = m.map_vars([g.address], [8], [K(gm.GOMP_MAP_TOFROM)], gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars([g.address], [8], [K(gk.GOMP_MAP_TOFROM)], gmm.GOMP_MAP_VARS_TARGET)
     assert get(tgt.tgt_start, 1) == [dev]
     m.unmap_vars(tgt, True)
-    m.exit_data([g.address], [8], [K(gm.GOMP_MAP_DELETE)])     # infinite: stays
-    assert m.mem_map.lookup(g.address, g.address + 8).count == gm.REFCOUNT_INFINITY
+    m.exit_data([g.address], [8], [K(gk.GOMP_MAP_DELETE)])     # infinite: stays
+    assert m.mem_map.lookup(g.address, g.address + 8).count == gmm.REFCOUNT_INFINITY
     m.unload_image([0x1000], [(g.address, 8)])
     assert len(m.mem_map) == 0
 
@@ -285,7 +288,7 @@ def test_associate_and_disassociate(m):
     assert m.associate(x.address, dev, 16) == 0
     assert m.associate(x.address, dev, 16) == 0          # the same association again
     assert m.associate(x.address, dev + 8, 16) == 22     # another one: EINVAL
-    tgt = m.map_vars([x.address], [16], [K(gm.GOMP_MAP_TOFROM)], gm.GOMP_MAP_VARS_TARGET)
+    tgt = m.map_vars([x.address], [16], [K(gk.GOMP_MAP_TOFROM)], gmm.GOMP_MAP_VARS_TARGET)
     assert get(tgt.tgt_start, 1) == [dev]
     m.unmap_vars(tgt, True)
     assert m.disassociate(x.address) == 0

@@ -27,14 +27,15 @@ import threading
 
 from ...abi import gomp_interposer as _abi
 from ...errors import OffloadError
-from .mapping import GompFatal, GompMapper
+from .mapping import GompMapper
+from .memmap import GOMP_MAP_VARS_TARGET
 
 #: events kept for the report (the count of dropped ones is reported)
 MAX_EVENTS = 100_000
 
 
 class _DeviceMemory:
-    """:class:`~offload_shim.interposer.gomp.mapping.DeviceMemory` over a
+    """:class:`~offload_shim.interposer.gomp.refcount.DeviceMemory` over a
     :class:`~offload_shim.core.device.Device` (pool allocations, plugin copies), plus the
     host ranges the device shares (``declare target`` variables: device address = host
     address), where a copy is a host ``memmove``."""
@@ -181,7 +182,6 @@ class GompHostDevice:
     def map_region(self, hostaddrs, sizes, kinds) -> tuple[int, int]:
         """``gomp_map_vars(..., GOMP_MAP_VARS_TARGET)``: (handle for
         :meth:`unmap_region`, device address of the argument block)."""
-        from .mapping import GOMP_MAP_VARS_TARGET
         self.mapper.construct = "target"
         tgt = self.mapper.map_vars(hostaddrs, sizes, kinds, GOMP_MAP_VARS_TARGET, set())
         h = self._next_handle

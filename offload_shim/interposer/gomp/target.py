@@ -5,9 +5,11 @@ Mirrors GCC 12 libgomp ``target.c``: ``GOMP_offload_register_ver`` /
 var_end}`` and mkoffload's target data), ``resolve_device``, ``gomp_target_fallback`` /
 ``gomp_target_data_fallback`` and the ``target data`` stack of the task's ICVs
 (``icv->target_data``) for ``GOMP_target_ext``, ``GOMP_target_data_ext``,
-``GOMP_target_end_data``, ``GOMP_target_update_ext``, ``GOMP_target_enter_exit_data``,
-and the ``omp_target_*`` / ``omp_get_*_device*`` routines.  The C side is
-native/interposer_gomp.c (ctypes in :mod:`offload_shim.abi.gomp_interposer`).
+``GOMP_target_end_data``, ``GOMP_target_update_ext``, ``GOMP_target_enter_exit_data``.
+The ``omp_target_*`` / ``omp_get_*_device*`` routines of the host device are
+:mod:`.api`'s (mixed into :class:`GompSide`), what a construct does to the device's table
+:mod:`.mapping`'s.  The C side is native/interposer_gomp.c (ctypes in
+:mod:`offload_shim.abi.gomp_interposer`).
 
 Two modes (:class:`GompSide`):
 
@@ -33,27 +35,26 @@ from ...abi import gomp_interposer as _gabi
 from ...abi import interposer as _abi
 from ...core.images import HostEntry, OffloadImage
 from ...errors import InvalidImageError, OffloadError
-from .mapping import (GOMP_MAP_VARS_DATA, GOMP_TARGET_FLAG_EXIT_DATA, GompFatal,
-                           fmt_p)
+from .api import GompApi
+from .fatal import GompFatal, fmt_p
+from .kinds import GOMP_DEVICE_HOST_FALLBACK, GOMP_DEVICE_ICV, GOMP_TARGET_FLAG_EXIT_DATA
+from .memmap import GOMP_MAP_VARS_DATA
 
-# libgomp (GCC 12 gomp-constants.h / target.c)
-GOMP_DEVICE_ICV = -1
-GOMP_DEVICE_HOST_FALLBACK = -2
+# libgomp (GCC 12 target.c)
 GOMP_CONSTRUCTS = ("target", "target_data", "target_end_data", "target_update",
                    "target_enter_exit_data")
 #: outcomes of a construct in :attr:`GompSide.regions`
 OUTCOMES = ("host-device", "host-fallback", "libgomp-device", "fatal")
-EINVAL = 22
 MAX_RECORDS = 10_000
 
 
 class GompImage(OffloadImage):
     """A GCC library's offload image as ``GOMP_offload_register_ver`` hands it over
     (the inputs of libgomp target.c ``gomp_load_image_to_device``).  ``gomp_version``
-    (packed, GCC 12 libgomp-plugin.h GOMP_VERSION), ``gomp_target_type`` (``enum offload_target_type``:
-    5 = nvptx, 8 = gcn), ``gomp_target_data`` (address
-    of mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes),
-    ``host_table``; entries: the functions then the variables of the host table, in
+    (packed, GCC 12 libgomp-plugin.h GOMP_VERSION), ``gomp_target_type`` (``enum
+    offload_target_type``: 5 = nvptx, 8 = gcn), ``gomp_target_data`` (address of
+    mkoffload's target data, what ``GOMP_OFFLOAD_load_image`` takes), ``host_table``;
+    entries: the functions then the variables of the host table, in
     libgomp's table order, named from the nvptx target data when it decodes
     (``device_data``: :func:`~offload_shim.elf.imageinfo.parse_nvptx_target_data`'s
     dict), else ``func<i>`` / ``var<j>``; host addresses: the library's real ones.
@@ -114,7 +115,7 @@ def parse_target_offload(raw: str | None) -> str:
     return v if v in ("default", "mandatory", "disabled") else "default"
 
 
-class GompSide:
+class GompSide(GompApi):
     """libgomp's host side over a :class:`~offload_shim.Runtime`.
 
     ``host_device``: serve GCC code with a
@@ -216,9 +217,9 @@ class GompSide:
     # -- registration ------------------------------------------------------------------
     def on_register(self, unregister: int, version: int, host_table: int,
                     target_type: int, target_data: int) -> int:
-        """``GOMP_offload_register_ver`` / ``_unregister_ver`` (libgomp target.c, seed
-        000): read the real host table (``{func_begin, func_end, var_begin, var_end}``:
-        host function addresses, ``(address, size)`` variable pairs, top size bit =
+        """``GOMP_offload_register_ver`` / ``_unregister_ver`` (GCC 12 libgomp
+        target.c): read the real host table (``{func_begin, func_end, var_begin,
+        var_end}``: host function addresses, ``(address, size)`` variable pairs, top size bit =
         ``declare target link``), decode mkoffload's ``target_data`` (nvptx: PTX objects,
         function and variable names, GCC 12 mkoffload), record both in
         :attr:`gomp_registrations` and register a :class:`GompImage` with the runtime
@@ -496,189 +497,6 @@ class GompSide:
                 return self._fatal(exc.message)
         return _gabi.OK
 
-    # -- GCC's API routines (host-device mode) ------------------------------------------
-    def _resolve(self, dev: int):
-        """``resolve_device`` for an API routine: the host device, or None (libgomp's
-        NULL).  Raises GompFatal under mandatory for a missing device."""
-        n = self.num_devices()
-        if dev == GOMP_DEVICE_ICV:
-            dev = self.default_device()
-        if not 0 <= dev < n:
-            if self.policy() == "mandatory" and dev not in (GOMP_DEVICE_HOST_FALLBACK, n):
-                raise GompFatal("OMP_TARGET_OFFLOAD is set to MANDATORY, but device not found")
-            return None
-        self._ensure_init()
-        return self.host_device
-
-    def on_api(self, op, args_p, nargs, result) -> int:
-        """One of GCC's device routines (GCC 12 target.c / icv-device.c semantics over
-        this device list); the value goes to ``result[0]``."""
-        op, nargs = int(op), int(nargs)
-        a = _gabi.read_u64s(args_p or 0, nargs) if nargs else []
-        name = _gabi.API_OPS[op] if 0 <= op < len(_gabi.API_OPS) else str(op)
-        with self._lock:
-            self.api_calls[name] = self.api_calls.get(name, 0) + 1
-            try:
-                value = self._api(op, a)
-            except GompFatal as exc:
-                self.errors.append(exc.message)
-                return self._fatal(exc.message)
-        result[0] = value & 0xFFFFFFFFFFFFFFFF
-        return _gabi.OK
-
-    def _api(self, op: int, a: list[int]) -> int:
-        s32 = lambda v: ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # noqa: E731
-        n = self.num_devices()
-        if op in (0, 1, 2):                         # num_devices, initial_device, device_num
-            return n
-        if op == 3:                                 # omp_target_alloc(size, dev)
-            size, dev = a[0], s32(a[1])
-            if dev == n:
-                return _gabi.host_malloc(size)
-            if dev < 0:
-                return 0
-            hd = self._resolve(dev)
-            if hd is None:
-                return 0
-            ptr = hd.mapper.mem.alloc(size) if size else 0
-            hd.trace({"construct": "omp_target_alloc", "op": "alloc", "kind": None,
-                       "host": None, "size": size, "device": fmt_p(ptr)})
-            return ptr
-        if op == 4:                                 # omp_target_free(ptr, dev)
-            ptr, dev = a[0], s32(a[1])
-            if not ptr:
-                return 0
-            if dev == n:
-                _gabi.host_free(ptr)
-                return 0
-            if dev < 0:
-                return 0
-            hd = self._resolve(dev)
-            if hd is None:
-                return 0
-            if not hd.mapper.mem.free(ptr):
-                raise GompFatal(f"error in freeing device memory block at {fmt_p(ptr)}")
-            hd.trace({"construct": "omp_target_free", "op": "free", "kind": None,
-                       "host": None, "size": None, "device": fmt_p(ptr)})
-            return 0
-        if op == 5:                                 # omp_target_is_present(ptr, dev)
-            ptr, dev = a[0], s32(a[1])
-            if not ptr or dev == n:
-                return 1
-            if dev < 0:
-                return 0
-            hd = self._resolve(dev)
-            if hd is None:
-                return 0
-            return 1 if hd.mapper.mem_map.map_0len_lookup(ptr, ptr) is not None else 0
-        if op == 6:                                 # omp_target_memcpy
-            dst, src, length, doff, soff, ddev, sdev = a[:5] + [s32(a[5]), s32(a[6])]
-            devs = []
-            for d in (ddev, sdev):
-                if d == n:
-                    devs.append(None)
-                    continue
-                if d < 0:
-                    return EINVAL
-                hd = self._resolve(d)
-                if hd is None:
-                    return EINVAL
-                devs.append(hd)
-            return self._copy(dst + doff, src + soff, length, devs[0], devs[1])
-        if op == 7:                                 # omp_target_memcpy_rect
-            return self._memcpy_rect(a)
-        if op == 8:                                 # omp_target_associate_ptr
-            host, devp, size, doff, dev = a[0], a[1], a[2], a[3], s32(a[4])
-            if dev == n or dev < 0:
-                return EINVAL
-            hd = self._resolve(dev)
-            if hd is None:
-                return EINVAL
-            return hd.mapper.associate(host, (devp + doff) & 0xFFFFFFFFFFFFFFFF, size)
-        if op == 9:                                 # omp_target_disassociate_ptr
-            ptr, dev = a[0], s32(a[1])
-            if dev == n or dev < 0:
-                return EINVAL
-            hd = self._resolve(dev)
-            if hd is None:
-                return EINVAL
-            return hd.mapper.disassociate(ptr)
-        if op == 10:                                # omp_pause_resource(kind, dev)
-            kind, dev = s32(a[0]), s32(a[1])
-            if dev == n:
-                try:
-                    real = _gabi.real_libgomp()
-                    return real.pause_resource(kind, real.num_devices()) & 0xFFFFFFFF
-                except (OSError, AttributeError):
-                    return 0
-            if dev < 0 or dev >= n:
-                return 0xFFFFFFFF                   # -1
-            return 0
-        raise GompFatal(f"offload_shim: unknown API operation {op}")
-
-    @staticmethod
-    def _copy(dst: int, src: int, length: int, ddev, sdev) -> int:
-        if ddev is None and sdev is None:
-            _gabi.host_memmove(dst, src, length)
-            return 0
-        if sdev is None:
-            return 0 if ddev.mapper.mem.host2dev(dst, src, length) else EINVAL
-        if ddev is None:
-            return 0 if sdev.mapper.mem.dev2host(dst, src, length) else EINVAL
-        if sdev is ddev:
-            return 0 if sdev.mapper.mem.dev2dev(dst, src, length) else EINVAL
-        return EINVAL
-
-    def _memcpy_rect(self, a: list[int]) -> int:
-        """GCC 12 ``omp_target_memcpy_rect`` / ``omp_target_memcpy_rect_worker``."""
-        s32 = lambda v: ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # noqa: E731
-        dst, src, esize, ndims = a[0], a[1], a[2], s32(a[3])
-        ddev, sdev = s32(a[9]), s32(a[10])
-        if not dst and not src:
-            return 0x7FFFFFFF                        # INT_MAX: any number of dimensions
-        n = self.num_devices()
-        devs = []
-        for d in (ddev, sdev):
-            if d == n:
-                devs.append(None)
-                continue
-            if d < 0:
-                return EINVAL
-            hd = self._resolve(d)
-            if hd is None:
-                return EINVAL
-            devs.append(hd)
-        if devs[0] is not None and devs[1] is not None and devs[0] is not devs[1]:
-            return EINVAL
-        if ndims <= 0:
-            return EINVAL
-        arrays = [_gabi.read_u64s(p, ndims) for p in a[4:9]]
-        volume, doffs, soffs, ddims, sdims = arrays
-        limit = 1 << 64
-
-        def worker(dst, src, nd, vol, do, so, dd, sd) -> int:
-            if nd == 1:
-                length, doff, soff = esize * vol[0], esize * do[0], esize * so[0]
-                if max(length, doff, soff) >= limit:
-                    return EINVAL
-                return self._copy(dst + doff, src + soff, length, devs[0], devs[1])
-            dslice = sslice = esize
-            for i in range(1, nd):
-                dslice *= dd[i]
-                sslice *= sd[i]
-            doff, soff = dslice * do[0], sslice * so[0]
-            if max(dslice, sslice, doff, soff) >= limit:
-                return EINVAL
-            for _j in range(vol[0]):
-                ret = worker(dst + doff, src + soff, nd - 1, vol[1:], do[1:], so[1:], dd[1:],
-                             sd[1:])
-                if ret:
-                    return ret
-                doff += dslice
-                soff += sslice
-            return 0
-        return worker(dst, src, ndims, volume, doffs, soffs, ddims, sdims)
-
     # -- report ---------------------------------------------------------------------------
     def report(self) -> dict:
         """What the ``--report`` file says of GCC code (JSON-ready)."""
@@ -705,5 +523,5 @@ class GompSide:
             return out
 
 
-__all__ = ["GOMP_CONSTRUCTS", "GOMP_DEVICE_HOST_FALLBACK", "GOMP_DEVICE_ICV", "GompImage",
-           "GompSide", "OUTCOMES", "parse_target_offload"]
+__all__ = ["GOMP_CONSTRUCTS", "GompImage", "GompSide", "MAX_RECORDS", "OUTCOMES",
+           "parse_target_offload"]
