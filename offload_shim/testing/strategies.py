@@ -19,8 +19,8 @@ DEFAULT_POOL_THRESHOLD = 8192
 def alloc_sizes(threshold: int = DEFAULT_POOL_THRESHOLD, max_size: int = 1 << 17):
     """Allocation sizes in bytes: 0 (LLVM returns NULL), recurring small
     sizes (so the pool reuses blocks), the LLVM bucket edges, sizes just
-    around ``threshold`` and sizes above it (the pool is bypassed, seed
-    004), and arbitrary sizes up to ``max_size``."""
+    around ``threshold`` and sizes above it (the pool is bypassed: libomptarget's
+    MemoryManagerTy::allocate, MemoryManager.h), and arbitrary sizes up to ``max_size``."""
     edges = [0, 1, 7, 8, 16, 64, 100, 512, 4096, threshold - 1, threshold,
              threshold + 1, threshold + 8, 2 * threshold + 40, 1 << 16]
     edges = sorted({e for e in edges if 0 <= e <= max_size})

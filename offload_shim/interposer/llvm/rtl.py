@@ -387,8 +387,8 @@ class Registrations:
 
     def unregister_lib(self, desc: int, errors: list[str]) -> list[OffloadImage]:
         """``__tgt_unregister_lib``: unregister the images of ``desc`` from the
-        runtime (unloaded from every initialised device, dropped from pending: seed
-        000); failures are appended to ``errors``.  Returns the images (empty when
+        runtime (unloaded from every initialised device, dropped from pending:
+        libomptarget's UnregisterLib, rtl.cpp); failures are appended to ``errors``.  Returns the images (empty when
         ``desc`` is not registered)."""
         images = self.libraries.pop(desc, None)
         self.records.pop(desc, None)
