@@ -24,8 +24,9 @@ at each entry, the copy to the device happens when it becomes present or with
 ``always``; at exit it drops (``delete``: to zero) and the copy back happens when it
 reaches zero or with ``always``) and tracks whether each array's device copy holds
 written values (under ``requires unified_shared_memory`` the device copy is the host's
-memory: always written; the ``present`` and ``close`` modifiers and
-``omp_target_associate_ptr``, whose meaning changes there, are not drawn).  A
+memory: always written; the ``present`` and ``close`` modifiers,
+``omp_target_associate_ptr`` and ``use_device_ptr`` / ``use_device_addr``, whose
+meaning changes there, are not drawn).  A
 ``present`` modifier is drawn only where the list item is present.  A kernel only reads a device copy that is valid (otherwise it only
 writes it), and nothing copies an unwritten device copy back.  The generator draws
 each step from the ones the model accepts at that point; the minimiser
@@ -150,8 +151,9 @@ class Chain:
 class UseDevice:
     """``target data use_device_ptr(rN)`` (``kind`` "ptr", ``rN = &aN[lo]``) or
     ``use_device_addr(aN[lo:len])`` (``kind`` "addr") around a kernel with
-    ``is_device_ptr`` on the device address: drawn only while the section is present;
-    the kernel writes the device copy (reading it when it is defined)."""
+    ``is_device_ptr`` on the device address and a print of whether
+    ``omp_get_mapped_ptr`` gives the same address: drawn only while the section is
+    present; the kernel writes the device copy (reading it when it is defined)."""
     array: int
     kind: str
     c: int
@@ -288,6 +290,11 @@ def _step(state: _State, prog: Program, s) -> None:
                                  or arrays[s.array].len % s.rows):
             raise ModelError(f"a{s.array}: rect rows must divide the section")
         return
+    if isinstance(s, UseDevice) and state.usm:
+        # no mapping exists under unified shared memory: libomptarget 16 and 19.1 give
+        # a null device pointer (the kernel faults), 22.1 the host address (OpenMP
+        # 5.1's fallback): docs/fuzzing.md, "What it found"
+        raise ModelError(f"a{s.array}: use_device_* under unified shared memory")
     if isinstance(s, (UseDevice, ImplicitPointer)):
         if not state.usm:
             _present(state, prog, s.array, type(s).__name__)
@@ -649,16 +656,23 @@ def _render_one(prog: Program, s, p: str, lines: list[str], indent: str, state: 
                       f"{indent}for (int i = 0; i < {a.len}; i++) r{n}[i] = "
                       + (f"r{n}[i] * 31u + {s.c}u;" if rd else f"(unsigned)i * 37u + {s.c}u;")]
         else:
+            # in the region the list item names the device copy: the host address
+            # for omp_get_mapped_ptr is taken through the name that is not privatised
             if s.kind == "ptr":
                 head, ptr = f"use_device_ptr(r{n})", f"r{n}"
+                host = f"&{p}{a.name}[{a.lo}]"
             else:
                 head, ptr = f"use_device_addr({a.section('array', p)})", "d"
+                host = f"r{n}"
             lines += [f"{indent}#pragma omp target data {head}", f"{indent}{{"]
             if s.kind == "addr":
                 lines.append(f"{indent}  unsigned *d = &{p}{a.name}[{a.lo}];")
+            # omp_get_mapped_ptr (OpenMP 5.1) must give the same device address
             lines += [f"{indent}  #pragma omp target is_device_ptr({ptr})",
                       f"{indent}  for (int i = 0; i < {a.len}; i++) {ptr}[i] = "
                       + (f"{ptr}[i] * 23u + {s.c}u;" if rd else f"(unsigned)i * 29u + {s.c}u;"),
+                      f'{indent}  printf("use_device_{s.kind} %d\\n", '
+                      f'omp_get_mapped_ptr({host}, dev) == (void *){ptr});',
                       f"{indent}}}"]
     elif isinstance(s, DeviceMemory):
         _step(state, prog, s)
