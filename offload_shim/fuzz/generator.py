@@ -233,6 +233,13 @@ def _new_state(prog: "Program") -> _State:
     return _State([0] * n, [prog.usm] * n, usm=prog.usm)
 
 
+def _always(item: MapItem) -> bool:
+    """Whether ``always`` reaches the array's section: not through a mapper (clang 16 to
+    22 keep the clause's ALWAYS off the entries the mapper emits; OpenMP 6.0 propagates
+    it, clang from llvm-project PR #210210), so there it copies the struct only."""
+    return item.always and item.via != "mapper"
+
+
 def _enter(state: _State, arrays, item: MapItem) -> None:
     a = item.array
     if state.usm and (item.close or item.present):
@@ -249,7 +256,7 @@ def _enter(state: _State, arrays, item: MapItem) -> None:
         state.valid[a] = item.type in ("to", "tofrom")
     else:
         state.rc[a] += 1
-        if item.always and item.type in ("to", "tofrom"):
+        if _always(item) and item.type in ("to", "tofrom"):
             state.valid[a] = True
 
 
@@ -260,7 +267,7 @@ def _exit(state: _State, arrays, item: MapItem) -> None:
     state.rc[a] = 0 if item.type == "delete" else state.rc[a] - 1
     if state.usm:
         return
-    copy = item.type in ("from", "tofrom") and (state.rc[a] == 0 or item.always)
+    copy = item.type in ("from", "tofrom") and (state.rc[a] == 0 or _always(item))
     if copy and not state.valid[a]:
         raise ModelError(f"a{a}: copied back while its device copy holds unwritten values")
     if state.rc[a] == 0:
