@@ -3,12 +3,17 @@ that keeps them free of undefined behaviour.
 
 A :class:`Program` is a list of steps (:class:`HostWrite`, :class:`EnterData`,
 :class:`ExitData`, :class:`Update`, :class:`Kernel`, :class:`DataRegion` with steps
-inside, :class:`DeviceMemory`, :class:`GlobalKernel`) over a few ``unsigned`` arrays,
-each mapped through one fixed section ``[lo:len]`` (the same section every time: a map
-that extends an existing one is an error in OpenMP, not a case) either directly
-(``a0[lo:len]``), through a pointer (``q0[lo:len]``: the pointee mapped and the pointer
-attached) or, in a kernel, as the member of a struct (``map(to: s0)
-map(tofrom: s0.p[lo:len])``).  After every step the program prints one digest line:
+inside, :class:`Chain` of ``nowait`` constructs ordered by ``depend`` clauses,
+:class:`UseDevice` (``use_device_ptr`` / ``use_device_addr``), :class:`ImplicitPointer`,
+:class:`DeviceMemory`, :class:`GlobalKernel`, :class:`OtherDevice`) over a few
+``unsigned`` arrays, each mapped through one fixed section ``[lo:len]`` (the same
+section every time: a map that extends an existing one is an error in OpenMP, not a
+case) either directly (``a0[lo:len]``), through a pointer (``q0[lo:len]``: the pointee
+mapped and the pointer attached), as the member of a struct (``map(to: s0)
+map(tofrom: s0.p[lo:len])``) or through the struct's ``declare mapper`` (``map(to:
+m0)``, the mapper mapping ``m0`` and ``m0.p[lo:len]``).  A program may carry
+``#pragma omp requires unified_shared_memory`` (:attr:`Program.usm`): its maps then
+share the host's memory (no copies), which the model follows.  After every step the program prints one digest line:
 an FNV-1a hash of each array's host values and ``omp_target_is_present`` of each
 non-empty section, so everything a runtime decides (what is copied when, which
 reference count drops to zero, what is present) shows in stdout.
@@ -18,7 +23,11 @@ Undefined behaviour is avoided by construction: :func:`simulate` replays the Ope
 at each entry, the copy to the device happens when it becomes present or with
 ``always``; at exit it drops (``delete``: to zero) and the copy back happens when it
 reaches zero or with ``always``) and tracks whether each array's device copy holds
-written values.  A kernel only reads a device copy that is valid (otherwise it only
+written values (under ``requires unified_shared_memory`` the device copy is the host's
+memory: always written; the ``present`` and ``close`` modifiers,
+``omp_target_associate_ptr`` and ``use_device_ptr`` / ``use_device_addr``, whose
+meaning changes there, are not drawn).  A
+``present`` modifier is drawn only where the list item is present.  A kernel only reads a device copy that is valid (otherwise it only
 writes it), and nothing copies an unwritten device copy back.  The generator draws
 each step from the ones the model accepts at that point; the minimiser
 (:mod:`offload_shim.fuzz.reduce`) keeps only candidates the model accepts.
@@ -56,7 +65,8 @@ class Array:
         """The expression a section of this array is taken from: the array itself
         (``prefix`` + name), the pointer ``qN`` or the struct member ``sN.p``."""
         n = self.name[1:]
-        return {"array": prefix + self.name, "pointer": "q" + n, "struct": f"s{n}.p"}[via]
+        return {"array": prefix + self.name, "pointer": "q" + n, "struct": f"s{n}.p",
+                "mapper": f"m{n}.p"}[via]
 
     def section(self, via: str = "array", prefix: str = "") -> str:
         return f"{self.element(via, prefix)}[{self.lo}:{self.len}]"
@@ -65,12 +75,16 @@ class Array:
 @dataclass(frozen=True)
 class MapItem:
     """One list item of a map clause: ``array`` (index), map ``type``, the ``always``
-    modifier, and how the section is named (``via``: array, pointer, struct)."""
+    modifier, how the section is named (``via``: array, pointer, struct, mapper: the
+    struct ``mN`` through its type's ``declare mapper``), the ``close`` and
+    ``present`` modifiers (OpenMP 5.0 / 5.1)."""
     array: int
     type: str
     always: bool = False
     via: str = "array"
     member_first: bool = False
+    close: bool = False
+    present: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,14 +131,6 @@ class DataRegion:
 
 
 @dataclass(frozen=True)
-class DeviceMemory:
-    """``omp_target_alloc`` of an array's section, ``omp_target_memcpy`` in, a kernel
-    with ``is_device_ptr``, ``omp_target_memcpy`` back, ``omp_target_free``."""
-    array: int
-    c: int
-
-
-@dataclass(frozen=True)
 class GlobalKernel:
     """A ``declare target`` global: ``update to`` (``direction`` "to"), a kernel on the
     device copy (``"kernel"``), or ``update from`` (``"from"``)."""
@@ -132,17 +138,76 @@ class GlobalKernel:
     c: int = 0
 
 
-Step = HostWrite | EnterData | ExitData | Update | Kernel | DataRegion | DeviceMemory | GlobalKernel
+@dataclass(frozen=True)
+class Chain:
+    """``body`` (enter data, exit data, contiguous update, kernels) as deferred target
+    tasks: each construct with ``nowait depend(inout: aN, ...)`` naming the arrays it
+    maps, then one ``taskwait``.  Constructs on different arrays may run at once;
+    those on one array run in program order, so the result is the sequential one."""
+    body: tuple = ()
+
+
+@dataclass(frozen=True)
+class UseDevice:
+    """``target data use_device_ptr(rN)`` (``kind`` "ptr", ``rN = &aN[lo]``) or
+    ``use_device_addr(aN[lo:len])`` (``kind`` "addr") around a kernel with
+    ``is_device_ptr`` on the device address and a print of whether
+    ``omp_get_mapped_ptr`` gives the same address: drawn only while the section is
+    present; the kernel writes the device copy (reading it when it is defined)."""
+    array: int
+    kind: str
+    c: int
+
+
+@dataclass(frozen=True)
+class ImplicitPointer:
+    """A ``target`` region using ``rN = &aN[lo]`` with no map clause: the pointer is
+    mapped implicitly as a zero-length array section (OpenMP 5.1, 2.21.7.2) and
+    translated to the device copy of the present section; drawn only while present."""
+    array: int
+    c: int
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Device memory routines on an array's section: ``kind`` "memcpy":
+    ``omp_target_alloc``, ``omp_target_memcpy`` in, a kernel with ``is_device_ptr``,
+    ``omp_target_memcpy`` back, ``omp_target_free``; "rect": the same with
+    ``omp_target_memcpy_rect`` over the section as ``rows`` x (len / rows);
+    "associate": ``omp_target_associate_ptr`` of the buffer to the (absent) section, a
+    ``map(tofrom)`` kernel on it (no copy: the association's count is infinite),
+    ``omp_target_disassociate_ptr``."""
+    array: int
+    c: int
+    kind: str = "memcpy"
+    rows: int = 1
+
+
+@dataclass(frozen=True)
+class OtherDevice:
+    """On device ``device`` (not the default one): ``enter data map(to)``, a kernel,
+    ``update from``, ``exit data map(delete)`` of an array's section, each with a
+    ``device`` clause; the default device's state is untouched."""
+    array: int
+    device: int
+    c: int
+
+
+Step = (HostWrite | EnterData | ExitData | Update | Kernel | DataRegion | Chain | UseDevice
+        | ImplicitPointer | DeviceMemory | GlobalKernel | OtherDevice)
 
 
 @dataclass(frozen=True)
 class Program:
-    """``arrays``, ``steps``, the size of the ``declare target`` global (0: none), and
-    the seed it was drawn from."""
+    """``arrays``, ``steps``, the size of the ``declare target`` global (0: none), the
+    seed it was drawn from, and whether it holds ``requires unified_shared_memory``
+    (``usm``: a requirement of the whole translation unit, so
+    :func:`render_batch` builds such programs only with each other)."""
     seed: int
     arrays: tuple[Array, ...]
     steps: tuple
     global_size: int = 0
+    usm: bool = False
 
     def with_steps(self, steps) -> "Program":
         return replace(self, steps=tuple(steps))
@@ -150,7 +215,7 @@ class Program:
     def count_steps(self) -> int:
         """Steps, those inside data regions included."""
         def n(steps):
-            return sum(1 + (n(s.body) if isinstance(s, DataRegion) else 0) for s in steps)
+            return sum(1 + n(getattr(s, "body", ())) for s in steps)
         return n(self.steps)
 
 
@@ -160,18 +225,38 @@ class _State:
     rc: list[int]
     valid: list[bool]
     global_valid: bool = True       # the global's device copy: initialised at image load
+    usm: bool = False               # requires unified_shared_memory: no device copies
+
+
+def _new_state(prog: "Program") -> _State:
+    n = len(prog.arrays)
+    return _State([0] * n, [prog.usm] * n, usm=prog.usm)
+
+
+def _always(item: MapItem) -> bool:
+    """Whether ``always`` reaches the array's section: not through a mapper (clang 16 to
+    22 keep the clause's ALWAYS off the entries the mapper emits; OpenMP 6.0 propagates
+    it, clang from llvm-project PR #210210), so there it copies the struct only."""
+    return item.always and item.via != "mapper"
 
 
 def _enter(state: _State, arrays, item: MapItem) -> None:
     a = item.array
+    if state.usm and (item.close or item.present):
+        raise ModelError(f"a{a}: close/present under unified shared memory")
+    if item.present and (arrays[a].len == 0 or state.rc[a] == 0):
+        raise ModelError(f"a{a}: present modifier on an absent section")
     if arrays[a].len == 0:
+        return
+    if state.usm:
+        state.rc[a] += 1
         return
     if state.rc[a] == 0:
         state.rc[a] = 1
         state.valid[a] = item.type in ("to", "tofrom")
     else:
         state.rc[a] += 1
-        if item.always and item.type in ("to", "tofrom"):
+        if _always(item) and item.type in ("to", "tofrom"):
             state.valid[a] = True
 
 
@@ -180,7 +265,9 @@ def _exit(state: _State, arrays, item: MapItem) -> None:
     if arrays[a].len == 0 or state.rc[a] == 0:
         return
     state.rc[a] = 0 if item.type == "delete" else state.rc[a] - 1
-    copy = item.type in ("from", "tofrom") and (state.rc[a] == 0 or item.always)
+    if state.usm:
+        return
+    copy = item.type in ("from", "tofrom") and (state.rc[a] == 0 or _always(item))
     if copy and not state.valid[a]:
         raise ModelError(f"a{a}: copied back while its device copy holds unwritten values")
     if state.rc[a] == 0:
@@ -192,9 +279,43 @@ def _kernel_reads(state: _State, arrays, items) -> tuple[bool, ...]:
     return tuple(state.valid[it.array] for it in items)
 
 
+def _present(state: _State, prog: Program, a: int, what: str) -> None:
+    if prog.arrays[a].len == 0 or state.rc[a] == 0:
+        raise ModelError(f"a{a}: {what} of an absent section")
+
+
 def _step(state: _State, prog: Program, s) -> None:
     arrays = prog.arrays
-    if isinstance(s, HostWrite) or isinstance(s, DeviceMemory):
+    if isinstance(s, (HostWrite, OtherDevice)):
+        return
+    if isinstance(s, DeviceMemory):
+        if s.kind == "associate" and (state.usm or state.rc[s.array] or
+                                      not arrays[s.array].len):
+            raise ModelError(f"a{s.array}: associate_ptr needs an absent, non-empty "
+                             "section and no unified shared memory")
+        if s.kind == "rect" and (s.rows < 1 or not arrays[s.array].len
+                                 or arrays[s.array].len % s.rows):
+            raise ModelError(f"a{s.array}: rect rows must divide the section")
+        return
+    if isinstance(s, UseDevice) and state.usm:
+        # no mapping exists under unified shared memory: libomptarget 16 and 19.1 give
+        # a null device pointer (the kernel faults), 22.1 the host address (OpenMP
+        # 5.1's fallback): docs/fuzzing.md, "What it found"
+        raise ModelError(f"a{s.array}: use_device_* under unified shared memory")
+    if isinstance(s, (UseDevice, ImplicitPointer)):
+        if not state.usm:
+            _present(state, prog, s.array, type(s).__name__)
+            state.valid[s.array] = True
+        return
+    if isinstance(s, Chain):
+        if not s.body:
+            raise ModelError("an empty chain")
+        for inner in s.body:
+            if not isinstance(inner, (EnterData, ExitData, Update, Kernel)):
+                raise ModelError(f"not a step of a chain: {type(inner).__name__}")
+            if isinstance(inner, Update) and inner.stride != 1:
+                raise ModelError("a strided update in a chain")
+            _step(state, prog, inner)
         return
     if isinstance(s, EnterData):
         for it in s.items:
@@ -207,7 +328,7 @@ def _step(state: _State, prog: Program, s) -> None:
         if arrays[a].len and state.rc[a]:
             if s.direction == "from" and not state.valid[a]:
                 raise ModelError(f"a{a}: update from an unwritten device copy")
-            if s.direction == "to" and s.stride == 1:
+            if s.direction == "to" and s.stride == 1 and not state.usm:
                 state.valid[a] = True
     elif isinstance(s, Kernel):
         for it in s.items:
@@ -235,7 +356,7 @@ def simulate(prog: Program) -> None:
     """Run ``prog``'s steps through the model; raises :class:`ModelError` when a run
     would show device memory nobody wrote, TypeError for something that is not a
     step."""
-    state = _State([0] * len(prog.arrays), [False] * len(prog.arrays))
+    state = _new_state(prog)
     for s in prog.steps:
         _step(state, prog, s)
 
@@ -259,6 +380,12 @@ class Features:
     device_memory: bool = True
     globals: bool = True
     zero_length: bool = True
+    mappers: bool = True
+    modifiers: bool = True          # close, present
+    depend: bool = True             # chains of nowait constructs ordered by depend
+    use_device: bool = True         # use_device_ptr / use_device_addr, implicit pointers
+    devices: bool = True            # constructs on another device
+    usm: float = 0.1                # share of programs with requires unified_shared_memory
     max_steps: int = 12
     max_depth: int = 2
 
@@ -278,29 +405,75 @@ def _draw_arrays(rng: random.Random, f: Features) -> tuple[Array, ...]:
     return tuple(out)
 
 
-def _draw_items(rng, prog_arrays, types, f: Features) -> tuple[MapItem, ...]:
+def _draw_items(rng, prog_arrays, types, f: Features, state: _State | None = None
+                ) -> tuple[MapItem, ...]:
+    """A map clause's items; ``present`` only on an entry item whose section is
+    present in ``state`` (so that the modifier never stops the program)."""
     n = len(prog_arrays)
     chosen = rng.sample(range(n), rng.randint(1, n))
     items = []
     struct_used = False
+    entry = "to" in types
     for a in chosen:
         via = "array"
         if f.pointers and rng.random() < 0.25:
             via = "pointer"
         elif f.structs and not struct_used and rng.random() < 0.15:
             via, struct_used = "struct", True
+        elif f.mappers and prog_arrays[a].len and rng.random() < 0.15:
+            via = "mapper"
         t = rng.choice(types)
         always = t in ("to", "from", "tofrom") and rng.random() < 0.2
-        items.append(MapItem(a, t, always, via, via == "struct" and rng.random() < 0.3))
+        close = present = False
+        if f.modifiers and entry and state is not None and not state.usm:
+            close = rng.random() < 0.1
+            # not through a mapper (the struct itself would have to be present) nor on
+            # a struct member: clang 16 and 19 put the member's PRESENT bit on the
+            # struct's combined entry too, and the program stops where clang 22's
+            # code runs on (docs/fuzzing.md, "What it found")
+            present = (via == "array" or via == "pointer") and state.rc[a] > 0 \
+                and prog_arrays[a].len > 0 and rng.random() < 0.3
+        items.append(MapItem(a, t, always, via, via == "struct" and rng.random() < 0.3,
+                             close, present))
     return tuple(items)
 
 
 def _copy(state: _State) -> _State:
-    return _State(list(state.rc), list(state.valid), state.global_valid)
+    return _State(list(state.rc), list(state.valid), state.global_valid, state.usm)
 
 
-def _draw_step(rng, prog: Program, f: Features, depth: int, budget: list[int]):
-    """One step drawn at random (a data region with its body drawn too)."""
+def _draw_chain(rng, prog: Program, f: Features, state: _State) -> Chain:
+    """Two to four constructs for a :class:`Chain`, each valid after those before it
+    (``state`` is advanced past them)."""
+    body = []
+    n = len(prog.arrays)
+    for _ in range(rng.randint(2, 4)):
+        for _attempt in range(6):
+            k = rng.choice(("enter", "exit", "update", "kernel", "kernel"))
+            if k == "enter":
+                s = EnterData(_draw_items(rng, prog.arrays, ("to", "alloc"), f, state))
+            elif k == "exit":
+                s = ExitData(_draw_items(rng, prog.arrays, EXIT_TYPES, f))
+            elif k == "update":
+                s = Update(rng.randrange(n), rng.choice(("to", "from")))
+            else:
+                s = Kernel(_draw_items(rng, prog.arrays, ENTRY_TYPES, f, state),
+                           rng.randint(1, 99))
+            trial = _copy(state)
+            try:
+                _step(trial, prog, s)
+            except ModelError:
+                continue
+            body.append(s)
+            state.rc[:], state.valid[:] = trial.rc, trial.valid
+            break
+    return Chain(tuple(body))
+
+
+def _draw_step(rng, prog: Program, f: Features, depth: int, budget: list[int],
+               state: _State):
+    """One step drawn at random (a data region's body is drawn by the caller, a
+    chain's here, from a copy of ``state``)."""
     n = len(prog.arrays)
     kinds = ["host", "enter", "exit", "update", "kernel", "kernel"]
     if depth < f.max_depth:
@@ -309,13 +482,27 @@ def _draw_step(rng, prog: Program, f: Features, depth: int, budget: list[int]):
         kinds.append("devmem")
     if prog.global_size:
         kinds.append("global")
+    if f.depend:
+        kinds.append("chain")
+    if f.use_device:
+        kinds += ["use_device", "implicit"]
+    if f.devices:
+        kinds.append("device")
     k = rng.choice(kinds)
     if k == "host":
         return HostWrite(rng.randrange(n), rng.randint(1, 99))
     if k == "enter":
-        return EnterData(_draw_items(rng, prog.arrays, ("to", "alloc"), f))
+        return EnterData(_draw_items(rng, prog.arrays, ("to", "alloc"), f, state))
     if k == "exit":
         return ExitData(_draw_items(rng, prog.arrays, EXIT_TYPES, f))
+    if k == "chain":
+        return _draw_chain(rng, prog, f, _copy(state))
+    if k == "use_device":
+        return UseDevice(rng.randrange(n), rng.choice(("ptr", "addr")), rng.randint(1, 99))
+    if k == "implicit":
+        return ImplicitPointer(rng.randrange(n), rng.randint(1, 99))
+    if k == "device":
+        return OtherDevice(rng.randrange(n), rng.randint(1, 3), rng.randint(1, 99))
     if k == "update":
         a = rng.randrange(n)
         stride = 1
@@ -323,13 +510,17 @@ def _draw_step(rng, prog: Program, f: Features, depth: int, budget: list[int]):
             stride = rng.choice((2, 3))
         return Update(a, rng.choice(("to", "from")), stride)
     if k == "kernel":
-        return Kernel(_draw_items(rng, prog.arrays, ENTRY_TYPES, f, ),
+        return Kernel(_draw_items(rng, prog.arrays, ENTRY_TYPES, f, state),
                       rng.randint(1, 99), f.nowait and rng.random() < 0.2)
     if k == "devmem":
-        return DeviceMemory(rng.randrange(n), rng.randint(1, 99))
+        a = rng.randrange(n)
+        kind = rng.choice(("memcpy", "rect", "associate"))
+        ln = prog.arrays[a].len
+        rows = rng.choice([r for r in (1, 2, 3, 4) if ln and ln % r == 0] or [1])
+        return DeviceMemory(a, rng.randint(1, 99), kind, rows if kind == "rect" else 1)
     if k == "global":
         return GlobalKernel(rng.choice(("to", "kernel", "kernel", "from")), rng.randint(1, 99))
-    return DataRegion(_draw_items(rng, prog.arrays, ENTRY_TYPES, f))
+    return DataRegion(_draw_items(rng, prog.arrays, ENTRY_TYPES, f, state))
 
 
 def _draw_steps(rng, prog: Program, f: Features, depth: int, budget: list[int],
@@ -340,7 +531,7 @@ def _draw_steps(rng, prog: Program, f: Features, depth: int, budget: list[int],
     steps = []
     while budget[0] > 0 and (depth == 0 or rng.random() < 0.7):
         for _attempt in range(8):
-            s = _draw_step(rng, prog, f, depth, budget)
+            s = _draw_step(rng, prog, f, depth, budget, state)
             trial = _copy(state)
             try:
                 if isinstance(s, DataRegion):
@@ -353,7 +544,7 @@ def _draw_steps(rng, prog: Program, f: Features, depth: int, budget: list[int],
                     s = DataRegion(s.items, body)
                 else:
                     _step(trial, prog, s)
-                    budget[0] -= 1
+                    budget[0] -= 1 + len(getattr(s, "body", ()))
             except ModelError:
                 continue
             steps.append(s)
@@ -371,8 +562,9 @@ def generate(seed: int, features: Features | None = None) -> Program:
     rng = random.Random(seed)
     arrays = _draw_arrays(rng, f)
     gsize = rng.choice((0, 8)) if f.globals else 0
-    prog = Program(seed, arrays, (), gsize)
-    state = _State([0] * len(arrays), [False] * len(arrays))
+    usm = rng.random() < f.usm
+    prog = Program(seed, arrays, (), gsize, usm)
+    state = _new_state(prog)
     steps = _draw_steps(rng, prog, f, 0, [rng.randint(3, f.max_steps)], state)
     prog = prog.with_steps(steps or (HostWrite(0, 1),))
     simulate(prog)          # the drawing kept every step valid: a check of the model
@@ -380,11 +572,16 @@ def generate(seed: int, features: Features | None = None) -> Program:
 
 
 # -- C source ---------------------------------------------------------------------------
+def _mods(it: MapItem) -> str:
+    return ("always, " if it.always else "") + ("close, " if it.close else "") + \
+        ("present, " if it.present else "")
+
+
 def _map_clause(prog: Program, items, p: str, exit: bool = False) -> str:
     out = []
     for it in items:
         arr = prog.arrays[it.array]
-        mod = "always, " if it.always else ""
+        mod = _mods(it)
         if it.via == "struct":
             # the struct itself and its member's section: as an exit, the struct is
             # released; the order of the two clauses is drawn (llvm-project PR #70821:
@@ -392,58 +589,174 @@ def _map_clause(prog: Program, items, p: str, exit: bool = False) -> str:
             whole = f"map({'release' if exit else 'to'}: s{arr.name[1:]})"
             member = f"map({mod}{it.type}: {arr.section('struct')})"
             out.append(f"{member} {whole}" if it.member_first else f"{whole} {member}")
+        elif it.via == "mapper":
+            # the struct through its type's declare mapper: map(tofrom: v, v.p[lo:len])
+            # with the clause's map type (OpenMP 5.1 2.21.7.4: to/from decay)
+            out.append(f"map({mod}{it.type}: m{arr.name[1:]})")
         else:
             out.append(f"map({mod}{it.type}: {arr.section(it.via, p)})")
     return " ".join(out)
+
+
+def _depend(prog: Program, s, p: str) -> str:
+    """`` nowait depend(inout: ...)`` naming the arrays construct ``s`` maps."""
+    arrays = [s.array] if isinstance(s, Update) else sorted({it.array for it in s.items})
+    return " nowait depend(inout: " + ", ".join(f"{p}{prog.arrays[a].name}"
+                                                for a in arrays) + ")"
+
+
+def _render_one(prog: Program, s, p: str, lines: list[str], indent: str, state: _State,
+                tail: str = "") -> None:
+    """The source of one step other than a region or a chain (``tail``: clauses added
+    to its construct, as a chain's ``nowait depend(...)``), advancing ``state``."""
+    arrays = prog.arrays
+    if isinstance(s, HostWrite):
+        a = arrays[s.array]
+        lines.append(f"{indent}for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
+                     f"{p}{a.name}[i] = {p}{a.name}[i] * 5u + {s.c}u;")
+    elif isinstance(s, EnterData):
+        lines.append(f"{indent}#pragma omp target enter data "
+                     f"{_map_clause(prog, s.items, p)}{tail}")
+        _step(state, prog, s)
+    elif isinstance(s, ExitData):
+        lines.append(f"{indent}#pragma omp target exit data "
+                     f"{_map_clause(prog, s.items, p, exit=True)}{tail}")
+        _step(state, prog, s)
+    elif isinstance(s, Update):
+        a = arrays[s.array]
+        if s.stride > 1:
+            count = (a.len + s.stride - 1) // s.stride
+            sec = f"{p}{a.name}[{a.lo}:{count}:{s.stride}]"
+        else:
+            sec = a.section("array", p)
+        lines.append(f"{indent}#pragma omp target update {s.direction}({sec}){tail}")
+        _step(state, prog, s)
+    elif isinstance(s, Kernel):
+        for it in s.items:
+            _enter(state, arrays, it)
+        reads = _kernel_reads(state, arrays, s.items)
+        nowait = s.nowait and not tail
+        clause = _map_clause(prog, s.items, p) + (" nowait" if nowait else "") + tail
+        lines.append(f"{indent}#pragma omp target {clause}")
+        lines.append(f"{indent}{{")
+        for it, rd in zip(s.items, reads):
+            a = arrays[it.array]
+            e = a.element(it.via, p)
+            rhs = f"{e}[i] * 3u + {s.c}u" if rd else f"(unsigned)i * 7u + {s.c}u"
+            lines.append(f"{indent}  for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
+                         f"{e}[i] = {rhs};")
+        lines.append(f"{indent}}}")
+        if nowait:
+            lines.append(f"{indent}#pragma omp taskwait")
+        for it in s.items:
+            if arrays[it.array].len:
+                state.valid[it.array] = True
+        for it in reversed(s.items):
+            _exit(state, arrays, it)
+    elif isinstance(s, (UseDevice, ImplicitPointer)):
+        a = arrays[s.array]
+        n = a.name[1:]
+        rd = state.valid[s.array]
+        _step(state, prog, s)
+        if isinstance(s, ImplicitPointer):
+            lines += [f"{indent}#pragma omp target",
+                      f"{indent}for (int i = 0; i < {a.len}; i++) r{n}[i] = "
+                      + (f"r{n}[i] * 31u + {s.c}u;" if rd else f"(unsigned)i * 37u + {s.c}u;")]
+        else:
+            # in the region the list item names the device copy: the host address
+            # for omp_get_mapped_ptr is taken through the name that is not privatised
+            if s.kind == "ptr":
+                head, ptr = f"use_device_ptr(r{n})", f"r{n}"
+                host = f"&{p}{a.name}[{a.lo}]"
+            else:
+                head, ptr = f"use_device_addr({a.section('array', p)})", "d"
+                host = f"r{n}"
+            lines += [f"{indent}#pragma omp target data {head}", f"{indent}{{"]
+            if s.kind == "addr":
+                lines.append(f"{indent}  unsigned *d = &{p}{a.name}[{a.lo}];")
+            # omp_get_mapped_ptr (OpenMP 5.1) must give the same device address
+            lines += [f"{indent}  #pragma omp target is_device_ptr({ptr})",
+                      f"{indent}  for (int i = 0; i < {a.len}; i++) {ptr}[i] = "
+                      + (f"{ptr}[i] * 23u + {s.c}u;" if rd else f"(unsigned)i * 29u + {s.c}u;"),
+                      f'{indent}  printf("use_device_{s.kind} %d\\n", '
+                      f'omp_get_mapped_ptr({host}, dev) == (void *){ptr});',
+                      f"{indent}}}"]
+    elif isinstance(s, DeviceMemory):
+        _step(state, prog, s)
+        a = arrays[s.array]
+        nb = f"{a.len} * sizeof(unsigned)"
+        host = f"&{p}{a.name}[{a.lo}]"
+        init = "omp_get_initial_device()"
+        lines += [f"{indent}{{",
+                  f"{indent}  unsigned *d = (unsigned *)omp_target_alloc({nb} + 4, dev);"]
+        if s.kind == "rect":
+            cols = a.len // s.rows if a.len else 0
+            lines += [f"{indent}  size_t vol[2] = {{{s.rows}, {cols}}}, off[2] = {{0, 0}};",
+                      f"{indent}  int rc = omp_target_memcpy_rect(d, {host}, sizeof(unsigned), "
+                      f"2, vol, off, off, vol, vol, dev, {init});"]
+        else:
+            lines.append(f"{indent}  int rc = omp_target_memcpy(d, {host}, {nb}, 0, 0, dev, "
+                         f"{init});")
+        if s.kind == "associate":
+            # associated: present with an infinite count, so the map below copies
+            # nothing either way (omptarget.cpp associatePtr: a mapping that is
+            # never released); the host's change after it stays on the host
+            lines += [f"{indent}  rc |= omp_target_associate_ptr({host}, d, {nb}, 0, dev);",
+                      f"{indent}  int pr = omp_target_is_present({host}, dev);",
+                      f"{indent}  for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
+                      f"{p}{a.name}[i] += 1000u;",
+                      f"{indent}  #pragma omp target map(tofrom: {a.section('array', p)})",
+                      f"{indent}  for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
+                      f"{p}{a.name}[i] = {p}{a.name}[i] * 17u + {s.c}u;",
+                      f"{indent}  rc |= omp_target_memcpy({host}, d, {nb}, 0, 0, {init}, dev);",
+                      f"{indent}  rc |= omp_target_disassociate_ptr({host}, dev);",
+                      f"{indent}  omp_target_free(d, dev);",
+                      f'{indent}  printf("associate %d %d %d\\n", rc, pr, '
+                      f'omp_target_is_present({host}, dev));',
+                      f"{indent}}}"]
+            return
+        lines += [f"{indent}  #pragma omp target is_device_ptr(d)",
+                  f"{indent}  for (int i = 0; i < {a.len}; i++) d[i] = d[i] * 11u + {s.c}u;"]
+        if s.kind == "rect":
+            lines.append(f"{indent}  rc |= omp_target_memcpy_rect({host}, d, sizeof(unsigned), "
+                         f"2, vol, off, off, vol, vol, {init}, dev);")
+        else:
+            lines.append(f"{indent}  rc |= omp_target_memcpy({host}, d, {nb}, 0, 0, "
+                         f"{init}, dev);")
+        lines += [f"{indent}  omp_target_free(d, dev);",
+                  f'{indent}  printf("{s.kind} %d\\n", rc);',
+                  f"{indent}}}"]
+    elif isinstance(s, OtherDevice):
+        a = arrays[s.array]
+        sec = a.section("array", p)
+        k = s.device
+        present = (f"omp_target_is_present(&{p}{a.name}[{a.lo}], {k})" if a.len else "-1")
+        lines += [f"{indent}{{",
+                  f"{indent}  #pragma omp target enter data device({k}) map(to: {sec})",
+                  f"{indent}  #pragma omp target device({k}) map(tofrom: {sec})",
+                  f"{indent}  for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
+                  f"{p}{a.name}[i] = {p}{a.name}[i] * 19u + {s.c}u;",
+                  f"{indent}  int pr = {present};",
+                  f"{indent}  #pragma omp target update device({k}) from({sec})",
+                  f"{indent}  #pragma omp target exit data device({k}) map(delete: {sec})",
+                  f'{indent}  printf("device {k} %d %d\\n", pr, {present});',
+                  f"{indent}}}"]
+    elif isinstance(s, GlobalKernel):
+        if s.action == "kernel":
+            lines += [f"{indent}#pragma omp target",
+                      f"{indent}for (int i = 0; i < {prog.global_size}; i++) "
+                      f"{p}g[i] = {p}g[i] * 13u + {s.c}u;"]
+        else:
+            lines.append(f"{indent}#pragma omp target update {s.action}({p}g)")
+    else:
+        raise TypeError(f"not a step: {s!r}")
 
 
 def _render_steps(prog: Program, steps, p: str, lines: list[str], counter: list[int],
                   indent: str, state: _State) -> None:
     arrays = prog.arrays
     for s in steps:
-        if isinstance(s, HostWrite):
-            a = arrays[s.array]
-            lines.append(f"{indent}for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
-                         f"{p}{a.name}[i] = {p}{a.name}[i] * 5u + {s.c}u;")
-        elif isinstance(s, EnterData):
-            lines.append(f"{indent}#pragma omp target enter data "
-                         f"{_map_clause(prog, s.items, p)}")
-            _step(state, prog, s)
-        elif isinstance(s, ExitData):
-            lines.append(f"{indent}#pragma omp target exit data "
-                         f"{_map_clause(prog, s.items, p, exit=True)}")
-            _step(state, prog, s)
-        elif isinstance(s, Update):
-            a = arrays[s.array]
-            if s.stride > 1:
-                count = (a.len + s.stride - 1) // s.stride
-                sec = f"{p}{a.name}[{a.lo}:{count}:{s.stride}]"
-            else:
-                sec = a.section("array", p)
-            lines.append(f"{indent}#pragma omp target update {s.direction}({sec})")
-            _step(state, prog, s)
-        elif isinstance(s, Kernel):
-            for it in s.items:
-                _enter(state, arrays, it)
-            reads = _kernel_reads(state, arrays, s.items)
-            clause = _map_clause(prog, s.items, p) + (" nowait" if s.nowait else "")
-            lines.append(f"{indent}#pragma omp target {clause}")
-            lines.append(f"{indent}{{")
-            for it, rd in zip(s.items, reads):
-                a = arrays[it.array]
-                e = a.element(it.via, p)
-                rhs = f"{e}[i] * 3u + {s.c}u" if rd else f"(unsigned)i * 7u + {s.c}u"
-                lines.append(f"{indent}  for (int i = {a.lo}; i < {a.lo + a.len}; i++) "
-                             f"{e}[i] = {rhs};")
-            lines.append(f"{indent}}}")
-            if s.nowait:
-                lines.append(f"{indent}#pragma omp taskwait")
-            for it in s.items:
-                if arrays[it.array].len:
-                    state.valid[it.array] = True
-            for it in reversed(s.items):
-                _exit(state, arrays, it)
-        elif isinstance(s, DataRegion):
+        if isinstance(s, DataRegion):
             for it in s.items:
                 _enter(state, arrays, it)
             lines.append(f"{indent}#pragma omp target data {_map_clause(prog, s.items, p)}")
@@ -454,44 +767,33 @@ def _render_steps(prog: Program, steps, p: str, lines: list[str], counter: list[
             lines.append(f"{indent}}}")
             for it in reversed(s.items):
                 _exit(state, arrays, it)
-        elif isinstance(s, DeviceMemory):
-            a = arrays[s.array]
-            nb = f"{a.len} * sizeof(unsigned)"
-            host = f"&{p}{a.name}[{a.lo}]"
-            lines += [f"{indent}{{",
-                      f"{indent}  unsigned *d = (unsigned *)omp_target_alloc({nb} + 4, dev);",
-                      f"{indent}  int rc = omp_target_memcpy(d, {host}, {nb}, 0, 0, dev, "
-                      f"omp_get_initial_device());",
-                      f"{indent}  #pragma omp target is_device_ptr(d)",
-                      f"{indent}  for (int i = 0; i < {a.len}; i++) d[i] = d[i] * 11u + {s.c}u;",
-                      f"{indent}  rc |= omp_target_memcpy({host}, d, {nb}, 0, 0, "
-                      f"omp_get_initial_device(), dev);",
-                      f"{indent}  omp_target_free(d, dev);",
-                      f'{indent}  printf("memcpy %d\\n", rc);',
-                      f"{indent}}}"]
-        elif isinstance(s, GlobalKernel):
-            if s.action == "kernel":
-                lines += [f"{indent}#pragma omp target",
-                          f"{indent}for (int i = 0; i < {prog.global_size}; i++) "
-                          f"{p}g[i] = {p}g[i] * 13u + {s.c}u;"]
-            else:
-                lines.append(f"{indent}#pragma omp target update {s.action}({p}g)")
+        elif isinstance(s, Chain):
+            for inner in s.body:
+                _render_one(prog, inner, p, lines, indent, state, _depend(prog, inner, p))
+            lines.append(f"{indent}#pragma omp taskwait")
         else:
-            raise TypeError(f"not a step: {s!r}")
+            _render_one(prog, s, p, lines, indent, state)
         counter[0] += 1
         lines.append(f"{indent}{p}report({counter[0]}, dev);")
 
 
 def render(prog: Program, fn: str = "program") -> str:
     """The C source of ``prog`` as one function ``static int fn(void)`` with its own
-    arrays and digest printer (named with the prefix ``fn_``), without the
-    :data:`HEADER`; :func:`render_batch` puts several into one translation unit.
-    Raises :class:`ModelError` for a program the model refuses."""
+    arrays, struct types, mappers and digest printer (named with the prefix ``fn_``),
+    without the :data:`HEADER` (nor the ``requires`` directive of a :attr:`Program.usm`
+    program: :func:`render_batch` writes it); :func:`render_batch` puts several into
+    one translation unit.  Raises :class:`ModelError` for a program the model
+    refuses."""
     simulate(prog)
     p = fn + "_"
-    lines = [f"/* seed {prog.seed} */"]
+    lines = [f"/* seed {prog.seed}{' (unified shared memory)' if prog.usm else ''} */"]
     for a in prog.arrays:
         lines.append(f"static unsigned {p}{a.name}[{a.size}];")
+        n = a.name[1:]
+        lines.append(f"struct {p}t{n} {{ unsigned *p; int n; }};")
+        if a.len:
+            lines.append(f"#pragma omp declare mapper(struct {p}t{n} v) "
+                         f"map(tofrom: v, v.p[{a.lo}:{a.len}])")
     if prog.global_size:
         init = ", ".join(str(i * 3 + 1) for i in range(prog.global_size))
         lines += ["#pragma omp declare target",
@@ -509,6 +811,7 @@ def render(prog: Program, fn: str = "program") -> str:
         args.append(f"osh_digest({p}g, {prog.global_size})")
     lines += [f"static void {p}report(int step, int dev) {{",
               f'  printf("%d {" ".join(fields)}\\n", step, {", ".join(args)});',
+              "  fflush(stdout);          /* what ran before a runtime's abort shows */",
               "}",
               f"static int {fn}(void) {{",
               "  int dev = omp_get_default_device();"]
@@ -517,10 +820,12 @@ def render(prog: Program, fn: str = "program") -> str:
         lines += [f"  for (int i = 0; i < {a.size}; i++) {p}{a.name}[i] = "
                   f"(unsigned)i * 2654435761u + {a.size}u;",
                   f"  unsigned *q{n} = {p}{a.name};",
+                  f"  unsigned *r{n} = &{p}{a.name}[{a.lo}];",
                   f"  struct {{ unsigned *p; int n; }} s{n} = {{{p}{a.name}, {a.size}}};",
-                  f"  (void)q{n}; (void)s{n};"]
+                  f"  struct {p}t{n} m{n} = {{{p}{a.name}, {a.size}}};",
+                  f"  (void)q{n}; (void)r{n}; (void)s{n}; (void)m{n};"]
     lines.append(f"  {p}report(0, dev);")
-    state = _State([0] * len(prog.arrays), [False] * len(prog.arrays))
+    state = _new_state(prog)
     _render_steps(prog, prog.steps, p, lines, [0], "  ", state)
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
@@ -541,8 +846,17 @@ static unsigned osh_digest(const unsigned *p, int n) {
 def render_batch(progs) -> str:
     """One translation unit holding ``progs`` as ``prog0`` ... and a ``main`` that runs
     the one its first argument names (one process per program: each starts with a
-    fresh runtime), so one build serves many programs."""
+    fresh runtime), so one build serves many programs.  ``requires
+    unified_shared_memory`` binds the whole unit: ``progs`` are all
+    :attr:`Program.usm` (the directive is written) or none is; ValueError otherwise."""
+    progs = list(progs)
+    usm = {prog.usm for prog in progs}
+    if len(usm) > 1:
+        raise ValueError("programs with and without requires unified_shared_memory "
+                         "cannot share a translation unit")
     parts = [HEADER]
+    if usm == {True}:
+        parts.append("#pragma omp requires unified_shared_memory\n")
     for i, prog in enumerate(progs):
         parts.append(render(prog, f"prog{i}"))
     parts.append("int main(int argc, char **argv) {")
@@ -556,6 +870,7 @@ def render_batch(progs) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["Array", "DataRegion", "DeviceMemory", "EnterData", "ExitData", "Features",
-           "GlobalKernel", "HostWrite", "Kernel", "MapItem", "ModelError", "Program",
-           "Update", "generate", "render", "render_batch", "simulate", "valid"]
+__all__ = ["Array", "Chain", "DataRegion", "DeviceMemory", "EnterData", "ExitData",
+           "Features", "GlobalKernel", "HostWrite", "ImplicitPointer", "Kernel", "MapItem",
+           "ModelError", "OtherDevice", "Program", "Update", "UseDevice", "generate",
+           "render", "render_batch", "simulate", "valid"]

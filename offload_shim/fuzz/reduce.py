@@ -2,8 +2,9 @@
 
 Delta debugging over the program's structure (Zeller and Hildebrandt's ddmin, applied
 greedily to one change at a time, as C-Reduce's passes are): each candidate removes one
-step (at any depth), replaces a ``target data`` region by its body, or drops one list
-item of a map clause.  A candidate is kept when the model accepts it
+step (at any depth), replaces a ``target data`` region or a chain of ``nowait``
+constructs by its body (the chain's constructs then run one after the other, without
+``nowait``), or drops one list item of a map clause.  A candidate is kept when the model accepts it
 (:func:`offload_shim.fuzz.generator.valid`: no read of unwritten device memory) and the
 predicate -- build it, run it, see the same divergence -- holds; then the passes start
 again on the smaller program.  Candidates are tried in a fixed order, so the result is
@@ -16,13 +17,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from .generator import DataRegion, EnterData, ExitData, Kernel, Program, valid
+from dataclasses import replace
+
+from .generator import Chain, DataRegion, EnterData, ExitData, Kernel, Program, valid
 
 
 def _paths(steps, prefix=()) -> Iterator[tuple[int, ...]]:
     for i, s in enumerate(steps):
         yield prefix + (i,)
-        if isinstance(s, DataRegion):
+        if isinstance(s, (DataRegion, Chain)):
             yield from _paths(s.body, prefix + (i,))
 
 
@@ -32,18 +35,19 @@ def _edit(steps: tuple, path: tuple[int, ...], fn) -> tuple:
     if len(path) == 1:
         return steps[:i] + tuple(fn(steps[i])) + steps[i + 1:]
     region = steps[i]
-    return steps[:i] + (DataRegion(region.items, _edit(region.body, path[1:], fn)),) + \
+    return steps[:i] + (replace(region, body=_edit(region.body, path[1:], fn)),) + \
         steps[i + 1:]
 
 
 def candidates(prog: Program) -> Iterator[Program]:
     """Every one-change reduction of ``prog``, the largest cuts first: removing a step
-    (top-level steps before inner ones), unwrapping a region, dropping a map item."""
+    (top-level steps before inner ones), unwrapping a region or a chain, dropping a map
+    item."""
     paths = list(_paths(prog.steps))
     for path in paths:
         yield prog.with_steps(_edit(prog.steps, path, lambda s: ()))
     for path in paths:
-        if isinstance(_step_at(prog.steps, path), DataRegion):
+        if isinstance(_step_at(prog.steps, path), (DataRegion, Chain)):
             yield prog.with_steps(_edit(prog.steps, path, lambda s: s.body))
     for path in paths:
         s = _step_at(prog.steps, path)
@@ -63,7 +67,6 @@ def _step_at(steps, path):
 
 
 def _with_items(s, items):
-    from dataclasses import replace
     return replace(s, items=items)
 
 

@@ -15,9 +15,11 @@ Classes of a divergence:
 * ``"runtimes"``: the real runtimes (libomptarget 16, 19.1, 22.1) give different results
   for the same program: a behaviour change between releases or an upstream bug.
 
-Programs are built eight to a binary (:func:`offload_shim.fuzz.generator.render_batch`:
-the first argument picks one, each run is a fresh process), so a build serves many
-runs.  Every run has ``OMP_TARGET_OFFLOAD=mandatory`` (a program that cannot offload
+Programs are drawn eight at a time and built into one binary
+(:func:`offload_shim.fuzz.generator.render_batch`: the first argument picks one, each
+run is a fresh process), so a build serves many runs; those with ``requires
+unified_shared_memory`` (a requirement of the whole binary) get a binary of their
+own.  Every run has ``OMP_TARGET_OFFLOAD=mandatory`` (a program that cannot offload
 stops instead of falling back, under both runtimes) and a private ``TMPDIR`` removed at
 the end (the LLVM x86_64 plugins' image copies).
 """
@@ -95,13 +97,15 @@ class Campaign:
             while time.monotonic() < deadline and self._more():
                 seeds = [rng.getrandbits(32) for _ in range(BATCH)]
                 progs = [gen.generate(s, self.features) for s in seeds]
-                exes = self._build_batch(progs)
-                if exes is None:
-                    break
-                for k, prog in enumerate(progs):
+                # requires unified_shared_memory binds a whole binary: those programs
+                # are built apart from the others
+                groups = {usm: [p for p in progs if p.usm == usm] for usm in (False, True)}
+                exes = {usm: self._build_batch(g) for usm, g in groups.items() if g}
+                for prog in progs:
                     if time.monotonic() >= deadline or not self._more():
                         break
-                    self._one(prog, [(tc, exe, str(k)) for tc, exe in exes], deadline)
+                    k = str(groups[prog.usm].index(prog))
+                    self._one(prog, [(tc, exe, k) for tc, exe in exes[prog.usm]], deadline)
                     self.programs += 1
         finally:
             shutil.rmtree(work, ignore_errors=True)
