@@ -113,8 +113,8 @@ def test_growth_points_and_targets(tiny):
     for w in ("hot", "llvm-mm", "random", "replay"):
         assert sum(n.startswith(f"{w}: ") and "latency" in n for n in names) == 2, w
     limits = {t["target"].split(" <=")[0]: t["limit"] for t in tiny["targets"]}
-    assert limits["hot: pool-hit pair via MemoryManager.allocate/free"] == 0.4
-    assert limits["hot: pool-hit pair via Device.alloc/free (user path)"] == 0.5
+    assert limits["hot: pool-hit pair via MemoryManager.allocate/free"] == 0.3
+    assert limits["hot: pool-hit pair via Device.alloc/free (user path)"] == 0.35
     assert set(tiny["stats_overhead"]) == {"stats_on_ns", "stats_off_ns", "overhead"}
 
 
