@@ -177,13 +177,17 @@ def format_markdown(out) -> str:
     if g:
         npts = sorted({n for r in g.values() for n in r["points"]}, key=int)
         lines += ["", "### Pool-hit cost against cached blocks (median ns/pair)", "",
+                  "Rows marked *interleaved*: one pool per block count, all live at once, "
+                  "taking turns batch by batch; the others measure one count after another.",
+                  "",
                   "| backend | " + " | ".join(f"{int(n):,}" for n in npts) + " | max/min |",
                   "|---|" + "---:|" * (len(npts) + 1)]
         for name, r in g.items():
             cells = [_fmt_ns(r["points"].get(n, r["points"].get(str(n), {})).get("median_ns"))
                      for n in npts]
             fl = r.get("flatness")
-            lines.append(f"| {name} | " + " | ".join(cells)
+            how = "interleaved" if r.get("interleaved") else "one after another"
+            lines.append(f"| {name} ({how}) | " + " | ".join(cells)
                          + f" | {'–' if fl is None else f'{fl:.2f}'} |")
     so = out.get("stats_overhead")
     if so:
