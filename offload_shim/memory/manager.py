@@ -87,7 +87,6 @@ from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
                      PoolConfig, check_bins, check_choice, check_flag, nonneg_int,
                      read_threshold_env, resolve_debug)
-from .events import EventLog
 from .locking import TOKEN, TokenLock
 from .oom import LADDERS, OutOfMemory
 from .ownership import address_space
@@ -222,7 +221,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if guard is not None and not (hasattr(guard, "__enter__") and hasattr(guard, "__exit__")):
             raise TypeError("guard must be None or a context manager")
         space = address_space(backend_free if backend_key is None else backend_key)
-        log = EventLog(event_log, device_label) if event_log is not None else None
+        log = None
+        if event_log is not None:       # .events (and json) only for a pool that logs
+            from .events import EventLog
+            log = EventLog(event_log, device_label)
 
         self._cfg = cfg = PoolConfig(threshold, policy, oom, cache_limit, stats, mode,
                                      device_label, strict, bins)
