@@ -242,3 +242,47 @@ def test_the_embedded_runtime_is_the_launchers_copy_also_under_pythonpath(prog, 
     assert "failed to start" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 3, r.stderr[-3000:]
     assert "on_device 1" in r.stdout
+
+
+# -- what start-up reads without regular expressions reads the same -----------------------
+
+@given(st.text(alphabet=" \t\n\v\f\r+-0123456789ax\u0662\u00a0", max_size=14))
+@settings(max_examples=400, deadline=None)
+def test_stoi_reads_what_the_strtol_pattern_reads(text):
+    import re
+    from offload_shim.interposer.llvm.diag import StoiError, stoi
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
+    try:
+        got = stoi(text)
+    except StoiError as exc:
+        assert (exc.kind == "invalid_argument") == (m is None), text
+        assert m is None or not -(1 << 31) <= int(m.group(1)) < (1 << 31)
+        return
+    assert m is not None and got == int(m.group(1))
+
+
+@pytest.mark.parametrize("name, refused", [
+    ("libomptarget.so", True), ("libomptarget.so.16", True), ("libomptarget.sox", False),
+    ("libomptarget.rtl.x86_64.so", False), ("libgomp.so.1", True), ("libomp.so.5", True),
+    ("libiomp5.so", True), ("libompx.so", False), ("libgomp-plugin-nvptx.so.1", False)])
+def test_host_runtimes_are_refused_by_name(name, refused):
+    from offload_shim.errors import NotAPluginError
+    from offload_shim.plugins.loader import _refuse_host_runtime
+    try:
+        _refuse_host_runtime(f"/x/{name}", f"/y/{name}")
+    except NotAPluginError:
+        assert refused
+    else:
+        assert not refused
+
+
+@given(st.lists(st.sampled_from(["/", "usr/lib/", "libomptarget.so.", "16", ".1", "x", " ",
+                                 "(deleted)", "a/b", "..", "7", "\t", "libomptarget.so"]),
+                max_size=7), st.sampled_from(["\n", ""]))
+@settings(max_examples=400, deadline=None)
+def test_the_maps_line_reading_finds_what_the_pattern_finds(parts, end):
+    import re
+    from offload_shim.abi.interposer import _libomptarget_in_maps_line
+    line = "7f00-7f01 r-xp 00000000 08:01 123 " + "".join(parts) + end
+    m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
+    assert _libomptarget_in_maps_line(line) == ((int(m.group(2)), m.group(1)) if m else None)

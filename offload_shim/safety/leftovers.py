@@ -82,8 +82,19 @@ def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
     return {e.path for e in _listing(SHM_DIR,
                                      lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
-_KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
-_COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
+#: the patterns of :func:`dead_kmp_segments` and :func:`mapped_copies`, compiled on first
+#: use (both interpreters of every ``offload-shim run`` import this module, and rarely
+#: need them; ``re``'s compiler is Python)
+_PATTERNS: dict = {}
+
+
+def _pattern(name: str):
+    pat = _PATTERNS.get(name)
+    if pat is None:
+        pat = _PATTERNS[name] = (
+            re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?") if name == "kmp" else
+            re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M))
+    return pat
 
 _lock = threading.Lock()
 _removed: list[str] = []
@@ -102,7 +113,7 @@ def mapped_copies(pid: int | str = "self") -> set[str]:
         return set()
     if "/tmp/tmpfile_" not in text:          # the usual case: skip the line regex
         return set()
-    return set(_COPY_RE.findall(text))
+    return set(_pattern("copy").findall(text))
 
 
 def unlink_mapped_copies() -> list[str]:
@@ -545,7 +556,7 @@ def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     out = []
     uid = os.getuid()
     for path in sorted(kmp_segment_files() - set(ignore)):
-        m = _KMP_RE.fullmatch(os.path.basename(path))
+        m = _pattern("kmp").fullmatch(os.path.basename(path))
         try:
             if m is None or os.stat(path).st_uid != uid:
                 continue
