@@ -127,7 +127,9 @@ def format_markdown(out) -> str:
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['implementation']} {m['python']}, "
              f"{m['os']}; {m['date']}; profile `{meta['profile']}` "
              f"({meta['seconds']} s); timer overhead {meta['timer_overhead_ns']} ns "
-             f"subtracted; emulated latency {lat['alloc']} ns alloc / {lat['free']} ns free."]
+             f"subtracted; emulated latency {lat['alloc']} ns alloc / {lat['free']} ns free"
+             + (f"; 1-minute load average {meta['loadavg'][0]} before, "
+                f"{meta['loadavg'][1]} after" if meta.get("loadavg") else "") + "."]
     env = meta.get("peer_env") or {}
     if env:
         lines += ["", "LLVM rows, device initialised with: " + "; ".join(
