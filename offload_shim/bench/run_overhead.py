@@ -378,8 +378,9 @@ def _range(values):
 
 def add_floor(rows: dict, extra: dict) -> dict | None:
     """The floor row (:mod:`.run_floor`) beside every construct row: ``floor_us`` (from
-    the medians of the costs measured at each repetition) and ``floor_ratio`` (floor over
-    libomptarget's wall µs per construct).  Returns the floor's figures, or None."""
+    the medians of the costs measured at each repetition, CPU time) and ``floor_ratio``
+    (floor over libomptarget's CPU µs per construct: the floor is CPU time too).  Returns
+    the floor's figures, or None."""
     from .run_floor import floor_us
     floors = extra.get("floors") or []
     if not floors:
@@ -392,7 +393,7 @@ def add_floor(rows: dict, extra: dict) -> dict | None:
             continue
         f = floor_us(name, fl)
         fig["floor_us"] = f
-        fig["floor_ratio"] = _ratio(f, fig["libomptarget"].get("wall_us"))
+        fig["floor_ratio"] = _ratio(f, fig["libomptarget"].get("cpu_us"))
     return fl
 
 
@@ -504,7 +505,7 @@ def format_markdown(out) -> str:
               "libomptarget runs more iterations at N2, in parentheses; medians; µs):", "",
               "| row | what | N1, N2 | libomptarget µs | offload-shim µs | ratio (wall) "
               "| ratio min / median / max | CPU µs lomp / shim | ratio (CPU) "
-              "| CPU ratio min / median / max | floor µs (x lomp) | in-program µs "
+              "| CPU ratio min / median / max | floor µs (x lomp CPU) | in-program µs "
               "lomp / shim |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, f in rows.items():
@@ -526,8 +527,9 @@ def format_markdown(out) -> str:
                   f"{fl['spread']['crossing_us'][0]:.2f}..{fl['spread']['crossing_us'][1]:.2f}"
                   f" over the repetitions) and each plugin call the construct needs "
                   f"({fl['call_us']:.2f} µs, {fl['spread']['call_us'][0]:.2f}.."
-                  f"{fl['spread']['call_us'][1]:.2f}), measured between the repetitions "
-                  f"(bench/run_floor.py: the calls of each row)."]
+                  f"{fl['spread']['call_us'][1]:.2f}), CPU time measured between the "
+                  f"repetitions (bench/run_floor.py: the calls of each row); its ratio is to "
+                  f"libomptarget's CPU µs per construct."]
     elif out.get("floor_skipped"):
         lines += ["", f"Floor: not measured ({out['floor_skipped']})."]
     lines += ["", "Whole process (medians; seconds):", "",
