@@ -9,8 +9,8 @@ token is a mutex too (``get`` takes the token, blocking while another thread
 holds it; ``put`` gives it back and never blocks), its C methods use the
 faster argument clinic, and the pair costs about half as much
 (docs/benchmarks.md has the measured hit pairs); ``put_nowait`` (one argument:
-``METH_O``, no argument parsing at all) gives the token back for a quarter less
-than ``put``.  Waiters block in the
+``METH_O``) gives the token back without ``put``'s keyword parsing (counted under
+cachegrind: 15 of a hit pair's 8,155 machine instructions).  Waiters block in the
 kernel as with ``threading.Lock``; a ``get`` interrupted while waiting
 (KeyboardInterrupt) takes nothing.
 

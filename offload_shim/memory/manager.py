@@ -324,7 +324,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             else:
                 ptr = 0
         finally:
-            lockq.put_nowait(True)  # TOKEN as a constant; put_nowait: one argument, METH_O
+            lockq.put_nowait(True)  # TOKEN as a constant; put_nowait: METH_O (locking.py)
         if ptr:
             self._log.flush()
             return ptr
