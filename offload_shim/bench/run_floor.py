@@ -1,26 +1,25 @@
 """The floor row of ``offload-shim bench --workloads run``: what a Python host layer
 cannot go below per construct -- the C-to-Python crossing of each construct and the
-plugin calls the construct needs, nothing else (issue 29: keeping only these measured
+foreign calls the construct needs, nothing else (issue 29: keeping only these measured
 0.15-0.21 of a ``data-1`` region's cost then, about 1.0-1.4x libomptarget).
 
-Measured in the bench's own process, interleaved with nothing else running:
+Measured in the bench's own process, between the repetitions of the run:
 
 * ``call_us``: one ctypes call into an empty C function with a plugin entry point's
   prototype (``osh_host_nop_alloc`` of the bundled plugin: ``int32_t dev, int64_t
-  size, void *hst, int32_t kind``), the cost of each plugin call a construct makes;
+  size, void *hst, int32_t kind``), the cost of each foreign call a construct makes;
 * ``crossing_us``: one C-to-Python call through a ``ctypes.CFUNCTYPE`` callback, as the
   interposer's bridge makes for every construct: libc ``qsort`` of two elements calls
   its comparison (the callback) once; the ``qsort`` call itself is one ctypes call,
   taken off.
 
-Per construct (``FLOOR_CALLS``: crossings, plugin calls; the plugin entry points of
-LLVM 16's nextgen plugin that libomptarget calls for it too, the pool serving every
-device block from its cache): ``floor_us = crossings * crossing_us + calls *
-call_us``.  Medians over ``rounds`` blocks of ``n`` calls each, in the thread's CPU time
-(a tight loop's wall time on a loaded machine is mostly waiting for a core); the floor's
-ratio is taken against libomptarget's CPU µs per construct for the same reason.  The floor is a model
-built from two measured costs, not a run of the construct: it leaves out the kernel's
-own work and the plugin's work inside each call, which libomptarget pays too.
+Per construct (:data:`FLOOR_CALLS`: crossings, foreign calls; the pool serves every
+device block from its cache): ``floor_us = crossings * crossing_us + calls * call_us``.
+Medians over ``rounds`` blocks of ``n`` calls each, in the thread's CPU time (a tight
+loop's wall time on a loaded machine is mostly waiting for a core); the floor's ratio is
+taken against libomptarget's CPU µs per construct for the same reason.  The floor is a
+model built from two measured costs, not a run of the construct: it leaves out the
+kernel's own work and the plugin's work inside each call, which libomptarget pays too.
 """
 
 from __future__ import annotations
@@ -32,18 +31,20 @@ from itertools import repeat
 
 __all__ = ["FLOOR_CALLS", "floor_us", "measure"]
 
-#: row -> (C-to-Python crossings, plugin calls) per construct unit of the row:
-#: a region of ``data-1`` launches only (its mapping exists); ``maps-K`` copies each
-#: scalar in and out (``data_submit``, ``data_retrieve``) around the launch; an
-#: ``enter-exit`` or ``update`` pair is two constructs, one copy each; ``nowait``
-#: launches and waits (``synchronize``); a region of ``threads-8`` is ``maps-1``'s.
+#: row -> (C-to-Python crossings, foreign calls) per construct unit of the row.  A
+#: construct's copies in, its launch and its copies out can go in one foreign call (the
+#: batch of ``native/batch.c`` already takes a construct's copies in one), so every
+#: construct needs one: ``data-1`` and ``maps-K`` (K copies each way) one crossing and
+#: one call; an ``enter-exit`` or ``update`` pair is two constructs; ``nowait`` launches
+#: and then waits (``taskwait``: the wait is a call of its own); a region of
+#: ``threads-8`` is ``maps-1``'s.
 FLOOR_CALLS = {
     "data-1": (1, 1),
-    "maps-1": (1, 3), "maps-4": (1, 9), "maps-16": (1, 33), "maps-64": (1, 129),
+    "maps-1": (1, 1), "maps-4": (1, 1), "maps-16": (1, 1), "maps-64": (1, 1),
     "enter-exit": (2, 2),
     "update": (2, 2),
-    "nowait": (2, 2),
-    "threads-8": (1, 3),
+    "nowait": (1, 2),
+    "threads-8": (1, 1),
 }
 
 
