@@ -24,12 +24,12 @@ def tiny():
     if not shutil.which("clang-16"):
         pytest.skip("clang-16 not installed")
     need(NEXTGEN16, "the LLVM 16 x86_64 nextgen plugin")
-    return ro.run("tiny", only=["startup", "data-1"])
+    return ro.run("tiny", only=["startup", "data-1", "nowait", "threads-8"])
 
 
 def test_rows_and_fields(tiny):
     assert tiny["skipped"] is None
-    assert set(tiny["rows"]) == {"startup", "data-1"}
+    assert set(tiny["rows"]) == {"startup", "data-1", "nowait", "threads-8"}
     d1 = tiny["rows"]["data-1"]
     assert len(d1["counts"]) == 2 and d1["counts"][0] < d1["counts"][1]
     for rt in ro.RUNTIMES:
@@ -37,7 +37,18 @@ def test_rows_and_fields(tiny):
         assert RT_WHOLE_KEYS <= set(tiny["rows"]["startup"][rt]), rt
         assert tiny["rows"]["startup"][rt]["wall_s"] > 0
     assert {"ratio", "ratio_spread", "cpu_ratio", "loop_ratio", "same_result",
-            "errors"} <= set(d1)
+            "errors", "ratio_range", "cpu_ratio_range", "floor_us", "floor_ratio"} <= set(d1)
+    # issue 29: per row min / median / max over the repetitions, the load of the run,
+    # and the floor (crossing + the plugin calls the construct needs) beside it
+    for name, row in tiny["rows"].items():
+        lo, med, hi = row["ratio_range"]
+        assert lo is None or lo <= med <= hi, name
+    lpr = tiny["meta"]["loadavg_per_repetition"]
+    assert lpr is None or lpr[0] <= lpr[1] <= lpr[2]
+    fl = tiny["floor"]
+    assert fl["call_us"] > 0 and fl["crossing_us"] >= 0
+    assert d1["floor_us"] == pytest.approx(fl["crossing_us"] + fl["call_us"])
+    assert tiny["rows"]["startup"].get("floor_us") is None       # a whole-process row
     json.dumps(tiny)
 
 
@@ -50,11 +61,13 @@ def test_both_runtimes_print_the_same_result(tiny):
 
 def test_targets_and_tables(tiny):
     statuses = {t["row"]: t["status"] for t in tiny["targets"]}
-    assert set(statuses) == {"startup", "data-1", "maps-16", "copy-64M"}
+    assert set(statuses) == {"startup", "data-1", "maps-1", "maps-4", "maps-16",
+                             "enter-exit", "update", "nowait", "threads-8", "copy-64M"}
     assert statuses["maps-16"] == "N/A"                 # row not run
     assert set(statuses.values()) <= {"PASS", "MISS", "N/A"}
     md = ro.format_markdown(tiny)
     assert "`data-1`" in md and "`startup`" in md and "Targets" in md
+    assert "min / median / max" in md and "Floor" in md and "`threads-8`" in md
 
 
 def test_docs_block_is_replaced(tiny, tmp_path):
@@ -74,7 +87,9 @@ def test_programs_are_distinct_per_map_count():
         assert f"a{k} " not in src
     assert {r.name for r in ro.rows_for("quick")} >= {
         "startup", "data-1", "maps-1", "maps-4", "maps-16", "maps-64", "enter-exit",
-        "update", "copy-64M"}
+        "update", "nowait", "threads-8", "copy-64M"}
+    for r in ro.rows_for("tiny"):                      # every slope has two counts
+        assert not r.slope or r.counts[0] < r.counts[1], r.name
 
 
 def test_cli_accepts_the_run_workload(monkeypatch, capsys):

@@ -25,7 +25,7 @@ from offload_shim.memory.records import Block
 MEMORY = os.path.dirname(os.path.abspath(manager.__file__))
 POOL_MODULES = ["manager", "release", "parking", "queries", "records", "stats", "eviction",
                 "oom", "policies", "ownership", "locking", "events", "config"]
-MANAGER_PARTS = ["manager", "release", "parking", "queries"]
+MANAGER_PARTS = ["manager", "release", "parking", "queries", "oom"]
 #: what the rule forbids under the lock: the backend, the poison callback, the guard
 OUTSIDE = {"_balloc", "_bfree", "_poison", "_guard"}
 
@@ -65,14 +65,15 @@ def _locks_taken(fn):
 
 def _held_bodies(fn):
     """The statements run with the lock held: the bodies of ``with self._lock`` and
-    of a ``try`` whose ``finally`` gives the lock's token back (``lockq.put``)."""
+    of a ``try`` whose ``finally`` gives the lock's token back (``lockq.put`` or
+    ``lockq.put_nowait``)."""
     for node in ast.walk(fn):
         if isinstance(node, ast.With) and any(_self_attr(i.context_expr) == "_lock"
                                               for i in node.items):
             yield node.body
         if isinstance(node, ast.Try) and any(
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                and c.func.attr == "put" for s in node.finalbody for c in ast.walk(s)):
+                and c.func.attr in ("put", "put_nowait") for s in node.finalbody for c in ast.walk(s)):
             yield node.body
 
 

@@ -61,6 +61,98 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options)
         sorted(launcher & {"argparse", "logging", "pathlib", "glob"})
 
 
+# -- start-up does not grow: every module a run imports is one listed here ----------------
+
+#: What ``offload-shim run`` imports beyond a bare interpreter (``python -P -c pass`` in
+#: the same environment: site, sitecustomize, .pth hooks), in the launcher and in the
+#: program's embedded interpreter, over the three usual command lines below (issue 29:
+#: start-up within 0.08 s of CPU; issue 27: start-up of run does not grow).  A module a
+#: change adds to start-up fails the test below: import it where it is used, or list it
+#: here with the reason in the commit (``bench --workloads run``'s ``startup`` row
+#: measures what it costs).  ``-m``'s own runpy and importlib parts are not counted.
+LAUNCHER_MODULES = frozenset({
+    "__future__", "_collections", "_functools", "_json", "_operator", "_sha256", "_sre",
+    "_struct", "_weakrefset", "collections", "contextlib", "copyreg", "enum", "errno",
+    "functools", "importlib", "itertools", "json", "json.decoder", "json.encoder",
+    "json.scanner", "keyword", "math", "offload_shim", "offload_shim.cli",
+    "offload_shim.cli.common", "offload_shim.cli.run", "offload_shim.errors",
+    "offload_shim.safety", "offload_shim.safety.children", "offload_shim.safety.isolation",
+    "offload_shim.safety.leftovers", "offload_shim.safety.verdicts", "operator", "re",
+    "re._casefix", "re._compiler", "re._constants", "re._parser", "reprlib", "signal",
+    "struct", "threading", "types", "warnings",
+})
+
+EMBEDDED_MODULES = frozenset({
+    "__future__", "_bisect", "_collections", "_ctypes", "_functools", "_heapq", "_json",
+    "_operator", "_queue", "_sha256", "_sre", "_struct", "_weakrefset", "array", "atexit",
+    "bisect", "collections", "collections.abc", "contextlib", "copyreg", "ctypes",
+    "ctypes._endian", "enum", "errno", "fcntl", "functools", "heapq", "importlib",
+    "itertools", "json", "json.decoder", "json.encoder", "json.scanner", "keyword", "mmap",
+    "offload_shim", "offload_shim.abi", "offload_shim.abi.gomp_interposer",
+    "offload_shim.abi.native", "offload_shim.core", "offload_shim.core.compiled",
+    "offload_shim.core.device", "offload_shim.core.device_images",
+    "offload_shim.core.device_state", "offload_shim.core.images", "offload_shim.elf",
+    "offload_shim.elf.imageinfo", "offload_shim.errors", "offload_shim.interposer",
+    "offload_shim.interposer.bridge", "offload_shim.interposer.embed",
+    "offload_shim.interposer.gomp", "offload_shim.interposer.gomp.mapping",
+    "offload_shim.interposer.gomp.target", "offload_shim.interposer.library",
+    "offload_shim.interposer.llvm", "offload_shim.interposer.llvm.api",
+    "offload_shim.interposer.llvm.diag", "offload_shim.interposer.llvm.interface",
+    "offload_shim.interposer.llvm.launch", "offload_shim.interposer.llvm.mapping",
+    "offload_shim.interposer.llvm.omptarget", "offload_shim.interposer.llvm.plan",
+    "offload_shim.interposer.llvm.profile", "offload_shim.interposer.llvm.rtl",
+    "offload_shim.lazylog", "offload_shim.memory", "offload_shim.memory.eviction",
+    "offload_shim.memory.locking", "offload_shim.memory.oom",
+    "offload_shim.memory.ownership", "offload_shim.memory.parking",
+    "offload_shim.memory.pin_backends", "offload_shim.memory.pinned",
+    "offload_shim.memory.plugin_cache", "offload_shim.memory.policies",
+    "offload_shim.memory.queries", "offload_shim.memory.records",
+    "offload_shim.memory.release", "offload_shim.memory.stats", "offload_shim.plugins",
+    "offload_shim.plugins.discovery", "offload_shim.plugins.llvm",
+    "offload_shim.plugins.loader", "offload_shim.plugins.plugin", "offload_shim.records",
+    "offload_shim.safety", "offload_shim.safety.isolation", "offload_shim.safety.leftovers",
+    "offload_shim.safety.verdicts", "operator", "queue", "re", "re._casefix",
+    "re._compiler", "re._constants", "re._parser", "reprlib", "struct", "threading",
+    "types", "warnings", "weakref",
+})
+
+_DASH_M = {"runpy", "importlib.util", "importlib.machinery", "importlib._abc"}
+
+
+def _bare_interpreter_modules() -> set[str]:
+    r = subprocess.run([sys.executable, "-P", "-X", "importtime", "-c", "pass"],
+                       capture_output=True, text=True, timeout=120)
+    return {ln.rsplit("|", 1)[1].strip() for ln in r.stderr.splitlines()
+            if ln.startswith("import time:") and "| imported package" not in ln}
+
+
+@pytest.mark.skipif(not os.path.exists(NEXTGEN16), reason="LLVM 16 nextgen plugin not installed")
+@pytest.mark.parametrize("options", [["--plugin", str(NEXTGEN16)], [], ["--policy=default"]],
+                         ids=["plugin", "default-plugins", "policy"])
+def test_run_start_up_imports_only_the_listed_modules(prog, options):  # noqa: F811
+    # both runs with the same environment: the second finds the first's verdicts (they
+    # are keyed on the environment), as every run after the first does
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "run", *options, prog]
+    subprocess.run(cmd, capture_output=True, timeout=300, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 3, r.stderr[-3000:]
+    tables = _imports_per_interpreter(r.stderr)
+    assert len(tables) == 2, "expected the launcher's and the program's import logs"
+    bare = _bare_interpreter_modules()
+    launcher, embedded = tables[0] - bare - _DASH_M, tables[1] - bare
+    assert "offload_shim.cli.run" in launcher and "offload_shim.interposer.embed" in embedded
+    assert sorted(launcher - LAUNCHER_MODULES) == []
+    assert sorted(embedded - EMBEDDED_MODULES) == []
+
+
+def test_the_start_up_check_sees_a_module_imported_at_start_up():
+    log = ("import time: self [us] | cumulative | imported package\n"
+           "import time:       100 |        100 | offload_shim.cli.run\n"
+           "import time:       900 |        900 | tempfile\n")
+    assert _imports_per_interpreter(log)[0] - LAUNCHER_MODULES == {"tempfile"}
+
+
 # -- the fast reading of `offload-shim run`'s options agrees with argparse -------------
 
 _TOKENS = ["--plugin", "--plugin=p.so", "p.so", "--bundled", "--policy", "mandatory",
@@ -150,3 +242,47 @@ def test_the_embedded_runtime_is_the_launchers_copy_also_under_pythonpath(prog, 
     assert "failed to start" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 3, r.stderr[-3000:]
     assert "on_device 1" in r.stdout
+
+
+# -- what start-up reads without regular expressions reads the same -----------------------
+
+@given(st.text(alphabet=" \t\n\v\f\r+-0123456789ax\u0662\u00a0", max_size=14))
+@settings(max_examples=400, deadline=None)
+def test_stoi_reads_what_the_strtol_pattern_reads(text):
+    import re
+    from offload_shim.interposer.llvm.diag import StoiError, stoi
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
+    try:
+        got = stoi(text)
+    except StoiError as exc:
+        assert (exc.kind == "invalid_argument") == (m is None), text
+        assert m is None or not -(1 << 31) <= int(m.group(1)) < (1 << 31)
+        return
+    assert m is not None and got == int(m.group(1))
+
+
+@pytest.mark.parametrize("name, refused", [
+    ("libomptarget.so", True), ("libomptarget.so.16", True), ("libomptarget.sox", False),
+    ("libomptarget.rtl.x86_64.so", False), ("libgomp.so.1", True), ("libomp.so.5", True),
+    ("libiomp5.so", True), ("libompx.so", False), ("libgomp-plugin-nvptx.so.1", False)])
+def test_host_runtimes_are_refused_by_name(name, refused):
+    from offload_shim.errors import NotAPluginError
+    from offload_shim.plugins.loader import _refuse_host_runtime
+    try:
+        _refuse_host_runtime(f"/x/{name}", f"/y/{name}")
+    except NotAPluginError:
+        assert refused
+    else:
+        assert not refused
+
+
+@given(st.lists(st.sampled_from(["/", "usr/lib/", "libomptarget.so.", "16", ".1", "x", " ",
+                                 "(deleted)", "a/b", "..", "7", "\t", "libomptarget.so"]),
+                max_size=7), st.sampled_from(["\n", ""]))
+@settings(max_examples=400, deadline=None)
+def test_the_maps_line_reading_finds_what_the_pattern_finds(parts, end):
+    import re
+    from offload_shim.abi.interposer import _libomptarget_in_maps_line
+    line = "7f00-7f01 r-xp 00000000 08:01 123 " + "".join(parts) + end
+    m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
+    assert _libomptarget_in_maps_line(line) == ((int(m.group(2)), m.group(1)) if m else None)

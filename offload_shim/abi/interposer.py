@@ -242,17 +242,39 @@ def loaded_libomptarget() -> tuple[int, str] | None:
     """(LLVM major, path) of the ``libomptarget.so.<N>`` mapped into this process (the
     runtime a compiled program or library links; ``/proc/self/maps``), the newest when
     several are; None when there is none."""
-    import re
     best = None
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
-                if m and (best is None or int(m.group(2)) > best[0]):
-                    best = (int(m.group(2)), m.group(1))
+                if "libomptarget.so." in line:
+                    found = _libomptarget_in_maps_line(line)
+                    if found and (best is None or found[0] > best[0]):
+                        best = found
     except OSError:
         return None
     return best
+
+
+def _libomptarget_in_maps_line(line: str) -> tuple[int, str] | None:
+    """(major, path) when a ``/proc/PID/maps`` line ends in a path
+    ``/...libomptarget.so.<N>[.<digits and dots>]``, else None -- what the pattern
+    ``(/\\S*libomptarget\\.so\\.(\\d+)[.\\d]*)$`` finds, read without compiling it (the
+    embedded runtime asks at every start)."""
+    parts = line.split()
+    if not parts:
+        return None
+    tok = parts[-1]
+    slash = tok.find("/")
+    k = tok.rfind("libomptarget.so.")
+    if slash < 0 or k < slash:
+        return None
+    rest = tok[k + len("libomptarget.so."):]
+    n = 0
+    while n < len(rest) and "0" <= rest[n] <= "9":
+        n += 1
+    if n == 0 or any(not ("0" <= c <= "9" or c == ".") for c in rest[n:]):
+        return None
+    return int(rest[:n]), tok[slash:]
 
 
 def libomptarget_needed_by(addr: int) -> int | None:

@@ -25,11 +25,12 @@ class Backend:
     ``baseline``: the row the speedup column divides by.  ``pool_of()``
     returns the MemoryManager(s) whose stats give hit rate and cached bytes.
     ``enter()``/``leave()`` run around every timed batch (latency on/off).
+    ``replica()``: an independent copy of the row (growth workload), or None.
     """
 
     def __init__(self, name, group, description, alloc=None, free=None, *, baseline=None,
                  pools=(), close=(), enter=None, leave=None, threaded=True, growth=False,
-                 trim=None):
+                 trim=None, replica=None):
         self.name = name
         self.group = group
         self.description = description
@@ -43,6 +44,10 @@ class Backend:
         self.threaded = threaded
         self.growth = growth
         self.trim = trim or (lambda: None)
+        #: None, or a callable making an independent copy of the row (its own pool over
+        #: the same plugin; a Backend, closed by the caller): the growth workload
+        #: keeps one per block count, all live at once
+        self.replica = replica
         self.latency = False
         self.env = {}                 # environment its device was initialised with
         self.pool_observed = None     # LLVM rows: was a freed block kept (observed)
@@ -247,11 +252,16 @@ def floor_backend(ctl) -> Backend:
 
 def mm_backend(name, description, balloc, bfree, *, policy="exact", stats=True,
                baseline=None, growth=False):
+    """A row over a new ``MemoryManager(balloc, bfree)`` (threshold 8 KiB); a growth
+    row's ``replica`` is another such row."""
     from ..memory import MemoryManager
     mm = MemoryManager(balloc, bfree, threshold=8192, policy=policy, stats=stats,
                        debug="", device_label=name)
+    replica = functools.partial(mm_backend, name, description, balloc, bfree, policy=policy,
+                                stats=stats, baseline=baseline) if growth else None
     return Backend(name, "pool", description, mm.allocate, mm.free, baseline=baseline,
-                   pools=[mm], close=[mm.drain], growth=growth, trim=mm.release_all)
+                   pools=[mm], close=[mm.drain], growth=growth, trim=mm.release_all,
+                   replica=replica)
 
 
 def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
@@ -279,7 +289,8 @@ def host_backends(alloc_ns: int, free_ns: int) -> tuple[list, dict]:
 def _device_backend(plugin, dev, policy, name, description, baseline, *, growth=False):
     """A row through ``Device.alloc/free`` of a Runtime over ``plugin``
     (device ``dev``, pool ``policy``, threshold 8 KiB); closed with the
-    Runtime."""
+    Runtime.  A growth row's ``replica`` is another such row: a Runtime of its own
+    over the same plugin and device (the plugin counts the device's users)."""
     from ..core.runtime import Runtime
     rt = Runtime([plugin], pool={"policy": policy, "threshold": 8192, "debug": ""})
     try:
@@ -288,8 +299,11 @@ def _device_backend(plugin, dev, policy, name, description, baseline, *, growth=
     except BaseException:
         rt.close()
         raise
+    replica = functools.partial(_device_backend, plugin, dev, policy, name, description,
+                                baseline) if growth else None
     return Backend(name, "pool", description, dv.alloc, dv.free, baseline=baseline,
-                   pools=[dv.pool], close=[rt.close], growth=growth, trim=dv.pool.release_all)
+                   pools=[dv.pool], close=[rt.close], growth=growth, trim=dv.pool.release_all,
+                   replica=replica)
 
 
 def _host_rows(path, alloc_ns, free_ns, backends, skipped):

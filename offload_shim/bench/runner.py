@@ -3,6 +3,7 @@ compute speedups and targets, and return the JSON-ready result."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -46,6 +47,14 @@ def _ratios(results, rows) -> None:
             r["speedup_over"] = base if r["speedup"] is not None else None
 
 
+def _loadavg():
+    """The 1-minute load average now (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def run(profile: str = "quick", *, alloc_ns: int = DEFAULT_ALLOC_LATENCY_NS,
         free_ns: int = DEFAULT_FREE_LATENCY_NS, gpu: bool = True, only=None,
         progress: bool = True, workloads=WORKLOADS, params=None) -> dict:
@@ -61,6 +70,7 @@ def run(profile: str = "quick", *, alloc_ns: int = DEFAULT_ALLOC_LATENCY_NS,
     prm.update(params or {})
     workloads = tuple(w for w in WORKLOADS if w in workloads)
     t_start = time.monotonic()
+    load_before = _loadavg()
     ovh = timer_overhead_ns()
     opened, skipped = [], {}
     failed = {}
@@ -116,6 +126,7 @@ def run(profile: str = "quick", *, alloc_ns: int = DEFAULT_ALLOC_LATENCY_NS,
                     "emulated_latency_ns": {"alloc": alloc_ns, "free": free_ns},
                     "peer_env": {n: r["env"] for n, r in rows.items() if r["env"]},
                     "gil_switch_interval_s": sys.getswitchinterval(),
+                    "loadavg": [load_before, _loadavg()],
                     "seconds": round(time.monotonic() - t_start, 1)},
            "rows": rows, "skipped": skipped, "results": results,
            "stats_overhead": stats_ovh, "replay": replay_info}

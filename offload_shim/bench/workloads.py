@@ -406,18 +406,24 @@ def _growth_sizes(n):
 
 
 def wl_growth(backends, prm, ovh, progress, failed):
-    """Pool-hit cost against the number of cached blocks.  For each N: every
-    row allocates N blocks of 64 sizes (16..1024 B) and frees them (so they
-    are cached), then ``growth_pairs`` timed pairs of 256 B (one of those
-    sizes) are run in ``growth_blocks`` batches, the rows taking turns batch
-    by batch; then the caches are emptied (``Backend.trim``; the LLVM 16
-    nextgen row, whose C++ pool has no trim, by initialising its device
-    again)."""
+    """Pool-hit cost against the number of cached blocks N.  A row that can make
+    independent copies of itself (``Backend.replica``: a fresh MemoryManager, or a
+    fresh Runtime's Device, over the same plugin) gets one copy per N, all live at
+    once: each copy allocates N blocks of 64 sizes (16..1024 B) and frees them (so
+    they are cached), and then every (row, N) pair takes turns, batch by batch
+    (``growth_pairs`` timed pairs of 256 B per pair, in ``growth_blocks`` batches,
+    the order rotated from batch to batch), so that a drift of the machine's load
+    falls on every N alike instead of reading as growth.  A row without replicas
+    (the LLVM 16 nextgen row: its C++ pool is one per device, and the plugin has too
+    few devices for one per N) measures its points one after another, on its own
+    pool, emptied between points (``Backend.trim``: its device initialised again);
+    ``interleaved`` says which way a row was measured."""
     size = 256
     rows = [b for b in backends if b.growth]
-    pts = {b.name: {} for b in rows}
+    points = tuple(prm["growth_points"])
     nblk = max(1, prm["growth_blocks"])
     per = max(1, prm["growth_pairs"] // nblk)
+    acc = {}                                       # (row name, N) -> (samples, blocks)
 
     def fill(b, n):
         alloc, free = b.alloc, b.free
@@ -427,9 +433,10 @@ def wl_growth(backends, prm, ovh, progress, failed):
         for _ in range(20):
             free(alloc(size))
 
-    def batch(b, acc):
+    def batch(b, key):
         alloc, free = b.alloc, b.free
-        app = acc[0].append
+        samples, blocks = acc[key]
+        app = samples.append
         c0 = cpu()
         w0 = pc()
         for _ in repeat(None, per):
@@ -437,28 +444,67 @@ def wl_growth(backends, prm, ovh, progress, failed):
             free(alloc(size))
             app(pc() - t0 - ovh)
         w1 = pc()
-        acc[1].append((w1 - w0, cpu() - c0, per))
+        blocks.append((w1 - w0, cpu() - c0, per))
 
-    for npts in prm["growth_points"]:
-        acc = {}
-        for b in list(rows):
-            if _guard(rows, b, failed, "growth", fill, b, npts):
-                acc[b.name] = ([], [])
+    def point(b, key):
+        samples, blocks = acc[key]
+        ps = b.pools()
+        return {**summary(samples, blocks),
+                "cached_blocks": sum(p.stats.cached_blocks for p in ps) if ps else None}
+
+    pts = {b.name: {} for b in rows}
+    interleaved = {b.name: b.replica is not None for b in rows}
+    # every N of every row that has replicas: live at once, taking turns
+    copies = []                                     # (row, N, its copy)
+    try:
+        for b in [b for b in rows if b.replica is not None]:
+            try:
+                for n in points:
+                    stop.check()
+                    c = b.replica()
+                    copies.append((b, n, c))
+                    acc[(b.name, n)] = ([], [])
+                    fill(c, n)
+            except Exception as exc:  # noqa: BLE001 - one failing row must not end the run
+                _drop(rows, b, failed, "growth", exc)
+                copies = [t for t in copies if t[0] is not b]
         for k in range(nblk):
-            for b in rotated(rows, k):
-                _guard(rows, b, failed, "growth", batch, b, acc[b.name])
-        for b in rows:
-            samples, blocks = acc[b.name]
-            ps = b.pools()
-            pts[b.name][npts] = {**summary(samples, blocks),
-                                 "cached_blocks": sum(p.stats.cached_blocks for p in ps)
-                                 if ps else None}
+            for b, n, c in rotated(copies, k):
+                if b not in rows:
+                    continue
+                stop.check()
+                try:
+                    _block(b, batch, c, (b.name, n))
+                except Exception as exc:  # noqa: BLE001
+                    _drop(rows, b, failed, "growth", exc)
+            progress.step(f"growth: batch {k + 1}/{nblk} of every N at once", 0)
+        for b, n, c in copies:
+            if b in rows:
+                pts[b.name][n] = point(c, (b.name, n))
+    finally:
+        for _b, _n, c in reversed(copies):
+            try:
+                c.close()
+            except Exception as exc:  # noqa: BLE001
+                failed.setdefault(_b.name, reason("growth", exc))
+    # rows without replicas: point after point on their own pool
+    seq = [b for b in rows if b.replica is None]
+    for n in points:
+        for b in list(seq):
+            if _guard(seq, b, failed, "growth", fill, b, n):
+                acc[(b.name, n)] = ([], [])
+        for k in range(nblk):
+            for b in rotated(seq, k):
+                _guard(seq, b, failed, "growth", batch, b, (b.name, n))
+        for b in seq:
+            pts[b.name][n] = point(b, (b.name, n))
             _trim(b, failed, "growth")
-        progress.step(f"growth: {npts:,} cached blocks", 0)
+        progress.step(f"growth: {n:,} cached blocks", 0)
+    rows = [b for b in rows if b.replica is not None or b in seq]
     out = {}
     for b in rows:
         meds = [p["median_ns"] for p in pts[b.name].values()]
-        out[b.name] = {"points": pts[b.name],
+        out[b.name] = {"points": pts[b.name], "interleaved": interleaved[b.name],
                        "flatness": max(meds) / min(meds) if meds and min(meds) > 0 else None}
     progress.step("growth")
     return out

@@ -6,7 +6,7 @@ LLVM 16 MemoryManager.h) with the additions of docs/references.md, pools compare
 hot paths), :mod:`.records` (the ``Block`` record), :mod:`.release` (the other
 frees, releasing cached blocks), :mod:`.parking` (frees put off), :mod:`.queries`
 (what it answers), :mod:`.policies` (exact, binned), :mod:`.eviction` (which cached
-blocks go), :mod:`.oom` (the OOM ladders), :mod:`.stats`, :mod:`.events`
+blocks go), :mod:`.oom` (the out-of-memory path and its ladders), :mod:`.stats`, :mod:`.events`
 (the event log), :mod:`.ownership` (which manager holds a block),
 :mod:`.config` (options, environment), :mod:`.plugin_cache` (debug modes
 and plugins that cache on their own), :mod:`.pinned` (pinned host memory).

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import operator
 import os
-import re
 from collections import namedtuple
 
 __all__ = ["THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "MAX_SIZE", "PTR_LIMIT",
@@ -56,8 +55,21 @@ class PoolConfig(namedtuple("PoolConfig", "threshold policy oom cache_limit stat
 
 #: ``std::stoul`` on LP64 Linux: an ``unsigned long`` holds less than ``2**64``.
 _STOUL_LIMIT = 1 << 64
-_THRESHOLD_RE = re.compile(r"\s*\+?[0-9]+\s*", re.ASCII)
-_STOUL_PREFIX_RE = re.compile(r"\s*([+-]?)[0-9]+", re.ASCII)     # what std::stoul reads
+#: the two patterns of :func:`read_threshold_env`, compiled when the variable is first
+#: read: compiling them at import cost a tenth of the embedded runtime's start-up
+#: (``re``'s compiler is Python), and most runs never set the variable
+_THRESHOLD_PATTERNS: list = []
+
+
+def _threshold_patterns() -> list:
+    """``[plain, stoul]``: a whole value LLVM reads as a non-negative number, and the
+    prefix ``std::stoul`` reads."""
+    if not _THRESHOLD_PATTERNS:
+        import re
+        _THRESHOLD_PATTERNS[:] = [re.compile(r"\s*\+?[0-9]+\s*", re.ASCII),
+                                  re.compile(r"\s*([+-]?)[0-9]+", re.ASCII)]
+    return _THRESHOLD_PATTERNS
+
 _DEBUG_OFF = ("", "0", "off", "none", "false", "no")
 
 
@@ -86,8 +98,9 @@ def read_threshold_env(environ=None) -> int:
     value = env.get(THRESHOLD_ENV)
     if value is None:
         return DEFAULT_THRESHOLD
-    if not _THRESHOLD_RE.fullmatch(value):
-        m = _STOUL_PREFIX_RE.match(value)
+    plain, stoul = _threshold_patterns()
+    if not plain.fullmatch(value):
+        m = stoul.match(value)
         if m is None:
             why = "LLVM's std::stoul would abort here"
         elif m.group(1) == "-":

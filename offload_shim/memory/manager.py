@@ -21,10 +21,10 @@ event log with replay, debug modes; ``docs/memory-manager.md`` compares them):
 The manager is pure Python over two callbacks, ``backend_alloc(size) -> ptr`` and
 ``backend_free(ptr)``; it never imports the plugin layer.  Its parts: this module
 (the tables, the hit and miss paths, the cached frees, the batches),
-:mod:`.release` (the other frees; releasing cached blocks), :mod:`.parking` (frees
+:mod:`.oom` (the out-of-memory path and its ladders), :mod:`.release` (the other frees; releasing cached blocks), :mod:`.parking` (frees
 put off), :mod:`.queries` (what it answers; its errors), :mod:`.records` (the
 :class:`~offload_shim.memory.records.Block` record), :mod:`.policies`,
-:mod:`.eviction` (which cached blocks go), :mod:`.oom` (the ladders), :mod:`.stats`,
+:mod:`.eviction` (which cached blocks go), :mod:`.stats`,
 :mod:`.events`, :mod:`.ownership` (which manager holds a block), :mod:`.config`
 (options, environment).
 
@@ -83,13 +83,12 @@ import operator
 import weakref
 from collections import OrderedDict
 
-from ..errors import OffloadError, OutOfDeviceMemoryError
+from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
                      PoolConfig, check_bins, check_choice, check_flag, nonneg_int,
                      read_threshold_env, resolve_debug)
-from .events import EventLog
 from .locking import TOKEN, TokenLock
-from .oom import LADDERS
+from .oom import LADDERS, OutOfMemory
 from .ownership import address_space
 from .parking import ParkedFrees
 from .policies import (LLVM_BUCKET_SIZES, POLICIES, binned_size, llvm_bucket,
@@ -122,7 +121,7 @@ def _as_pointer(ptr) -> int:
                         f"{type(ptr).__name__}") from None
 
 
-class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
+class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     """Cache of freed device blocks in front of ``backend_alloc``/``backend_free``.
 
     Parameters (sizes are bytes, pointers are ``int`` device addresses):
@@ -222,7 +221,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
         if guard is not None and not (hasattr(guard, "__enter__") and hasattr(guard, "__exit__")):
             raise TypeError("guard must be None or a context manager")
         space = address_space(backend_free if backend_key is None else backend_key)
-        log = EventLog(event_log, device_label) if event_log is not None else None
+        log = None
+        if event_log is not None:       # .events (and json) only for a pool that logs
+            from .events import EventLog
+            log = EventLog(event_log, device_label)
 
         self._cfg = cfg = PoolConfig(threshold, policy, oom, cache_limit, stats, mode,
                                      device_label, strict, bins)
@@ -322,7 +324,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
             else:
                 ptr = 0
         finally:
-            lockq.put(True)         # TOKEN as a constant: no global look-up on the hit path
+            lockq.put_nowait(True)  # TOKEN as a constant; put_nowait: METH_O (locking.py)
         if ptr:
             self._log.flush()
             return ptr
@@ -362,7 +364,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
             finally:
-                lockq.put(TOKEN)
+                lockq.put_nowait(TOKEN)
             if len(out) == len(sizes):
                 return out
         try:
@@ -468,82 +470,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
-    def _out_of_memory(self, size, bucket, pooled):
-        """The backend returned 0 for ``size`` bytes: run the OOM ladder (:mod:`.oom`),
-        which searches the cache again after each release step (a block that fits may
-        have been freed by another thread meanwhile: PyTorch's caching allocator does
-        the same after its release, pytorch #189504; LLVM's ``freeAndAllocate`` does
-        not).  Returns ``(ptr, reused)``: ``reused`` when ``ptr`` is a cached block
-        (booked as a hit), else backend memory.  Before raising
-        OutOfDeviceMemoryError the cache is searched once more, under the lock that
-        reads the error's figures, so no fitting block is left cached behind an OOM.
-        ``pooled`` False (a bypass): nothing cached fits."""
-        reuse = (lambda: self._reuse_cached(size)) if pooled else (lambda: 0)
-        ptr, reused, released, retries = LADDERS[self._cfg.oom](
-            self._release_all_cached, self._release_largest_cached,
-            lambda: self._retry(size, bucket), reuse)
-        if ptr:
-            return (ptr if type(ptr) is int else operator.index(ptr)), reused
-        with self._lock:
-            ptr = self._reuse_locked(size) if pooled else 0
-            if not ptr:
-                in_use = self._acc >> _SHIFT
-                cached = self._held - in_use
-        if ptr:
-            return ptr, True
-        if self._log is not None:
-            self._log.flush()
-        label = self._cfg.device_label
-        raise OutOfDeviceMemoryError(
-            f"out of device memory on device {label or '?'}: requested {size} bytes; "
-            f"the backend returned no memory, also after the {self._cfg.oom!r} ladder "
-            f"released {released} cached bytes and retried {retries} time(s); now {cached} "
-            f"bytes cached, {in_use} bytes in use, none of them a block that fits",
-            requested=size, cached=cached, in_use=in_use, device=label or None,
-            function="MemoryManager.allocate")
-
-    def _reuse_cached(self, size):
-        """OOM ladder step: a cached block that fits ``size`` bytes, taken as a hit;
-        0 if none."""
-        with self._lock:
-            return self._reuse_locked(size)
-
-    def _reuse_locked(self, size):
-        """(Lock held.)  The hit path of :meth:`allocate`, for the OOM ladder: take a
-        cached block that fits ``size`` bytes (the policy's choice, as on the hit path)
-        and book it as live and as a hit; 0 if none is cached.  No closed check: drain
-        empties the free lists."""
-        if self._parcel is not None:
-            self._unpark_locked()
-        fl = self._free.get(size)
-        if not fl and self._index is not None:
-            fl = self._index.larger(size, self._free)
-        if not fl:
-            return 0
-        ptr, block = fl.popitem(self._newest_first)
-        block.requested = size
-        self._live[ptr] = block
-        self._acc = acc = self._acc + block.hit_step
-        if acc > self._peak_acc:
-            self._peak_acc = acc | _HITS
-        if self._log is not None:
-            self._log.record("alloc", size, ptr, True, {"block": block.size})
-        return ptr
-
-    def _retry(self, size, bucket):
-        """One rung of the ladder: ask the backend again (counted and logged)."""
-        stats = self._cfg.stats
-        if stats or self._log is not None:
-            with self._lock:
-                if stats:
-                    bc = self._buckets.get(bucket)
-                    if bc is None:
-                        bc = self._buckets[bucket] = BucketCounters(bucket)
-                    bc.oom_retries += 1
-                if self._log is not None:
-                    self._log.record("oom_retry", size, 0, False)
-        return self._balloc(size) or 0
-
     # -- free ------------------------------------------------------------------
 
     def free(self, ptr: int, strict=None) -> None:
@@ -597,7 +523,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
                     return
                 self._live[ptr] = block     # the other path books it
         finally:
-            lockq.put(True)         # TOKEN (see allocate)
+            lockq.put_nowait(True)  # TOKEN (see allocate)
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
@@ -631,7 +557,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees):
                     done += 1
                 self._acc = acc
             finally:
-                lockq.put(TOKEN)
+                lockq.put_nowait(TOKEN)
         if done < len(ptrs):
             free = self.free
             for ptr in ptrs[done:]:

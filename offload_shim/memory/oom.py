@@ -27,7 +27,13 @@ the plugin can reuse their memory.  Any exception from a callable propagates.
 
 from __future__ import annotations
 
-__all__ = ["LADDERS", "free_all", "incremental"]
+import operator
+
+from ..errors import OutOfDeviceMemoryError
+from .records import HITS as _HITS, SHIFT as _SHIFT
+from .stats import BucketCounters
+
+__all__ = ["LADDERS", "OutOfMemory", "free_all", "incremental"]
 
 
 def free_all(release_all, release_largest, retry, reuse):
@@ -70,3 +76,89 @@ def incremental(release_all, release_largest, retry, reuse):
 
 #: ``oom=`` option -> ladder.
 LADDERS = {"free-all": free_all, "incremental": incremental}
+
+
+class OutOfMemory:
+    """The part of :class:`~offload_shim.memory.MemoryManager` that runs when the
+    backend has no memory: the ladder of the manager's ``oom`` option over its
+    release, reuse and retry steps, and the :class:`OutOfDeviceMemoryError` at its
+    end (a mixin: the manager's tables and lock are its own; its locking rule holds
+    here too)."""
+
+    __slots__ = ()
+
+    def _out_of_memory(self, size, bucket, pooled):
+        """The backend returned 0 for ``size`` bytes: run the OOM ladder (:mod:`.oom`),
+        which searches the cache again after each release step (a block that fits may
+        have been freed by another thread meanwhile: PyTorch's caching allocator does
+        the same after its release, pytorch #189504; LLVM's ``freeAndAllocate`` does
+        not).  Returns ``(ptr, reused)``: ``reused`` when ``ptr`` is a cached block
+        (booked as a hit), else backend memory.  Before raising
+        OutOfDeviceMemoryError the cache is searched once more, under the lock that
+        reads the error's figures, so no fitting block is left cached behind an OOM.
+        ``pooled`` False (a bypass): nothing cached fits."""
+        reuse = (lambda: self._reuse_cached(size)) if pooled else (lambda: 0)
+        ptr, reused, released, retries = LADDERS[self._cfg.oom](
+            self._release_all_cached, self._release_largest_cached,
+            lambda: self._retry(size, bucket), reuse)
+        if ptr:
+            return (ptr if type(ptr) is int else operator.index(ptr)), reused
+        with self._lock:
+            ptr = self._reuse_locked(size) if pooled else 0
+            if not ptr:
+                in_use = self._acc >> _SHIFT
+                cached = self._held - in_use
+        if ptr:
+            return ptr, True
+        if self._log is not None:
+            self._log.flush()
+        label = self._cfg.device_label
+        raise OutOfDeviceMemoryError(
+            f"out of device memory on device {label or '?'}: requested {size} bytes; "
+            f"the backend returned no memory, also after the {self._cfg.oom!r} ladder "
+            f"released {released} cached bytes and retried {retries} time(s); now {cached} "
+            f"bytes cached, {in_use} bytes in use, none of them a block that fits",
+            requested=size, cached=cached, in_use=in_use, device=label or None,
+            function="MemoryManager.allocate")
+
+    def _reuse_cached(self, size):
+        """OOM ladder step: a cached block that fits ``size`` bytes, taken as a hit;
+        0 if none."""
+        with self._lock:
+            return self._reuse_locked(size)
+
+    def _reuse_locked(self, size):
+        """(Lock held.)  The hit path of :meth:`allocate`, for the OOM ladder: take a
+        cached block that fits ``size`` bytes (the policy's choice, as on the hit path)
+        and book it as live and as a hit; 0 if none is cached.  No closed check: drain
+        empties the free lists."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        fl = self._free.get(size)
+        if not fl and self._index is not None:
+            fl = self._index.larger(size, self._free)
+        if not fl:
+            return 0
+        ptr, block = fl.popitem(self._newest_first)
+        block.requested = size
+        self._live[ptr] = block
+        self._acc = acc = self._acc + block.hit_step
+        if acc > self._peak_acc:
+            self._peak_acc = acc | _HITS
+        if self._log is not None:
+            self._log.record("alloc", size, ptr, True, {"block": block.size})
+        return ptr
+
+    def _retry(self, size, bucket):
+        """One rung of the ladder: ask the backend again (counted and logged)."""
+        stats = self._cfg.stats
+        if stats or self._log is not None:
+            with self._lock:
+                if stats:
+                    bc = self._buckets.get(bucket)
+                    if bc is None:
+                        bc = self._buckets[bucket] = BucketCounters(bucket)
+                    bc.oom_retries += 1
+                if self._log is not None:
+                    self._log.record("oom_retry", size, 0, False)
+        return self._balloc(size) or 0

@@ -89,7 +89,7 @@ class ParkedFrees:
             self._acc -= known.free_step
             return parcel
         finally:
-            lockq.put(TOKEN)
+            lockq.put_nowait(TOKEN)
 
     def reclaim(self, parcel) -> bool:
         """Take back the blocks of ``parcel`` (:meth:`park`) when nothing else used the
@@ -109,7 +109,7 @@ class ParkedFrees:
                 self._peak_acc = acc | _HITS
             return True
         finally:
-            lockq.put(TOKEN)
+            lockq.put_nowait(TOKEN)
 
     def _settle(self) -> None:
         """Free the parked blocks (:meth:`park`) now, as parked."""

@@ -12,8 +12,8 @@
   :func:`signals_deferred` keeps Ctrl-C out of a cleanup half done.
 * :func:`stop_child`, :func:`signal_name`, :func:`check_timeout`: the parts.
 
-subprocess, tempfile and shutil are imported where they are used (start-up of
-``offload-shim run``).
+subprocess and shutil are imported where they are used, and the private folder is
+made without tempfile (:func:`private_dir`): start-up of ``offload-shim run``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,43 @@ import time
 from .leftovers import (dead_kmp_segments, kmp_segment_files, llvm_copies, process_state,
                         remove_kmp_segment, sweep)
 
-__all__ = ["CRASH_SIGNALS", "ChildScope", "check_timeout", "run_child", "run_program",
-           "signal_name", "signals_deferred", "stop_child"]
+__all__ = ["CRASH_SIGNALS", "ChildScope", "check_timeout", "private_dir", "run_child",
+           "run_program", "signal_name", "signals_deferred", "stop_child"]
 
 _SCOPES_VAR = "OSH_CHILD_SCOPES"
+
+
+#: where :func:`private_dir` looks, after ``$TMPDIR``, ``$TEMP``, ``$TMP`` (the order of
+#: ``tempfile.gettempdir``, CPython ``Lib/tempfile.py`` ``_candidate_tempdir_list``)
+_TMP_CANDIDATES = ("/tmp", "/var/tmp", "/usr/tmp")
+
+
+def private_dir(prefix: str) -> str:
+    """``tempfile.mkdtemp(prefix=prefix)`` without importing ``tempfile``, which pulls
+    in ``shutil``, ``random`` and the three compression modules (some 15 modules, a
+    fifth of the launcher's imports on every ``offload-shim run``).  A new folder,
+    mode 0700, named ``prefix`` + 10 random hex digits, in the first of
+    ``$TMPDIR``, ``$TEMP``, ``$TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp`` and the
+    current folder where one can be made (``tempfile.gettempdir``'s order; a name
+    taken is drawn again, as ``mkdtemp`` does).  Returns its absolute path.  When
+    ``tempfile.tempdir`` is set, or no candidate takes a folder, ``tempfile.mkdtemp``
+    decides (and raises its ``FileNotFoundError`` when nothing is writable)."""
+    tf = sys.modules.get("tempfile")
+    if tf is None or tf.tempdir is None:
+        dirs = [d for d in (os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")) if d]
+        for d in dirs + list(_TMP_CANDIDATES) + [os.getcwd()]:
+            for _ in range(100):
+                name = os.urandom(5).hex()
+                path = os.path.abspath(os.path.join(d, prefix + name))
+                try:
+                    os.mkdir(path, 0o700)
+                    return path
+                except FileExistsError:
+                    continue
+                except OSError:
+                    break                   # not a writable folder: the next candidate
+    import tempfile
+    return tempfile.mkdtemp(prefix=prefix)
 
 
 #: signals a process's own code raises when it fails (a fault, abort(), a trap): a crash
@@ -326,8 +359,7 @@ class ChildScope:
         with signals_deferred():
             self._before = llvm_copies()
             self._kmp_before = kmp_segment_files()
-            import tempfile
-            self.tmpdir = tempfile.mkdtemp(prefix=self.prefix)
+            self.tmpdir = private_dir(self.prefix)
         return self
 
     def env(self, base: dict | None = None) -> dict:

@@ -82,8 +82,19 @@ def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
     return {e.path for e in _listing(SHM_DIR,
                                      lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
-_KMP_RE = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
-_COPY_RE = re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M)
+#: the patterns of :func:`dead_kmp_segments` and :func:`mapped_copies`, compiled on first
+#: use (both interpreters of every ``offload-shim run`` import this module, and rarely
+#: need them; ``re``'s compiler is Python)
+_PATTERNS: dict = {}
+
+
+def _pattern(name: str):
+    pat = _PATTERNS.get(name)
+    if pat is None:
+        pat = _PATTERNS[name] = (
+            re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?") if name == "kmp" else
+            re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M))
+    return pat
 
 _lock = threading.Lock()
 _removed: list[str] = []
@@ -102,7 +113,7 @@ def mapped_copies(pid: int | str = "self") -> set[str]:
         return set()
     if "/tmp/tmpfile_" not in text:          # the usual case: skip the line regex
         return set()
-    return set(_COPY_RE.findall(text))
+    return set(_pattern("copy").findall(text))
 
 
 def unlink_mapped_copies() -> list[str]:
@@ -384,10 +395,68 @@ def remove_kmp_segment(pid: int) -> bool:
     return found
 
 
+def _lease_busy(path: str) -> bool | None:
+    """Whether some process has ``path`` open or mapped, asked of the kernel in O(1):
+    a write lease (``fcntl(F_SETLEASE, F_WRLCK)``, fcntl(2)) is granted only on a file
+    no other open file description refers to -- a mapping keeps the description of
+    the ``open`` that made it (``dlopen`` maps, then closes its fd), so a loaded image
+    copy counts as open (the kernel's ``check_conflicting_open`` in ``fs/locks.c``
+    compares the inode's reader and writer counts with the caller's own).  The lease,
+    if granted, is given up at once; a process that opens the file in that instant
+    waits for the ``F_UNLCK`` (its lease-break signal is set to SIGURG, whose default
+    is to be ignored, not SIGIO, which would end this process).  True: open or mapped
+    (``EAGAIN``); False: neither, or the file is gone; None: the kernel cannot tell
+    (leases off in ``/proc/sys/fs/leases-enable``, another user's file, a file system
+    without leases): the caller reads ``/proc``."""
+    import fcntl
+    import signal
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return None
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        except OSError:
+            pass                                # closing the fd below gives it up too
+        return False
+    finally:
+        os.close(fd)
+
+
 def _in_use(paths: set[str]) -> set[str]:
-    """Those of ``paths`` that a process of this user has open or mapped."""
+    """Those of ``paths`` that a process of this user has open or mapped (any
+    process's, for the files the kernel answers for: :func:`_lease_busy`; the others
+    by reading every process's ``/proc/PID/maps`` and ``fd`` links -- a file another
+    process left in /tmp while a program ran made every ``offload-shim run`` read the
+    memory map of every process of the user)."""
     if not paths:
         return set()
+    busy: set[str] = set()
+    unknown = set()
+    for p in paths:
+        state = _lease_busy(p)
+        if state is None:
+            unknown.add(p)
+        elif state:
+            busy.add(p)
+    if not unknown:
+        return busy
+    return busy | _scanned_in_use(unknown)
+
+
+def _scanned_in_use(paths: set[str]) -> set[str]:
+    """:func:`_in_use` by reading ``/proc``: the maps and open fds of every process of
+    this user, until each of ``paths`` was seen."""
     busy: set[str] = set()
     uid = os.getuid()
     for entry in os.scandir("/proc"):
@@ -487,7 +556,7 @@ def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     out = []
     uid = os.getuid()
     for path in sorted(kmp_segment_files() - set(ignore)):
-        m = _KMP_RE.fullmatch(os.path.basename(path))
+        m = _pattern("kmp").fullmatch(os.path.basename(path))
         try:
             if m is None or os.stat(path).st_uid != uid:
                 continue

@@ -17,7 +17,6 @@ libomptarget's own; everything goes to stderr, unbuffered.  The runtime's name
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 
@@ -76,10 +75,19 @@ def stoi(text: str) -> int:
     optional sign, decimal digits, the rest ignored (``"0x40"`` is 0, ``"64abc"`` is
     64).  Raises :class:`StoiError` (``invalid_argument``) when there are no digits,
     (``out_of_range``) when the value does not fit a 32-bit ``int``."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
-    if not m:
+    # scanned by hand, not with a regular expression: compiling one on the first call
+    # (LIBOMPTARGET_INFO is read at every start) cost more than the rest of this module
+    n = len(text)
+    i = 0
+    while i < n and text[i] in " \t\n\v\f\r":
+        i += 1
+    j = i + 1 if i < n and text[i] in "+-" else i
+    k = j
+    while k < n and "0" <= text[k] <= "9":
+        k += 1
+    if k == j:
         raise StoiError("invalid_argument")
-    value = int(m.group(1))
+    value = int(text[i:k])
     if not -(1 << 31) <= value < (1 << 31):
         raise StoiError("out_of_range")
     return value
