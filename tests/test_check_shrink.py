@@ -231,3 +231,17 @@ def test_a_check_trace_round_trips_and_is_not_an_allocation_stream(tmp_path):
         replay(t)
     rp = _shim("replay", str(p), "--policy", "exact")
     assert rp.returncode == 2 and "--policy" in rp.stderr
+
+
+def test_a_failure_the_steps_alone_do_not_repeat_is_written_as_check_saw_it(tmp_path):
+    """A sequence that failed only after others in the same process: the trace's outcome
+    is the failure check saw, marked ``reproduced: false`` -- not the rerun's pass."""
+    from offload_shim.cli.check import write_finding_trace
+    f = {"kind": "crash", "signal": "SIGSEGV", "message": "the child died of SIGSEGV",
+         "sequence": SEQ, "shrunk": {"steps": SEQ, "reproduced": False},
+         "outcome": {"kind": "passed", "message": "the sequence passed"}}
+    p = write_finding_trace(f, str(tmp_path / "t.trace"), {"plugin": "/x.so"})
+    steps, outcome = trace_steps(read_trace(p))
+    assert steps == SEQ
+    assert outcome == {"kind": "crash", "signal": "SIGSEGV",
+                       "message": "the child died of SIGSEGV", "reproduced": False}

@@ -686,9 +686,8 @@ def _shrink_finding(finding: dict, path: str, abi: str | None, *, threads: bool,
     first = run_sequence(path, abi, seq, threads=threads, faults=faults,
                          timeout=max(min(deadline - t0, 120.0), 1.0))
     took = time.monotonic() - t0
-    want = failure_signature(first)
-    reproduced = first["kind"] in SHRINK_KINDS and (
-        finding["kind"] != "crash" or want == ("crash", finding.get("signal")))
+    want = failure_signature(finding)       # the same signal, exception type or exit
+    reproduced = failure_signature(first) == want
     best, runs, outcome = seq, 1, first
     if reproduced and shrink:
         per = min(max(10.0, 5 * took), 120.0)
@@ -708,7 +707,8 @@ def _shrink_finding(finding: dict, path: str, abi: str | None, *, threads: bool,
         best, n = reduce(seq, fails, deadline=deadline)
         runs += n
         outcome = last["outcome"]
-    finding["outcome"] = outcome
+    outcome.pop("output", None)
+    finding["outcome"] = outcome          # how the (shrunk) sequence ended, run alone
     finding["shrunk"] = {"steps": best, "program": format_steps(best), "from": len(seq),
                          "runs": runs, "seconds": round(time.monotonic() - t0, 1),
                          "reproduced": reproduced}
@@ -721,12 +721,13 @@ def write_finding_trace(finding: dict, dest: str, header: dict) -> str:
     from ..testing.sequences import write_trace
     sh = finding.get("shrunk") or {}
     steps = sh.get("steps") or finding.get("sequence") or []
-    outcome = dict(finding.get("outcome") or {"kind": finding["kind"],
-                                               "message": finding["message"]})
+    if sh.get("reproduced"):
+        outcome = dict(finding["outcome"])
+    else:               # what check saw; the steps alone did not do it again (or not run)
+        outcome = {k: finding[k] for k in ("kind", "signal", "exception", "message")
+                   if k in finding}
+        outcome["reproduced"] = False
     outcome.pop("output", None)
-    for k in ("signal", "exception"):
-        if k in finding and k not in outcome:
-            outcome[k] = finding[k]
     return write_trace(dest, steps, outcome, header)
 
 
