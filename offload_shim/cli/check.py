@@ -141,10 +141,13 @@ def _print_result(r: dict) -> None:
             print(f"    cause: {c}")
         sh = f.get("shrunk")
         if sh and sh["reproduced"]:
-            how = (f"{len(sh['steps'])} of {sh['from']} steps; {sh['runs']} runs, each in "
-                   f"a child process of its own, {sh['seconds']} s")
-            print(f"shrunk sequence ({how}):" if len(sh["steps"]) < sh["from"] or
-                  f["kind"] == "crash" else f"sequence ({how}):")
+            if sh["runs"] > 1 or len(sh["steps"]) < sh["from"]:
+                print(f"shrunk sequence ({len(sh['steps'])} of {sh['from']} steps; "
+                      f"{sh['runs']} runs, each in a child process of its own, "
+                      f"{sh['seconds']} s):")
+            else:
+                print(f"sequence ({sh['from']} steps, not shrunk; run again alone in a "
+                      "child process, it fails the same way):")
             print("    state = Machine()")
             for s in sh["program"]:
                 print("    " + s)
