@@ -200,6 +200,8 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
     ended.  ``trace_out``: a path to write the (shrunk) sequence to as a check trace
     (``offload-shim replay`` re-runs it; the second finding's goes to
     ``trace_out.2``...): ``trace`` is the path written, ``trace_error`` why not.
+    Raises ``ValueError`` for a ``max_examples``/``steps`` that is not a positive int or
+    a ``timeout``/``shrink_timeout`` that is not a positive number of seconds.
 
     A real plugin never unloads what it loaded (each ``load_binary``
     dlopens a new temp copy for good), so a child ends its part of the run
@@ -233,6 +235,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
     timeout = check_timeout(timeout)
+    shrink_timeout = check_timeout(shrink_timeout, "shrink_timeout")
     plugin = plugin_view(path, abi=abi)     # read in a child: never loaded here
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
@@ -331,7 +334,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             break
     found = [f for f in base["findings"] if f.get("sequence")]
     if found and (shrink or trace_out):
-        shrink_deadline = time.monotonic() + check_timeout(shrink_timeout, "shrink_timeout")
+        shrink_deadline = time.monotonic() + shrink_timeout
         header = {"plugin": plugin.path, "abi": abi, "view": base["view"],
                   "threads": threads, "faults": faults, "seed": seed}
         for n, f in enumerate(found):
