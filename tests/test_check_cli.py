@@ -9,9 +9,10 @@ import sys
 import pytest
 
 
-def _cli(*args, timeout=600):
+def _cli(*args, timeout=600, cwd=None):
+    # a finding is written as a trace to ./offload-shim-check.trace: give those a cwd
     return subprocess.run([sys.executable, "-m", "offload_shim.cli", "check", *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 @pytest.mark.parametrize("abi", ["llvm", "gomp"])
@@ -100,7 +101,8 @@ def test_the_first_sequence_always_registers_and_initialises(tmp_path):
     so = tmp_path / "libexit_in_init.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "exit_in_init.c")],
                    check=True, timeout=120)
-    cp = _cli(str(so), "--max-examples", "3", "--steps", "1", "--seed", "1", "--json")
+    cp = _cli(str(so), "--max-examples", "3", "--steps", "1", "--seed", "1", "--json",
+              cwd=tmp_path)
     assert cp.returncode == 1, cp.stdout + cp.stderr
     res = json.loads(cp.stdout)
     assert [f["kind"] for f in res["findings"]] == ["error"]
@@ -151,7 +153,8 @@ def test_a_short_check_finds_a_plugin_that_exits(tmp_path, entry):
     """The first sequence registers, initialises and launches before its random steps
     (issue 32): exit() in init_device went unnoticed by 3 sequences of 5 steps."""
     plugin = _exit_plugin(tmp_path, entry)
-    cp = _cli(plugin, "--abi", "llvm", "--max-examples", "3", "--steps", "5", "--json")
+    cp = _cli(plugin, "--abi", "llvm", "--max-examples", "3", "--steps", "5", "--json",
+              cwd=tmp_path)
     assert cp.returncode == 1, cp.stdout + cp.stderr
     res = json.loads(cp.stdout)
     assert [f["kind"] for f in res["findings"]] == ["error"], res

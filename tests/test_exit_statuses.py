@@ -66,6 +66,39 @@ def _not_registered_library(tmp: Path) -> str:
     return str(so)
 
 
+_SEGV_IN_INIT = """
+#include <stdint.h>
+int32_t __tgt_rtl_init_plugin(void) { volatile int *p = 0; return *p; }
+int32_t __tgt_rtl_is_valid_binary(void *img) { return 1; }
+int32_t __tgt_rtl_number_of_devices(void) { return 1; }
+int32_t __tgt_rtl_init_device(int32_t d) { return 0; }
+void *__tgt_rtl_load_binary(int32_t d, void *img) { return 0; }
+void *__tgt_rtl_data_alloc(int32_t d, int64_t n, void *h, int32_t k) { return 0; }
+int32_t __tgt_rtl_data_submit(int32_t d, void *t, void *h, int64_t n) { return 1; }
+int32_t __tgt_rtl_data_retrieve(int32_t d, void *h, void *t, int64_t n) { return 1; }
+int32_t __tgt_rtl_data_delete(int32_t d, void *t, int32_t k) { return 1; }
+int32_t __tgt_rtl_launch_kernel(int32_t d, void *e, void **a, int64_t *o, void *k,
+                                void *i) { return 1; }
+"""
+
+
+def _crashing_check_trace(tmp: Path) -> str:
+    """A check trace (offload_shim.testing.sequences) of one step, open_runtime with its
+    smoke run, against a plugin whose init_plugin dereferences NULL."""
+    from offload_shim.testing.sequences import write_trace
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp / "segv.c").write_text(_SEGV_IN_INIT)
+    so = tmp / "libomptarget.rtl.segv.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp / "segv.c")], check=True,
+                   timeout=120)
+    return write_trace(tmp / "check.trace", [{"i": 0, "rule": "open_runtime", "args": {},
+                                              "smoke": True}],
+                       {"kind": "crash", "signal": "SIGSEGV"},
+                       {"plugin": str(so), "abi": None, "threads": True, "faults": True})
+
+
 def _unwritable_out(tmp: Path) -> str:
     (tmp / "out" / "results.json").mkdir(parents=True)      # results.json cannot be written
     return str(tmp / "out")
@@ -150,6 +183,7 @@ CASES = {
                      "--no-shrink"], _clang16_that_tells),
     ("fuzz", "2"): (["fuzz", "--compilers", "17"], None),
     ("replay", "0"): (lambda t: ["replay", _empty_trace(t)], None),
+    ("replay", "1"): (lambda t: ["replay", _crashing_check_trace(t)], None),
     ("replay", "2"): (["replay", "/nonexistent/trace.jsonl"], None),
     ("cache", "0"): (["cache", "info"], None),
     ("cache", "2"): (["cache", "clear"], _foreign_cache),

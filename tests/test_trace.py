@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offload_shim.trace.format import (TraceError, TraceWriter, encode, read_trace,
-                                       summary)
+from offload_shim.trace.format import (VERSION, TraceError, TraceWriter, encode,
+                                       read_trace, summary)
 from offload_shim.trace.replay import POLICIES, replay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ def test_read_trace_skips_a_cut_line_and_refuses_other_files(tmp_path):
     with pytest.raises(TraceError, match="line 1"):
         read_trace(bad)
     newer = tmp_path / "v9.jsonl"
-    newer.write_text(text.replace('"version":1', '"version":9'))
+    newer.write_text(text.replace(f'"version":{VERSION}', '"version":9'))
     with pytest.raises(TraceError, match="version 9"):
         read_trace(newer)
     odd = tmp_path / "odd.jsonl"

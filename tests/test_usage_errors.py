@@ -52,7 +52,8 @@ def _usage_error(proc, *needles):
 
 @pytest.mark.parametrize("option, value", [("--max-examples", "-5"), ("--max-examples", "0"),
                                            ("--steps", "0"), ("--steps", "x"),
-                                           ("--timeout", "-1"), ("--timeout", "nan")])
+                                           ("--timeout", "-1"), ("--timeout", "nan"),
+                                           ("--shrink-timeout", "0")])
 def test_check_bad_option_is_a_usage_error(tmp_path, option, value):
     p = _cli("check", "bundled", option, value, cwd=tmp_path)
     _usage_error(p, option, value)

@@ -1,7 +1,8 @@
 """``offload-shim check PLUGIN``: property-test a plugin, or probe its misuse.
 
     offload-shim check PLUGIN [--abi llvm|gomp] [--max-examples N] [--steps N]
-                              [--seed S] [--timeout SEC] [--json]
+                              [--seed S] [--timeout SEC] [--no-shrink]
+                              [--shrink-timeout SEC] [--trace-out PATH] [--json]
     offload-shim check --probe-misuse PLUGIN [--abi ...] [--timeout SEC] [--json]
 
 Without ``--probe-misuse`` the lifecycle state machine
@@ -10,6 +11,10 @@ sequences of ``--steps`` steps against the plugin through the runtime, in a
 CHILD process: a segfault becomes a finding with its signal and the steps
 of the sequence that was running, a run past ``--timeout`` becomes a hang,
 a model mismatch is reported with hypothesis's shrunk, replayable program.
+The failing sequence is then shrunk -- each candidate in a child process of
+its own, so a crash shrinks too (:mod:`offload_shim.testing.sequences`) --
+printed as steps and written to ``--trace-out`` as a trace that
+``offload-shim replay`` re-runs, in a child, to show the same failure.
 A real plugin keeps every image it ever loaded mapped, so a child stops
 before its mappings near ``vm.max_map_count`` and a fresh child runs the
 remaining sequences (``run_check``).
@@ -41,7 +46,7 @@ import sys
 
 from .common import ProgressBar, UsageError, positive_float, positive_int
 
-__all__ = ["register_cli", "run_check", "cmd_check"]
+__all__ = ["register_cli", "run_check", "cmd_check", "run_sequence", "write_finding_trace"]
 
 
 def register_cli(subparsers) -> None:
@@ -67,6 +72,15 @@ def register_cli(subparsers) -> None:
     pc.add_argument("--no-threads", action="store_true", help="leave out the concurrency rules")
     pc.add_argument("--no-faults", action="store_true",
                     help="leave out fault injection (bundled plugin only)")
+    pc.add_argument("--no-shrink", action="store_true",
+                    help="report a failing sequence as found, without reducing it")
+    pc.add_argument("--shrink-timeout", type=positive_float, default=300.0, metavar="SEC",
+                    help="seconds for shrinking the failing sequences, every candidate "
+                         "in a child process of its own (default 300)")
+    pc.add_argument("--trace-out", default="offload-shim-check.trace", metavar="PATH",
+                    help="where a failing sequence (shrunk) is written as a trace that "
+                         "'offload-shim replay PATH' re-runs (default: "
+                         "offload-shim-check.trace; written only when something is found)")
     pc.add_argument("--json", action="store_true",
                     help="print the result as JSON on stdout (run: plugin, view, examples, "
                          "steps, seed, children, ok, findings; --probe-misuse: plugin, view, "
@@ -99,7 +113,8 @@ def cmd_check(args) -> int:
         result = run_check(path, args.abi, max_examples=args.max_examples, steps=args.steps,
                            seed=args.seed, timeout=args.timeout or 600.0,
                            threads=not args.no_threads, faults=not args.no_faults,
-                           progress=bar.update)
+                           progress=bar.update, shrink=not args.no_shrink,
+                           shrink_timeout=args.shrink_timeout, trace_out=args.trace_out)
     finally:
         bar.close()
     if args.json:
@@ -124,24 +139,69 @@ def _print_result(r: dict) -> None:
         print(f"{head} {f['kind']}: {f['message']}")
         for c in f.get("causes", []):
             print(f"    cause: {c}")
-        if f.get("program"):
-            print("shrunk program:\n" + f["program"])
-        elif f.get("steps"):
-            print("steps of the sequence that was running (not shrunk):")
-            for s in f["steps"]:
+        sh = f.get("shrunk")
+        if sh and sh["reproduced"]:
+            if sh["runs"] > 1 or len(sh["steps"]) < sh["from"]:
+                print(f"shrunk sequence ({len(sh['steps'])} of {sh['from']} steps; "
+                      f"{sh['runs']} runs, each in a child process of its own, "
+                      f"{sh['seconds']} s):")
+            else:
+                print(f"sequence ({sh['from']} steps, not shrunk; run again alone in a "
+                      "child process, it fails the same way):")
+            print("    state = Machine()")
+            for s in sh["program"]:
                 print("    " + s)
+            o = f.get("outcome") or {}
+            at = o.get("step")
+            print(f"    -> {o.get('signal') or o.get('message', '')}"
+                  + (f" in step {at['i']} ({at['rule']})" if at else ""))
+        else:
+            if f.get("program"):
+                print("shrunk program:\n" + f["program"])
+            elif f.get("steps"):
+                print("steps of the sequence that was running (not shrunk):")
+                for s in f["steps"]:
+                    print("    " + s)
+            if sh:
+                print(f"    (run again alone in a fresh process it ended: "
+                      f"{(f.get('outcome') or {}).get('message', '?')}; not shrunk)")
+        if f.get("trace"):
+            print(f"trace    {f['trace']} (offload-shim replay {f['trace']} re-runs it in a "
+                  "child process)")
+        elif f.get("trace_error"):
+            print(f"trace    not written: {f['trace_error']}")
 
 
 def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, steps: int = 30,
               seed: int | None = None, timeout: float = 600.0, threads: bool = True,
-              faults: bool = True, progress=None, max_mappings: float | None = None) -> dict:
+              faults: bool = True, progress=None, max_mappings: float | None = None,
+              shrink: bool = True, shrink_timeout: float = 300.0,
+              trace_out: str | None = None) -> dict:
     """Run the lifecycle machine against ``path`` in child processes.
 
     Returns ``{"plugin", "view", "examples", "steps", "seed", "children",
     "ok", "findings": [{"kind": "crash"|"hang"|"invariant"|"error"|
-    "resource", "message", "signal"?, "program"? (shrunk, replayable),
-    "steps"? (last sequence)}]}``.  ``timeout`` in seconds for the whole run
-    (a hang is a finding).
+    "resource", "message", "signal"?, "exception"? (the type raised), "program"?
+    (hypothesis's shrunk program), "steps"? (text log of the last sequence),
+    "sequence"? (its steps as data), "shrunk"?, "outcome"?, "trace"?}]}``.
+    ``timeout`` in seconds for the whole run (a hang is a finding).
+
+    A ``crash``, ``invariant`` or ``error`` finding keeps the steps of the sequence
+    that failed (``sequence``: hypothesis's shrunk one for an exception, the one that
+    was running for a crash, which hypothesis cannot shrink: the process died).  That
+    sequence is then run again, alone, in a fresh child, and -- with ``shrink`` --
+    reduced to a minimal one that still fails the same way (same signal, or same
+    exception type), each candidate in a child of its own
+    (:func:`offload_shim.testing.sequences.shrink`, :func:`run_sequence`), within
+    ``shrink_timeout`` seconds for all findings together: ``shrunk`` = ``{"steps",
+    "program" (the steps as text), "from" (steps before), "runs", "seconds",
+    "reproduced"}`` (``reproduced`` false: the sequence alone did not fail the same
+    way in a fresh process, it is left as it was), ``outcome``: how the final sequence
+    ended.  ``trace_out``: a path to write the (shrunk) sequence to as a check trace
+    (``offload-shim replay`` re-runs it; the second finding's goes to
+    ``trace_out.2``...): ``trace`` is the path written, ``trace_error`` why not.
+    Raises ``ValueError`` for a ``max_examples``/``steps`` that is not a positive int or
+    a ``timeout``/``shrink_timeout`` that is not a positive number of seconds.
 
     A real plugin never unloads what it loaded (each ``load_binary``
     dlopens a new temp copy for good), so a child ends its part of the run
@@ -175,6 +235,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, not {value!r}")
     timeout = check_timeout(timeout)
+    shrink_timeout = check_timeout(shrink_timeout, "shrink_timeout")
     plugin = plugin_view(path, abi=abi)     # read in a child: never loaded here
     base = {"plugin": plugin.path, "view": f"{plugin.abi} {plugin.generation}",
             "examples": 0, "steps": steps, "seed": seed, "children": 0, "findings": []}
@@ -186,9 +247,11 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             base["children"] += 1
             res_file = os.path.join(tmp, f"result{k}.json")
             trace_file = os.path.join(tmp, "trace.txt")
+            steps_file = os.path.join(tmp, "steps.jsonl")
             cfg = dict(path=plugin.path, abi=abi, max_examples=max_examples - base["examples"],
                        steps=steps, seed=seed, child=k, done=base["examples"],
                        threads=threads, faults=faults, result=res_file, trace=trace_file,
+                       steps_log=steps_file,
                        max_mappings=CHILD_MAX_MAPPINGS if max_mappings is None else max_mappings)
             cmd = [sys.executable, "-m", "offload_shim.cli", "check", plugin.path,
                    "--child", json.dumps(cfg)]
@@ -235,6 +298,7 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
             except (OSError, ValueError):      # cut short: a full TMPDIR, a kill
                 child = {}
             base["examples"] += child.get("examples", 0)
+            n_before = len(base["findings"])
             base["findings"] += child.get("findings", [])
             full = tmpdir_full() if (rc != 0 or not child) and not killed else None
             if full is not None:
@@ -263,7 +327,25 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                                              + child["exhausted"]})
                 elif base["examples"] < max_examples:
                     continue                    # a fresh child runs the rest
+            sequence = _read_steps(steps_file)  # the sequence that failed (hypothesis's
+            for f in base["findings"][n_before:]:   # shrunk one: it ran last), as data
+                if f["kind"] in SHRINK_KINDS and sequence:
+                    f["sequence"] = sequence
             break
+    found = [f for f in base["findings"] if f.get("sequence")]
+    if found and (shrink or trace_out):
+        shrink_deadline = time.monotonic() + shrink_timeout
+        header = {"plugin": plugin.path, "abi": abi, "view": base["view"],
+                  "threads": threads, "faults": faults, "seed": seed}
+        for n, f in enumerate(found):
+            _shrink_finding(f, plugin.path, abi, threads=threads, faults=faults,
+                            deadline=shrink_deadline, shrink=shrink)
+            if trace_out:
+                dest = trace_out if n == 0 else f"{trace_out}.{n + 1}"
+                try:
+                    f["trace"] = write_finding_trace(f, dest, header)
+                except OSError as exc:
+                    f["trace_error"] = f"{dest}: {exc.strerror or exc}"
     base["ok"] = not base["findings"]
     return base
 
@@ -422,14 +504,22 @@ def _child_main(args) -> int:
     from ..testing.machine import (ProcessExhausted, make_lifecycle_machine, mapping_usage,
                                    run_first_sequence)
     trace = open(cfg["trace"], "w", buffering=1)
+    steps_log = open(cfg["steps_log"], "w", buffering=1) if cfg.get("steps_log") else None
     done = cfg.get("done", 0)
     counter = {"n": 0}
 
     def tr(line):
         trace.write(line + "\n")
 
+    def rec(step):             # each step as data, before it runs (the last one survives a crash)
+        if steps_log is not None:
+            steps_log.write(json.dumps(step) + "\n")
+
     base = make_lifecycle_machine(cfg["path"], cfg["abi"], threads=cfg["threads"],
-                                  faults=None if cfg["faults"] else False, trace=tr)
+                                  faults=None if cfg["faults"] else False, trace=tr,
+                                  record=rec)
+    if cfg.get("mode") == "steps":
+        return _child_steps(cfg, base, trace, steps_log)
 
     class Machine(base):
         max_mappings = cfg.get("max_mappings", CHILD_MAX_MAPPINGS)
@@ -438,6 +528,9 @@ def _child_main(args) -> int:
             counter["n"] += 1
             trace.seek(0)
             trace.truncate()
+            if steps_log is not None:
+                steps_log.seek(0)
+                steps_log.truncate()
             print(f"progress {done + counter['n']}", flush=True)
             super().__init__()
 
@@ -473,7 +566,8 @@ def _child_main(args) -> int:
             kind = "resource"
             msg = (f"the process ran out of memory mappings ({use[0]} of vm.max_map_count="
                    f"{use[1]}); what hypothesis reported then: {msg}")
-        finding = {"kind": kind, "message": msg, "program": notes}
+        finding = {"kind": kind, "message": msg, "program": notes,
+                   "exception": type(exc).__name__}
         subs = _sub_exceptions(exc)
         if subs:                       # hypothesis's Flaky*: what each run actually raised
             finding["causes"] = subs
@@ -486,6 +580,161 @@ def _child_main(args) -> int:
     trace.close()
     sys.stdout.flush()
     return 0
+
+
+def _child_steps(cfg, machine_cls, trace, steps_log) -> int:
+    """In a child: run one list of steps (:func:`run_sequence`) and write how it ended."""
+    from ..testing.sequences import SequenceError, run_steps
+    with open(cfg["steps"]) as f:
+        steps = json.load(f)
+    outcome: dict = {"kind": "passed", "message": "the sequence passed"}
+    try:
+        outcome["ran"] = run_steps(machine_cls, steps)
+    except SequenceError as exc:
+        outcome = {"kind": "invalid", "message": str(exc)}
+    except BaseException as exc:   # how the sequence failed
+        env = environment_fault(exc)
+        kind = "environment" if env else (
+            "invariant" if isinstance(exc, AssertionError) else "error")
+        outcome = {"kind": kind, "exception": type(exc).__name__,
+                   "message": (f"{env}; " if env else "") + f"{type(exc).__name__}: {exc}"}
+    finally:
+        from ..safety.leftovers import unlink_mapped_copies
+        unlink_mapped_copies()
+    with open(cfg["result"], "w") as f:
+        json.dump({"outcome": outcome}, f)
+    trace.close()
+    if steps_log is not None:
+        steps_log.close()
+    sys.stdout.flush()
+    return 0
+
+
+def _read_steps(path: str) -> list[dict]:
+    """The steps a child recorded (JSON Lines; a line cut short by a crash is left out)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    break
+    except OSError:
+        pass
+    return out
+
+
+def run_sequence(path: str, abi: str | None, steps: list[dict], *, threads: bool = True,
+                 faults: bool = True, timeout: float = 60.0) -> dict:
+    """Run one list of lifecycle-machine steps (:mod:`offload_shim.testing.sequences`)
+    against the plugin at ``path`` in a child process of its own (a private ``TMPDIR``,
+    its leftovers removed, as every check child) and say how it ended: ``{"kind":
+    "passed"|"invariant"|"error"|"crash"|"hang"|"invalid"|"interrupted"|"environment"|
+    "usage", "message", "signal"? (crash, interrupted), "exception"? (the type a step
+    raised), "step"? (``{"i", "rule"}`` of the last step started)}``.  ``invalid``: the
+    steps cannot run here (a reference to an object its step did not return).
+    ``timeout``: seconds (a run past it is a ``hang``; the child is killed)."""
+    import subprocess
+
+    from ..safety.children import ChildScope, check_timeout, run_child
+    timeout = check_timeout(timeout)
+    with ChildScope(prefix="osh_seq_") as scope:
+        tmp = scope.tmpdir
+        files = {k: os.path.join(tmp, f"{k}.json") for k in ("steps", "result", "trace",
+                                                             "steps_log")}
+        with open(files["steps"], "w") as f:
+            json.dump(steps, f)
+        cfg = dict(mode="steps", path=path, abi=abi, threads=threads, faults=faults,
+                   **files)
+        cmd = [sys.executable, "-m", "offload_shim.cli", "check", path, "--child",
+               json.dumps(cfg)]
+        try:
+            cp = run_child(cmd, timeout=timeout, scope=scope, merge_stderr=True)
+            rc, out = cp.returncode, cp.stdout
+        except subprocess.TimeoutExpired:
+            rc, out = None, ""
+        ran = _read_steps(files["steps_log"])
+        try:
+            with open(files["result"]) as f:
+                outcome = json.load(f)["outcome"]
+        except (OSError, ValueError, KeyError):
+            outcome = None
+    if rc is None:
+        outcome = {"kind": "hang", "message": f"no result after {timeout} s"}
+    elif outcome is None or rc != 0:
+        outcome = child_end(rc) if rc != 0 else {
+            "kind": "error", "message": "the child exited 0 without a result (exit() in a "
+            "plugin call?)"}
+        outcome["output"] = out.splitlines()[-10:]
+    if ran:
+        outcome["step"] = {"i": ran[-1].get("i"), "rule": ran[-1].get("rule")}
+    return outcome
+
+
+#: finding kinds whose sequence is shrunk and written as a trace: what the plugin did
+SHRINK_KINDS = frozenset({"crash", "invariant", "error"})
+
+
+def _shrink_finding(finding: dict, path: str, abi: str | None, *, threads: bool,
+                    faults: bool, deadline: float, shrink: bool) -> None:
+    """Reduce the finding's recorded sequence (``finding["sequence"]``) to a minimal one
+    that still fails the same way, each candidate in its own child
+    (:func:`run_sequence`); sets ``finding["shrunk"]`` (``steps`` and their text,
+    ``from`` (steps before), ``runs``, ``seconds``, ``reproduced``: the sequence alone,
+    in a fresh process, fails the same way) and ``finding["outcome"]`` (how the shrunk
+    sequence ends)."""
+    import time
+
+    from ..testing.sequences import failure_signature, format_steps, shrink as reduce
+    seq = finding.get("sequence") or []
+    t0 = time.monotonic()
+    first = run_sequence(path, abi, seq, threads=threads, faults=faults,
+                         timeout=max(min(deadline - t0, 120.0), 1.0))
+    took = time.monotonic() - t0
+    want = failure_signature(finding)       # the same signal, exception type or exit
+    reproduced = failure_signature(first) == want
+    best, runs, outcome = seq, 1, first
+    if reproduced and shrink:
+        per = min(max(10.0, 5 * took), 120.0)
+        last: dict = {"outcome": first}
+
+        def fails(cand):
+            left = deadline - time.monotonic()
+            if left <= 1:
+                return False
+            got = run_sequence(path, abi, cand, threads=threads, faults=faults,
+                               timeout=min(per, left))
+            if failure_signature(got) == want:
+                last["outcome"] = got          # the last candidate kept is the result
+                return True
+            return False
+
+        best, n = reduce(seq, fails, deadline=deadline)
+        runs += n
+        outcome = last["outcome"]
+    outcome.pop("output", None)
+    finding["outcome"] = outcome          # how the (shrunk) sequence ended, run alone
+    finding["shrunk"] = {"steps": best, "program": format_steps(best), "from": len(seq),
+                         "runs": runs, "seconds": round(time.monotonic() - t0, 1),
+                         "reproduced": reproduced}
+
+
+def write_finding_trace(finding: dict, dest: str, header: dict) -> str:
+    """Write the finding's shrunk sequence (else the recorded one) as a check trace
+    (:func:`offload_shim.testing.sequences.write_trace`) to ``dest``; returns the
+    path.  Raises ``OSError``."""
+    from ..testing.sequences import write_trace
+    sh = finding.get("shrunk") or {}
+    steps = sh.get("steps") or finding.get("sequence") or []
+    if sh.get("reproduced"):
+        outcome = dict(finding["outcome"])
+    else:               # what check saw; the steps alone did not do it again (or not run)
+        outcome = {k: finding[k] for k in ("kind", "signal", "exception", "message")
+                   if k in finding}
+        outcome["reproduced"] = False
+    outcome.pop("output", None)
+    return write_trace(dest, steps, outcome, header)
 
 
 # -- --probe-misuse -------------------------------------------------------------------

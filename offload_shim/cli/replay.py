@@ -5,6 +5,12 @@ plugin under pool policies and print them side by side (:mod:`offload_shim.trace
                         [--compare-policies] [--threshold N] [--latency-ns A,F]
                         [--capacity BYTES] [--no-threads] [--json]
 
+A trace written by ``offload-shim check`` (header ``"source": "check"``: the steps of a
+failing lifecycle-machine sequence) is re-run instead, step by step, against its
+plugin (or ``--plugin``) in a child process (:func:`replay_check_trace`): the output
+says how the sequence ended and whether that is the failure recorded; exit status 1
+when it fails, 0 when it passes; the pool options do not apply (exit status 2).
+
 Without ``--policy`` (or with ``--compare-policies``) all four policies are replayed.
 ``--json`` prints ``{"recorded": {"allocs", "frees", "launches", "bytes", ...},
 "policies": [{"policy": "exact", ...}, ...]}``.  Exit status 0; 1 when a re-issued
@@ -15,14 +21,25 @@ a trace, an unknown policy...).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
 def cmd_replay(args) -> int:
     from ..errors import OffloadError
-    from ..trace.format import TraceError
+    from ..trace.format import TraceError, read_trace
     from ..trace.replay import POLICIES, format_table, replay
     from .common import error
+    try:
+        trace = read_trace(args.trace)
+    except OSError as exc:
+        error(f"{args.trace}: {exc.strerror or exc}")
+        return 2
+    except TraceError as exc:
+        error(str(exc))
+        return 2
+    if trace.header.get("source") == "check":
+        return _replay_check(args, trace)
     policies = POLICIES if args.compare_policies or not args.policy else tuple(
         dict.fromkeys(args.policy))
     latency = None
@@ -34,8 +51,9 @@ def cmd_replay(args) -> int:
             error(f"--latency-ns: expected ALLOC_NS[,FREE_NS], got {args.latency_ns!r}")
             return 2
     try:
-        res = replay(args.trace, policies, plugin=args.plugin, threshold=args.threshold,
+        res = replay(trace, policies, plugin=args.plugin, threshold=args.threshold,
                      latency=latency, capacity=args.capacity, threads=not args.no_threads)
+        res["trace"] = args.trace
     except OSError as exc:
         error(f"{args.trace}: {exc.strerror or exc}")
         return 2
@@ -50,6 +68,82 @@ def cmd_replay(args) -> int:
     else:
         print(format_table(res))
     return 1 if any(p["errors"] for p in res["policies"]) else 0
+
+
+def replay_check_trace(trace, plugin: str | None = None, *, timeout: float = 120.0) -> dict:
+    """Re-run the steps of a trace written by ``offload-shim check`` (a path or a
+    :class:`~offload_shim.trace.format.Trace` whose header says ``"source": "check"``)
+    through the lifecycle machine against ``plugin`` (None: the plugin it was
+    recorded with), in a child process of its own
+    (:func:`offload_shim.cli.check.run_sequence`), with the recorded ABI view, threads
+    and faults settings.  Returns ``{"plugin", "steps", "recorded" (the trace's
+    outcome), "outcome" (this run's: ``kind``, ``signal``?, ``exception``?,
+    ``message``, ``step``?), "same" (the same failure:
+    :func:`offload_shim.testing.sequences.failure_signature`)}``.  Raises
+    :class:`~offload_shim.trace.format.TraceError` (not a check trace), ``OSError``,
+    ``ValueError`` (a bad ``timeout``)."""
+    import os
+
+    from ..testing.sequences import failure_signature, trace_steps
+    from ..trace.format import read_trace
+    from .check import run_sequence
+    if isinstance(trace, (str, os.PathLike)):
+        trace = read_trace(trace)
+    steps, recorded = trace_steps(trace)
+    h = trace.header
+    path = plugin or h.get("plugin")
+    if not path:
+        from ..trace.format import TraceError
+        raise TraceError("the check trace names no plugin: give one (--plugin)")
+    got = run_sequence(path, h.get("abi"), steps, threads=bool(h.get("threads", True)),
+                       faults=bool(h.get("faults", True)), timeout=timeout)
+    return {"plugin": path, "steps": len(steps), "recorded": recorded, "outcome": got,
+            "same": recorded is not None and failure_signature(got) ==
+            failure_signature(recorded)}
+
+
+def _replay_check(args, trace) -> int:
+    """``replay`` of a check trace: its steps again, in a child (exit 1 when the
+    sequence fails, as recorded or not; 0 when it passes)."""
+    from ..testing.sequences import format_steps, trace_steps
+    from .common import error
+    pool_opts = [o for o, v in (("--policy", args.policy), ("--compare-policies",
+                                                             args.compare_policies),
+                                ("--threshold", args.threshold),
+                                ("--latency-ns", args.latency_ns),
+                                ("--capacity", args.capacity)) if v]
+    if pool_opts:
+        error(f"{args.trace} is a trace of offload-shim check (lifecycle steps, no "
+              f"allocation stream): {', '.join(pool_opts)} do not apply")
+        return 2
+    plugin = args.plugin
+    if plugin == "bundled":
+        from ..abi.native import bundled_plugin_path
+        plugin = str(bundled_plugin_path())
+    if plugin is not None and not os.path.exists(plugin):
+        error(f"--plugin {plugin}: no such file")
+        return 2
+    recorded = trace.header.get("plugin")
+    if plugin is None and not (isinstance(recorded, str) and os.path.exists(recorded)):
+        error(f"{args.trace}: the plugin it was recorded with ({recorded}) is not there; "
+              "give one with --plugin")
+        return 2
+    res = replay_check_trace(trace, plugin)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        o, r = res["outcome"], res["recorded"] or {}
+        print(f"check trace: {args.trace}: {res['steps']} steps against {res['plugin']} "
+              "(in a child process)")
+        for line in format_steps(trace_steps(trace)[0]):
+            print("    " + line)
+        at = o.get("step")
+        where = f" in step {at['i']} ({at['rule']})" if at and o["kind"] != "passed" else ""
+        print(f"outcome:  {o['kind']}: {o.get('message', '')}{where}")
+        print(f"recorded: {r.get('kind', '?')}: {r.get('message', '')}")
+        print("the same failure as recorded" if res["same"] else
+              "NOT the failure recorded")
+    return 0 if res["outcome"]["kind"] == "passed" else 1
 
 
 def register_cli(subparsers) -> None:
@@ -80,4 +174,4 @@ def register_cli(subparsers) -> None:
     p.set_defaults(func=cmd_replay)
 
 
-__all__ = ["cmd_replay", "register_cli"]
+__all__ = ["cmd_replay", "register_cli", "replay_check_trace"]

@@ -31,6 +31,8 @@ replayable program; runtime objects live in bundles (``devices``,
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import struct
 import sys
@@ -38,8 +40,8 @@ import threading
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize,
-                                 invariant, multiple, precondition, rule)
+from hypothesis.stateful import (Bundle, MultipleResults, RuleBasedStateMachine, consumes,
+                                 initialize, invariant, multiple, precondition, rule)
 
 from .. import errors as E
 from ..core.device import Device, DeviceState
@@ -147,12 +149,57 @@ def _check(cond: bool, msg: str) -> None:
         raise ModelError(msg)
 
 
+def _step(fn):
+    """Make rule ``fn`` record each call as a step (innermost decorator, under
+    ``@rule``): ``{"i": n, "rule": name, "args": {...}}``, every argument a plain
+    value or ``{"ref": "v<i>"}`` -- the object step ``i`` returned (``"v<i>_<k>"``:
+    its ``k``-th of several); ``open_runtime`` also says whether it ran the smoke
+    sequence (``"smoke"``).  The step goes to the machine's list ``steps`` and to the
+    class's ``record`` callable BEFORE the rule runs, so a plugin that crashes the
+    process leaves the step it crashed in as the last one recorded.  A rule called by
+    another rule (the smoke sequence) is part of the outer step.
+    :mod:`offload_shim.testing.sequences` re-runs such steps outside hypothesis."""
+    sig = inspect.signature(fn)
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def recorded(self, *a, **kw):
+        if self._step_depth:
+            return fn(self, *a, **kw)
+        args = sig.bind(self, *a, **kw).arguments
+        i = self._step_no
+        self._step_no += 1
+        rec = {"i": i, "rule": name,
+               "args": {k: self._ref(v) for k, v in args.items() if k != "self"}}
+        if name == "open_runtime":
+            rec["smoke"] = not getattr(type(self), "_smoke_passed", False)
+        self.steps.append(rec)
+        sink = type(self).record
+        if sink is not None:
+            sink(rec)
+        self._step_depth += 1
+        try:
+            result = fn(self, *a, **kw)
+        finally:
+            self._step_depth -= 1
+        if isinstance(result, MultipleResults):
+            for k, v in enumerate(result.values):
+                self._bind(f"v{i}_{k}", v)
+        elif result is not None:
+            self._bind(f"v{i}", result)
+        return result
+
+    return recorded
+
+
 class LifecycleMachine(RuleBasedStateMachine):
     """Base machine; use :func:`make_lifecycle_machine` to point it at a
     plugin.  Class attributes set by the factory: ``plugin_path``, ``abi``,
     ``faults`` (fault-injection rules; bundled plugin only), ``threads``
     (concurrency rules), ``pool`` (MemoryManager options), ``trace`` (a
-    callable receiving one line per step, or None)."""
+    callable receiving one line per step, or None), ``record`` (a callable
+    receiving each step as a dict before it runs, or None; every machine
+    also keeps its steps in ``steps``)."""
 
     plugin_path: str = ""
     abi: str | None = None
@@ -160,6 +207,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     threads: bool = True
     pool: dict | None = None
     trace = None
+    record = None
     #: against a plugin that keeps what it loads (any but the bundled one),
     #: the teardown of a passing sequence raises :class:`ProcessExhausted`
     #: once the process uses more than this fraction of ``vm.max_map_count``
@@ -182,6 +230,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.n_images = 0
         self.ctl = None
         self.entry = _ENTRY[self.view]
+        self.steps: list[dict] = []       # what the rules ran, as data (_step)
+        self._step_no = 0
+        self._step_depth = 0
+        self._names: dict = {}            # id(object) -> "v<i>" (the step that returned it)
+        self._objects: dict = {}          # "v<i>" -> object
         if self.plugin.bundled:
             from ..plugins.hostplugin import HostPluginControl
             self.ctl = HostPluginControl(self.plugin.path)
@@ -189,6 +242,18 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.base_live = self.ctl.live_allocs()
             self.base_calls = self._calls()
             self.exp_calls = dict.fromkeys(self.base_calls, 0)
+
+    def _bind(self, name: str, obj) -> None:
+        self._names[id(obj)] = name
+        self._objects[name] = obj
+
+    def _ref(self, v):
+        """A rule argument as data: plain values as they are, an object of a bundle as
+        ``{"ref": name}`` (``None`` and its ``repr`` when no step returned it)."""
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        name = self._names.get(id(v))
+        return {"ref": name} if name else {"ref": None, "repr": repr(v)}
 
     def _log(self, line: str) -> None:
         tr = type(self).trace
@@ -323,6 +388,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- runtime rules --------------------------------------------------------------
     @initialize()
+    @_step
     def open_runtime(self):
         self._open()
         if not getattr(type(self), "_smoke_passed", False):
@@ -352,11 +418,13 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.rt is None)
     @rule()
+    @_step
     def reopen_runtime(self):
         self._open()
 
     @precondition(lambda self: self.rt is not None)
     @rule()
+    @_step
     def close_runtime(self):
         self._close_checked()
 
@@ -388,6 +456,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.rt is not None)
     @rule(target=devices, index=S.device_indices())
+    @_step
     def get_device(self, index):
         devs = self._acquire()
         if not devs:
@@ -401,6 +470,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         return d
 
     @rule(d=devices)
+    @_step
     def init_device(self, d):
         m = self._model(d)
         self._log(f"init {d.label} ({m.state.value})")
@@ -412,6 +482,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._expect_init(m)
 
     @rule(d=devices)
+    @_step
     def deinit_device(self, d):
         m = self._model(d)
         self._log(f"deinit {d.label} ({m.state.value})")
@@ -427,11 +498,13 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- images ---------------------------------------------------------------------
     @rule(target=images)
+    @_step
     def new_image(self):
         return self._new_image()
 
     @precondition(lambda self: self.rt is not None)
     @rule(img=images)
+    @_step
     def register(self, img):
         self._log(f"register {img.name}")
         self._acquire()
@@ -444,6 +517,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.rt is not None)
     @rule(img=images)
+    @_step
     def unregister(self, img):
         self._log(f"unregister {img.name}")
         if img not in self.registered:
@@ -453,6 +527,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.registered.remove(img)
 
     @rule(d=devices, img=images)
+    @_step
     def read_global(self, d, img):
         """``osh_scale`` through global_address, translate and retrieve (3.0)."""
         m = self._model(d)
@@ -475,6 +550,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- memory ---------------------------------------------------------------------
     @rule(target=buffers, d=devices, size=S.alloc_sizes())
+    @_step
     def alloc(self, d, size):
         m = self._model(d)
         self._log(f"alloc {d.label} {size}")
@@ -493,6 +569,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         return b
 
     @rule(buf=consumes(buffers), twice=st.booleans())
+    @_step
     def free(self, buf, twice):
         d = buf.device
         m = self._model(d)
@@ -512,6 +589,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._expect_raises(E.UnknownPointerError, d.free, buf.ptr)
 
     @rule(buf=buffers, p=S.patterns())
+    @_step
     def submit(self, buf, p):
         d = buf.device
         m = self._model(d)
@@ -533,6 +611,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._expect_raises(ValueError, d.submit, buf.ptr, with_too_much)
 
     @rule(buf=buffers)
+    @_step
     def retrieve(self, buf):
         d = buf.device
         m = self._model(d)
@@ -554,6 +633,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- kernels --------------------------------------------------------------------
     @rule(buf=buffers, img=images)
+    @_step
     def launch_increment(self, buf, img):
         """``increment(p, n)``: every int64 of the block + 1."""
         d = buf.device
@@ -572,6 +652,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                          *[((v + 1 + (1 << 63)) % (1 << 64)) - (1 << 63) for v in vals])
 
     @rule(d=devices, img=images, n=S.vector_lengths())
+    @_step
     def launch_vec_add(self, d, img, n):
         """Allocate a, b, c of ``n`` doubles, c = a + b, check, free."""
         m = self._model(d)
@@ -604,6 +685,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.threads and self.rt is not None)
     @rule(d=devices, nthreads=S.thread_counts(), size=S.alloc_sizes(max_size=1 << 15),
           reg=st.booleans())
+    @_step
     def concurrent_use(self, d, nthreads, size, reg):
         """``nthreads`` threads first-touch ``d`` at once: alloc, submit,
         retrieve, free; with ``reg`` each also registers, launches from and
@@ -659,6 +741,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.threads and self.rt is not None)
     @rule(nthreads=S.thread_counts(4))
+    @_step
     def concurrent_register(self, nthreads):
         """Threads register and unregister their own images while one thread
         per device first-touches every device (libgomp GOMP_offload_register_ver under threads)."""
@@ -711,6 +794,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._faulty())
     @rule(d=devices)
+    @_step
     def fail_init(self, d):
         """init_device fails: the Device is FAILED for this runtime (sticky),
         the plugin device is not initialised, close will not deinit it."""
@@ -729,6 +813,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._faulty())
     @rule(img=images)
+    @_step
     def fail_load_on_register(self, img):
         """An image load fails during register: the image is not registered
         and is unloaded from devices that took it (rollback)."""
@@ -745,6 +830,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._faulty())
     @rule(d=devices)
+    @_step
     def fail_load_on_init(self, d):
         """The pending image load fails during init: the device is
         deinitialised again (what was set up is torn down) and stays UNINIT."""
@@ -763,6 +849,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._faulty())
     @rule(target=buffers, d=devices, size=S.alloc_sizes(), nth=st.integers(1, 2))
+    @_step
     def fail_alloc(self, d, size, nth):
         """The next (or next but one) plugin allocation fails: the pool's OOM
         ladder frees its cache and retries once; either the retry succeeds or
@@ -885,7 +972,7 @@ def run_first_sequence(machine_cls: type) -> int:
 
 def make_lifecycle_machine(plugin_path, abi: str | None = None, *, faults: bool | None = None,
                            threads: bool = True, pool: dict | None = None, trace=None,
-                           name: str | None = None) -> type:
+                           record=None, name: str | None = None) -> type:
     """A :class:`LifecycleMachine` subclass for one plugin.
 
     ``plugin_path``: the plugin ``.so``; ``abi``: ``"llvm"``/``"gomp"`` view
@@ -894,6 +981,8 @@ def make_lifecycle_machine(plugin_path, abi: str | None = None, *, faults: bool 
     bundled plugin, which is the only one that can inject them).
     ``threads``: concurrency rules.  ``pool``: MemoryManager options for
     every device.  ``trace``: callable receiving one line per step.
+    ``record``: callable receiving each step as data before it runs (the
+    form :mod:`offload_shim.testing.sequences` re-runs and shrinks).
 
     Run it with ``run_state_machine_as_test(M, settings=...)`` or as a
     ``unittest`` case ``M.TestCase``.  Raises the PluginLoadError family
@@ -901,6 +990,7 @@ def make_lifecycle_machine(plugin_path, abi: str | None = None, *, faults: bool 
     plugin = load_plugin(os.fspath(plugin_path), abi=abi)
     attrs = dict(plugin_path=plugin.path, abi=abi, threads=threads,
                  faults=plugin.bundled if faults is None else bool(faults) and plugin.bundled,
-                 pool=pool, trace=staticmethod(trace) if trace else None)
+                 pool=pool, trace=staticmethod(trace) if trace else None,
+                 record=staticmethod(record) if record else None)
     cls_name = name or f"LifecycleMachine_{plugin.name.replace('.', '_')}_{plugin.abi}"
     return type(cls_name, (LifecycleMachine,), attrs)

@@ -2,7 +2,7 @@
 
 One JSON object per line, each with an ``op``.  The first line is the header::
 
-    {"op": "trace", "format": "offload-shim-trace", "version": 1, "clock": "monotonic",
+    {"op": "trace", "format": "offload-shim-trace", "version": 2, "clock": "monotonic",
      "pid": 1234, "argv": [...], "t_ns": ...}
 
 then the events in the order they were written (per thread, the order they happened;
@@ -31,19 +31,23 @@ import threading
 import time
 from collections import Counter
 
-__all__ = ["FORMAT", "VERSION", "OPS", "POOL_OPS", "TraceError", "TraceWriter", "Trace",
-           "encode", "read_trace", "summary"]
+__all__ = ["FORMAT", "VERSION", "OPS", "POOL_OPS", "CHECK_OPS", "TraceError", "TraceWriter",
+           "Trace", "encode", "read_trace", "summary"]
 
 FORMAT = "offload-shim-trace"
-#: the version this package writes and reads (a reader refuses a larger one)
-VERSION = 1
+#: the version this package writes and reads (a reader refuses a larger one); version 2
+#: added the ``step`` and ``outcome`` lines of ``offload-shim check``'s traces
+VERSION = 2
 
 #: the memory manager's event-log ops (``docs/memory-manager.md``), as they appear in a
 #: trace (each with ``dev``, ``t_ns`` and ``tid``)
 POOL_OPS = ("config", "alloc", "free", "free_failed", "evict", "trim", "oom_retry")
-#: every op of version 1
+#: the ops of a trace of ``offload-shim check`` (header ``"source": "check"``): the steps
+#: of a lifecycle-machine sequence and how it ended (:mod:`offload_shim.testing.sequences`)
+CHECK_OPS = ("step", "outcome")
+#: every op of version 2
 OPS = ("trace", "end", "image_register", "image_unregister", "device_init",
-       "device_deinit", "construct", "copy", "launch") + POOL_OPS
+       "device_deinit", "construct", "copy", "launch") + POOL_OPS + CHECK_OPS
 
 
 class TraceError(ValueError):

@@ -53,7 +53,7 @@ import threading
 import time
 from bisect import bisect_right, insort
 
-from .format import Trace, read_trace, summary
+from .format import Trace, TraceError, read_trace, summary
 
 __all__ = ["POLICIES", "replay", "format_table"]
 
@@ -77,7 +77,7 @@ def replay(trace, policies=POLICIES, *, plugin=None, threshold=None, latency=Non
 
     Raises ``ValueError`` (an unknown policy, ``latency``/``capacity`` with another
     plugin, a negative value), :class:`~offload_shim.trace.format.TraceError` (not a
-    trace), ``OSError``, and the runtime's errors for a plugin that cannot be
+    trace, or a trace of ``offload-shim check``), ``OSError``, and the runtime's errors for a plugin that cannot be
     loaded."""
     from ..memory.policies import waste_bound
     if not isinstance(trace, Trace):
@@ -85,6 +85,10 @@ def replay(trace, policies=POLICIES, *, plugin=None, threshold=None, latency=Non
         trace = read_trace(path)
     else:
         path = None
+    if trace.header.get("source") == "check":
+        raise TraceError(f"{path or 'the trace'} is a trace of offload-shim check (the "
+                         "steps of a lifecycle sequence, no allocation stream): "
+                         "offload_shim.cli.replay.replay_check_trace re-runs it")
     policies = tuple(policies)
     for p in policies:
         if p not in POLICIES:
