@@ -5,7 +5,8 @@ Mirrors libomptarget 16 ``rtl.cpp`` ``RTLsTy::registerRequires``,
 ``PluginManager`` locks of ``device.h`` (``RTLsMtx`` for every registration,
 unregistration and ``requires``; ``TrlTblMtx`` and the device's ``PendingGlobalsMtx``
 across ``omptarget.cpp`` ``initLibrary``), and 19.1 / 22.1 ``PluginManager.cpp``
-``PluginManager::registerLib`` / ``unregisterLib`` / ``addRequirements``.  The order of
+``PluginManager::registerLib`` / ``unregisterLib`` with ``PluginManager.h``
+``addRequirements`` (``Shared/Requirements.h`` ``RequirementCollection``).  The order of
 initialisation is upstream's: the release's profile and (16, 22.1) the
 ``OMP_TARGET_OFFLOAD`` policy are fixed at the first ``__tgt_register_lib``
 (``loadRTLs`` / ``PluginManager::init``); a device initialises at its first construct or
