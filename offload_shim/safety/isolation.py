@@ -157,25 +157,39 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, str] | None:
+def _child_verdict(args: list[str], timeout: float, *, hung: str, crashed: str,
+                   exited: str) -> tuple[str, str] | None:
+    """Run ``python -P -c *args`` as a child (:func:`~offload_shim.safety.children
+    .run_child`, ``timeout`` in seconds): None when it exits 0, else ``(short,
+    message)`` -- ``("hung", hung)`` when it outlives ``timeout``, ``(signal name,
+    crashed)`` when a signal ends it, ``("exit N", exited)`` on a non-zero status.  The
+    messages are ``str.format`` templates of ``timeout``, ``sig``, ``rc`` and ``why``
+    (the tail of the child's stderr)."""
     import subprocess                   # children only when a verdict is not known
     from .children import run_child, signal_name
     try:
-        proc = run_child([sys.executable, "-P", "-c", _PLUGIN_CHILD, _package_root(),
-                          real, abi or ""], timeout=timeout)
+        proc = run_child([sys.executable, "-P", "-c", *args], timeout=timeout)
     except subprocess.TimeoutExpired:
-        return ("hung", f"did not finish loading within {timeout:g} s "
-                "in a child process; its constructors run at dlopen")
+        return ("hung", hung.format(timeout=timeout))
     rc = proc.returncode
     if rc == 0:
         return None
     if rc < 0:
         sig = signal_name(rc)
-        return (sig, f"crashed while loading: {sig}; its constructors run at dlopen "
-                "(seen in a child process, not loaded here)")
+        return (sig, crashed.format(sig=sig))
     why = _tail(proc.stderr) or "no message"
-    return (f"exit {rc}", f"loading it exited the process with status {rc} ({why}); "
-            "its constructors run at dlopen (seen in a child process, not loaded here)")
+    return (f"exit {rc}", exited.format(rc=rc, why=why))
+
+
+def _run_plugin_child(real: str, abi: str | None, timeout: float) -> tuple[str, str] | None:
+    return _child_verdict(
+        [_PLUGIN_CHILD, _package_root(), real, abi or ""], timeout,
+        hung="did not finish loading within {timeout:g} s in a child process; its "
+             "constructors run at dlopen",
+        crashed="crashed while loading: {sig}; its constructors run at dlopen (seen in a "
+                "child process, not loaded here)",
+        exited="loading it exited the process with status {rc} ({why}); its constructors "
+               "run at dlopen (seen in a child process, not loaded here)")
 
 
 def probe_plugin(real: str, abi: str | None = None, *, timeout: float | None = None) -> None:
@@ -292,24 +306,14 @@ def probe_library(path: str, *, timeout: float = PLUGIN_TIMEOUT_S) -> None:
 
 
 def _run_library_child(real: str, timeout: float) -> tuple[str, str] | None:
-    import subprocess
-    from .children import run_child, signal_name
-    try:
-        proc = run_child([sys.executable, "-P", "-c", _LIBRARY_CHILD, _package_root(), real],
-                         timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return ("hung", f"loading it did not finish within {timeout:g} s in a child "
-                "process; its constructors run at dlopen (not loaded here)")
-    rc = proc.returncode
-    if rc == 0:
-        return None
-    if rc < 0:
-        sig = signal_name(rc)
-        return (sig, f"crashed while loading ({sig}) in a child process: its constructors "
-                "run at dlopen (not loaded here)")
-    why = _tail(proc.stderr) or "no message"
-    return (f"exit {rc}", f"loading it exited a child process with status {rc} ({why}); "
-            "its constructors run at dlopen (not loaded here)")
+    return _child_verdict(
+        [_LIBRARY_CHILD, _package_root(), real], timeout,
+        hung="loading it did not finish within {timeout:g} s in a child process; its "
+             "constructors run at dlopen (not loaded here)",
+        crashed="crashed while loading ({sig}) in a child process: its constructors run "
+                "at dlopen (not loaded here)",
+        exited="loading it exited a child process with status {rc} ({why}); its "
+               "constructors run at dlopen (not loaded here)")
 
 
 def mapped_in_process(real: str) -> bool:

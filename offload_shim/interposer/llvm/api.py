@@ -143,16 +143,25 @@ def target_is_present(ip, ptr: int, dev_id: int) -> int:
     return 1 if ip.mapper(dev_id).is_present(ptr) else 0
 
 
+def _association_device(ip, dev: int, routine: str) -> bool:
+    """Whether device ``dev`` can take an association of ``routine``
+    (``omp_target_associate_ptr`` / ``omp_target_disassociate_ptr``, LLVM 16 api.cpp):
+    not the initial device, and ready; otherwise False after libomptarget's report."""
+    if dev == ip.num_devices():
+        diag.report(f"{routine}: no association possible on the host")
+        return False
+    if not ip.device_ready(dev):
+        diag.report(f"{routine} returns OFFLOAD_FAIL")
+        return False
+    return True
+
+
 def associate(ip, host: int, dptr: int, size: int, offset: int, dev: int) -> int:
     """``omp_target_associate_ptr``: 0 or -1 (reported)."""
     if not host or not dptr or size <= 0:
         diag.report("Call to omp_target_associate_ptr with invalid arguments")
         return OFFLOAD_FAIL
-    if dev == ip.num_devices():
-        diag.report("omp_target_associate_ptr: no association possible on the host")
-        return OFFLOAD_FAIL
-    if not ip.device_ready(dev):
-        diag.report("omp_target_associate_ptr returns OFFLOAD_FAIL")
+    if not _association_device(ip, dev, "omp_target_associate_ptr"):
         return OFFLOAD_FAIL
     return 0 if ip.mapper(dev).associate(host, dptr + offset, size) else OFFLOAD_FAIL
 
@@ -162,11 +171,7 @@ def disassociate(ip, host: int, dev: int) -> int:
     if not host:
         diag.report("Call to omp_target_associate_ptr with invalid host_ptr")
         return OFFLOAD_FAIL
-    if dev == ip.num_devices():
-        diag.report("omp_target_disassociate_ptr: no association possible on the host")
-        return OFFLOAD_FAIL
-    if not ip.device_ready(dev):
-        diag.report("omp_target_disassociate_ptr returns OFFLOAD_FAIL")
+    if not _association_device(ip, dev, "omp_target_disassociate_ptr"):
         return OFFLOAD_FAIL
     return 0 if ip.mapper(dev).disassociate(host) else OFFLOAD_FAIL
 

@@ -110,6 +110,18 @@ def _terminate(exc: StoiError) -> None:
     os.abort()
 
 
+def _read_level(name: str) -> int:
+    """The environment variable ``name`` through ``std::stoi`` as an unsigned 32-bit
+    value, 0 when unset; a value ``std::stoi`` rejects ends the program
+    (:func:`_terminate`), as LLVM 16 ``include/Debug.h`` ``getInfoLevelInternal`` and
+    ``getDebugLevel`` do."""
+    raw = os.environ.get(name)
+    try:
+        return (stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
+    except StoiError as exc:
+        _terminate(exc)
+
+
 def info_level() -> int:
     """The INFO bit mask: ``LIBOMPTARGET_INFO`` read once, at the first use, with
     ``std::stoi`` as ``getInfoLevelInternal`` (LLVM 16 ``include/Debug.h``) does, kept
@@ -123,11 +135,7 @@ def info_level() -> int:
     if _level is None:
         with _lock:
             if _level is None:
-                raw = os.environ.get("LIBOMPTARGET_INFO")
-                try:
-                    _level = (stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
-                except StoiError as exc:
-                    _terminate(exc)
+                _level = _read_level("LIBOMPTARGET_INFO")
     return _level
 
 
@@ -146,11 +154,7 @@ def debug_level() -> int:
     if _debug is None:
         with _lock:
             if _debug is None:
-                raw = os.environ.get("LIBOMPTARGET_DEBUG")
-                try:
-                    _debug = (stoi(raw) & 0xFFFFFFFF) if raw is not None else 0
-                except StoiError as exc:
-                    _terminate(exc)
+                _debug = _read_level("LIBOMPTARGET_DEBUG")
     return _debug
 
 

@@ -1,24 +1,23 @@
 """libomptarget's host entry points over a Python :class:`~offload_shim.Runtime`.
 
-Mirrors libomptarget 16 ``interface.cpp`` (``__tgt_register_lib``,
-``__tgt_target_kernel``, ``__tgt_target_data_{begin,end,update}_mapper``: each checks
-its device with ``checkDeviceAndCtors``, prints its arguments under
-``LIBOMPTARGET_INFO`` bit 1 and ends with ``handleTargetOutcome``) and the policy of
-``omptarget.cpp``: ``OMP_TARGET_OFFLOAD`` (read from libomp's
-``__kmpc_get_target_offload``) ``disabled``, or ``default`` with no device (decided at
-the first construct and kept), or the host device number -> the construct returns
-"fail" and the compiled code runs its host version; any other failure under an
-effective ``mandatory`` policy prints libomptarget's lines (``Consult ...`` or the
-mapping tables, the source location, ``Libomptarget fatal error 1: failure of target
-construct while offloading is mandatory``) and aborts the process.
-``checkDeviceAndCtors`` also maps the declare-target globals and runs the constructors
-of declare-target globals (``initLibrary``); unregistration runs their destructors.
+Mirrors libomptarget 16 ``interface.cpp``: the entry points compiled code calls
+(``__tgt_register_requires``, ``__tgt_register_lib``, ``__tgt_unregister_lib``,
+``__tgt_target_kernel``, ``__tgt_target_data_{begin,end,update}[_nowait]_mapper``),
+each checking its device (``checkDeviceAndCtors``), printing its arguments under
+``LIBOMPTARGET_INFO`` bit 1 (``printKernelArguments``) and ending with
+``handleTargetOutcome``; and the lifetime of the runtime in the process, libomptarget's
+own constructor and destructor (``rtl.cpp`` ``init`` / ``deinit``: :func:`interpose`
+installs the callbacks and registers the libraries whose registration came first, as
+``init`` does from 17 on with ``PluginManager::registerDelayedLibraries``;
+:meth:`Interposer.close` tears everything down).
 
-:class:`Interposer` dispatches each callback of the C bridge (:mod:`.bridge`) to the
-module that mirrors the libomptarget source doing the work: registration and device
-numbering (:mod:`.rtl`), the mapping table (:mod:`.mapping`), data directives
-(:mod:`.omptarget`), the launch (:mod:`.launch`), the API routines (:mod:`.api`) and
-the GCC side (:mod:`.gomp`).
+:class:`Interposer` installs the callbacks of the C bridge (:mod:`..bridge`) and
+dispatches each to the module that mirrors the libomptarget source doing the work:
+registration, the device list and ``initLibrary`` (:mod:`.plugin_manager`, over
+:mod:`.rtl`), ``OMP_TARGET_OFFLOAD``, ``checkDeviceAndCtors`` and
+``handleTargetOutcome`` (:mod:`.policy`), the mapping table (:mod:`.mapping`), data
+directives (:mod:`.omptarget`), the launch (:mod:`.launch`), the cheap path
+(:mod:`.plan`), the API routines (:mod:`.api`) and the GCC side (:mod:`..gomp`).
 """
 
 from __future__ import annotations
@@ -31,27 +30,23 @@ from collections.abc import Iterator
 
 from ...abi import clang as _clang
 from ...abi import interposer as _abi
-from ...abi.interposer import CB_FAIL, CB_FATAL, CB_OK
-from ...core.images import OffloadImage
+from ...abi.interposer import CB_FAIL, CB_OK
 from ...errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
-from . import profile as _prof
 from ..bridge import Bridge, guard
 from ..gomp.target import GompSide
 from ..library import LoadedLibrary, open_library
-from .mapping import (OMP_REQ_UNIFIED_SHARED_MEMORY, TGT_DEFAULT, TGT_DISABLED,
-                      TGT_MANDATORY, DeviceMapper, MapEntry, MapError,
-                      usm_pointers_written)
+from .mapping import TGT_DEFAULT, TGT_DISABLED, TGT_MANDATORY, MapEntry, MapError
 from .plan import FastPath
+from .plugin_manager import PluginManager
+from .policy import OFFLOAD_DEVICE_DEFAULT, OffloadPolicy
 from .profile import RuntimeProfile
-from .rtl import Registrations, RequiresConflict
 
-OFFLOAD_DEVICE_DEFAULT = -1
-_POLICIES = {"disabled": TGT_DISABLED, "default": TGT_DEFAULT, "mandatory": TGT_MANDATORY}
 #: ``KernelArgsTy::Flags`` bit 1, ``IsCUDA`` (LLVM 20+ omptarget.h): a kernel-language
 #: launch whose arguments are one packed buffer
 KERNEL_FLAG_IS_CUDA = 0x2
 DATA_NOWAIT = _abi.DATA_NOWAIT
+
 
 class _ErrorLog(list):
     """The interposer's error messages; echoed to stderr as ``offload_shim: ...`` when
@@ -113,7 +108,7 @@ def _print_arguments(loc: int, dev: int, m: _abi.MapArgs, region: str,
         diag.info(diag.INFO_ALL, dev, f"{kind}({name})[{size}] {implicit}")
 
 
-class Interposer:
+class Interposer(PluginManager, OffloadPolicy):
     """libomptarget's host side for compiled code, over ``runtime``.  Create with
     :func:`interpose`; only one is active per process (the native table is global).
 
@@ -126,46 +121,38 @@ class Interposer:
 
     ``profile``: the :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` of the
     libomptarget release whose behaviour to follow; by default the one the first
-    registered library links (:attr:`profile`)."""
+    registered library links (:attr:`profile`).
+
+    One object in three parts: this class holds the entry points, the callbacks'
+    lifetime and the views; registration, the device list and ``initLibrary`` are the
+    part :class:`~offload_shim.interposer.llvm.plugin_manager.PluginManager`;
+    ``OMP_TARGET_OFFLOAD``, ``checkDeviceAndCtors`` and ``handleTargetOutcome`` the
+    part :class:`~offload_shim.interposer.llvm.policy.OffloadPolicy`."""
 
     def __init__(self, runtime, *, policy: str | None = None, gomp_host_device: bool = False,
                  profile: RuntimeProfile | None = None):
         if profile is not None and not isinstance(profile, RuntimeProfile):
             raise TypeError(f"profile must be a RuntimeProfile, not {type(profile).__name__}")
         self.runtime = runtime
-        # registration, unregistration, requires, initLibrary and close (libomptarget
-        # 16 RTLsMtx / TrlTblMtx / PendingGlobalsMtx); never taken by a construct that
-        # finds its device ready, nor by an API routine
-        self._rtl_lock = threading.RLock()
-        self._lib_gen = 0                       # registrations and unregistrations
-        self._mappers_lock = threading.Lock()
         # callbacks in flight (one token, the thread's id, per call) and close()
         self._calls: list[int] = []
         self._calls_cv = threading.Condition(threading.Lock())
         self._close_lock = threading.Lock()
         self._closing = False
         self._closer: int | None = None
-        self._policy_override = policy
-        self._decided_policy: int | None = None
-        self._read_policy: int | None = None       # OMP_TARGET_OFFLOAD as read once
-        self._profile: RuntimeProfile | None = profile
-        self._guess: RuntimeProfile | None = None  # before the first registration
-        self._registered = False
-        if profile is not None:
-            diag.set_profile(profile)
+        self._init_policy(policy)
+        self._init_manager(runtime, profile)
         self.errors: list[str] = _ErrorLog()
-        self.rtls = Registrations(runtime)
         # libgomp's own locks (register_lock, devicep->lock): GCC code does not wait
         # for LLVM registrations
         self.gomp = GompSide(runtime, threading.RLock(), errors=self.errors,
                              unsupported=self.rtls.unsupported, policy=policy,
                              host_device=gomp_host_device)
-        self._mappers: dict[int, DeviceMapper] = {}     # device number -> mapper
         self._loaded: list[LoadedLibrary] = []
         self._closed = False
         self._bridge = Bridge()
         # per-region plans and the cheap path of common constructs (plan.py); it calls
-        # back into the general code below for everything else
+        # back into the general code (the entry points below, policy.py) for the rest
         self.fast = FastPath(check_device=self._check_device,
                              default_device=self._default_device,
                              slow_kernel=self._on_kernel, slow_data=self._on_data,
@@ -175,34 +162,6 @@ class Interposer:
                              saw_kernel=self._saw_kernel_args)
 
     # -- views ------------------------------------------------------------------------
-    @property
-    def devices(self) -> list:
-        return self.rtls.devices
-
-    @property
-    def libraries(self) -> dict[int, list[OffloadImage]]:
-        return self.rtls.libraries
-
-    @property
-    def unsupported(self) -> list[tuple[int, str]]:
-        return self.rtls.unsupported
-
-    @property
-    def requires_flags(self) -> int:
-        return self.rtls.requires_flags
-
-    @property
-    def generations(self) -> dict[int, str]:
-        """Registered ``__tgt_bin_desc`` address -> the clang generation that built
-        it, as seen from its entry table and first kernel launch (``"clang 20-22
-        (llvm::offloading::EntryTy v1, KernelArgs v3)"``)."""
-        return dict(self.rtls.generations)
-
-    def compilers(self) -> list[str]:
-        """The clang generations of every library registered so far, unregistered
-        ones included (:meth:`Registrations.compilers`)."""
-        return self.rtls.compilers()
-
     @property
     def gomp_registrations(self) -> list[dict]:
         return self.gomp.gomp_registrations
@@ -427,400 +386,6 @@ class Interposer:
             return self._outcome(False, None)
         except BaseException:  # noqa: BLE001 - never into C
             return CB_FAIL
-
-    # -- policy (omptarget.cpp: isOffloadDisabled / handleTargetOutcome) ---------------
-    def policy(self) -> int:
-        """Effective OMP_TARGET_OFFLOAD policy: TGT_DISABLED or TGT_MANDATORY
-        (``default`` becomes mandatory when there are devices, else disabled, decided
-        once as libomptarget's ``handleDefaultTargetOffload`` does)."""
-        if self._decided_policy is not None:
-            return self._decided_policy
-        p = self._raw_policy()
-        if p == TGT_DEFAULT:
-            p = TGT_MANDATORY if self.num_devices() > 0 else TGT_DISABLED
-            self._decided_policy = p
-        return p
-
-    def _raw_policy(self) -> int:
-        """``OMP_TARGET_OFFLOAD`` as libomp's ``__kmpc_get_target_offload`` gives it
-        (the ``policy`` override first), read once and kept: libomptarget reads it
-        once (16: ``loadRTLs``; 19.1: the ``OffloadPolicy`` static; 22.1:
-        ``PluginManager::init``).  When it is read is the release's
-        (``RuntimeProfile.policy_at_registration``: :meth:`_on_register` reads it at
-        the first registration for 16 and 22.1, so a ``setenv`` in ``main`` is too
-        late there; 19.1 reads it at the first construct)."""
-        if self._policy_override is not None:
-            return _POLICIES[self._policy_override.lower()]
-        p = self._read_policy
-        if p is not None:
-            return p
-        p = _abi.kmpc_target_offload(_abi.libomp())
-        if p is None:
-            env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
-            p = {"disabled": TGT_DISABLED, "mandatory": TGT_MANDATORY}.get(env, TGT_DEFAULT)
-        self._read_policy = p
-        return p
-
-    def _outcome(self, success: bool, loc: int | None) -> int:
-        """``handleTargetOutcome``: under mandatory, dump the tables (INFO bit 4) or
-        say where to look, name the source location, print the fatal error and
-        return CB_FATAL (the C side aborts); otherwise CB_OK / CB_FAIL."""
-        policy = self.policy()
-        dump = diag.info_level() & diag.INFO_DUMP_TABLE
-        if policy == TGT_MANDATORY:
-            if dump:
-                self._dump_tables(diag.SourceInfo.of_loc(loc))
-            if success:
-                return CB_OK
-            if not dump:
-                diag.report("Consult https://openmp.llvm.org/design/Runtimes.html for "
-                            "debugging options.")
-            si = diag.SourceInfo.of_loc(loc)
-            prefix = ""
-            if si.available:
-                prefix = f"{si.filename}:{si.line}:{si.column}: "
-            else:
-                diag.report("Source location information not present. Compile with -g "
-                            "or -gline-tables-only.")
-            diag.fatal(1, "failure of target construct while offloading is mandatory",
-                       prefix)
-            return CB_FATAL
-        return CB_OK if success else CB_FAIL
-
-    def _dump_tables(self, si: "diag.SourceInfo", at_exit: bool = False) -> None:
-        """``dumpTargetPointerMappings`` of every device (``handleTargetOutcome``
-        with INFO bit 4; ``at_exit``: ``~DeviceTy``, with the rows libomptarget would
-        still hold).  16 dumps the tables of the devices used so far, nothing for an
-        empty one; 19.1 and 22.1 dump every device of the list, ``... table empty``
-        for an empty one, and at exit from the last device to the first
-        (``RuntimeProfile.dump_empty_tables``, ``exit_dump_descending``)."""
-        prof = self.profile
-        if not prof.dump_empty_tables:
-            for num in sorted(self._mappers):
-                self._mappers[num].dump(si, retired=at_exit)
-            return
-        nums = range(self.num_devices())
-        if at_exit and prof.exit_dump_descending:
-            nums = reversed(nums)
-        for num in nums:
-            dm = self._mappers.get(num)
-            if dm is None:
-                diag.info(diag.INFO_ALL, num, "OpenMP Host-Device pointer mappings table empty")
-            else:
-                dm.dump(si, retired=at_exit)
-
-    def _outcome_fail(self, message: str, loc: int | None = None) -> int:
-        self.errors.append(message)
-        return self._outcome(False, loc)
-
-    def _default_device(self) -> int:
-        omp = _abi.libomp()
-        if omp is not None:
-            return _abi.omp_default_device(omp)
-        return int(os.environ.get("OMP_DEFAULT_DEVICE", "0") or 0)
-
-    def _construct_failed(self, kind: int, exc: Exception, loc: int | None) -> int:
-        """The return code of a construct (kind as in the frame: 0..2 data, 3 kernel)
-        that failed with ``exc`` (a MapError or OffloadError) after its point of no
-        return (the launch, a copy back): libomptarget's report, then
-        ``handleTargetOutcome``; the general code and the cheap path (plan.py)
-        report it the same way."""
-        if kind == 3 and isinstance(exc, OffloadError):
-            diag.report("Executing target region abort target.")
-        elif isinstance(exc, OffloadError):
-            diag.report("Copying data from device failed." if kind == 1
-                        else "Copying data to device failed.")
-        self.errors.append(f"{type(exc).__name__}: {exc}")
-        return self._outcome(False, loc)
-
-    def device_ready(self, num: int) -> bool:
-        """``deviceIsReady``: ``num`` is a device of the list and initialises."""
-        if not 0 <= num < len(self.devices):
-            return False
-        dev = self.devices[num]
-        if dev.initialized:
-            return True
-        try:
-            dev.init()
-        except OffloadError as exc:
-            self.errors.append(f"device {num}: {exc}")
-            return False
-        return True
-
-    def _check_device(self, dev_id: int, loc: int | None, announce=None
-                      ) -> DeviceMapper | int:
-        """The DeviceMapper to offload to, or a callback return code (fallback /
-        fatal) -- libomptarget 16 ``checkDeviceAndCtors``; 19.1 / 22.1 ``checkDevice``
-        then ``PM->getDevice``, whose error for a number that is no device is one
-        fatal line (``RuntimeProfile.invalid_device``).  ``announce(dev)`` prints the
-        construct's arguments (INFO bit 1) where the release prints them: between
-        the two checks (``RuntimeProfile.args_before_device``); otherwise the caller
-        prints them after a success."""
-        if self.policy() == TGT_DISABLED:
-            return CB_FAIL
-        if dev_id == OFFLOAD_DEVICE_DEFAULT:
-            dev_id = self._default_device()
-        n = self.num_devices()
-        if n == 0:
-            return self._outcome_fail("omp_get_num_devices() == 0 but offload is mandatory",
-                                      loc)
-        if dev_id == n:                       # the initial (host) device
-            return CB_FAIL
-        prof = self.profile
-        if announce is not None and prof.args_before_device:
-            announce(dev_id)
-        if prof.invalid_device is not None and not 0 <= dev_id < n:
-            self.errors.append(f"device {dev_id} out of range ({n} devices)")
-            diag.fatal(dev_id, prof.invalid_device_text(dev_id, n))
-            return CB_FATAL
-        if not self.device_ready(dev_id):
-            diag.report(f"Device {dev_id} is not ready.")
-            return self._outcome_fail(f"device {dev_id} is not ready", loc)
-        dm = self.mapper(dev_id)
-        try:
-            self._init_library(dm)
-        except (MapError, OffloadError) as exc:
-            diag.report(f"Failed to init globals on device {dev_id}")
-            return self._outcome_fail(f"initLibrary: {exc}", loc)
-        return dm
-
-    def _init_library(self, dm: DeviceMapper) -> None:
-        """``initLibrary``: map the declare-target globals of the images loaded in the
-        device, then run the pending constructors of declare-target globals (per
-        library, in ``__tgt_bin_desc`` address order as libomptarget's map).  Under
-        the registration lock (libomptarget 16 holds ``TrlTblMtx`` and the device's
-        ``PendingGlobalsMtx`` across it, constructors included); skipped without any
-        lock while no library was registered or unregistered and the device was not
-        re-initialised since it last ran for this device (``HasPendingGlobals``)."""
-        dev = dm.device
-        if dm.lib_key == (self._lib_gen, dev.init_count):
-            return
-        with self._rtl_lock:
-            key = (self._lib_gen, dev.init_count)
-            if dm.lib_key == key:
-                return
-            usm = (self.rtls.requires_flags & OMP_REQ_UNIFIED_SHARED_MEMORY
-                   and usm_pointers_written(self.host_runtime, dev.plugin.generation))
-            dm.map_globals(self.rtls.images(), usm_pointers=bool(usm))
-            for desc in sorted(self.rtls.records):
-                if desc in dm.ctors_done:
-                    continue
-                dm.ctors_done.add(desc)
-                for rec in self.rtls.records[desc]:
-                    if rec.plugin is not dm.device.plugin:
-                        continue
-                    for ctor in rec.ctors:
-                        try:
-                            launch.target(dm, dm.device.translate(ctor),
-                                          _abi.MapArgs.from_lists([], [], [], []))
-                        except (MapError, OffloadError, KeyError) as exc:
-                            diag.report(f"Running ctor {diag.ptr(ctor)} failed.")
-                            raise MapError(str(exc)) from None
-            dm.lib_key = key
-
-    # -- the release (profile.py) --------------------------------------------------------
-    @property
-    def profile(self) -> RuntimeProfile:
-        """The :class:`~offload_shim.interposer.llvm.profile.RuntimeProfile` whose behaviour
-        the interposer follows: the one given to :func:`interpose`, else the release
-        of the libomptarget the first registered library links, chosen at that
-        registration and kept (:func:`offload_shim.interposer.llvm.profile.detect`); before
-        any registration, the one mapped into the process when first asked."""
-        p = self._profile
-        if p is None:
-            p = self._guess
-            if p is None:
-                p = self._guess = _prof.detect()
-        return p
-
-    @property
-    def host_runtime(self) -> int:
-        """LLVM major of the release followed (``profile.major``).  A view for reports;
-        behaviour that differs between releases is a field of :attr:`profile`, never a
-        test of this number."""
-        return self.profile.major
-
-    def _choose_profile(self, desc: int) -> None:
-        """At the first registration: keep the profile of the release the registering
-        library links (``desc`` lies in it) and make its words diag's and the C
-        side's (``osh_interposer_set_runtime_name``)."""
-        if self._profile is None:
-            self._profile = _prof.detect(desc)
-        diag.set_profile(self._profile)
-        self._bridge.set_runtime_name(self._profile.name)
-
-    # -- devices ------------------------------------------------------------------------
-    def num_devices(self) -> int:
-        """``omp_get_num_devices()``: the devices of the plugins that accepted a
-        registered image; 0 under ``OMP_TARGET_OFFLOAD=disabled`` where the release
-        loads no plugin then (``RuntimeProfile.devices_when_disabled``: 16, 22.1)."""
-        if not self.profile.devices_when_disabled and self._raw_policy() == TGT_DISABLED:
-            return 0
-        return len(self.devices)
-
-    def check_device_number(self, dev_id: int, *, initial_ok: bool = True) -> None:
-        """API routines of libomptarget 19.1 / 22.1 stop the program on a device number
-        that is neither a device nor the initial device (``PluginManager::getDevice``
-        -> ``FATAL_MESSAGE(DeviceNum, ...)``, then abort, -1 included;
-        ``RuntimeProfile.invalid_device``); 16 returns an error instead (nothing done
-        here).  ``initial_ok=False``: routines that ask the plugin manager for the
-        initial device's number too (``__tgt_activate_record_replay``)."""
-        prof = self.profile
-        if prof.invalid_device is None:
-            return
-        n = self.num_devices()
-        if not 0 <= dev_id <= (n if initial_ok else n - 1):
-            diag.fatal(dev_id, prof.invalid_device_text(dev_id, n))
-            os.abort()
-
-    def mapper(self, num: int) -> DeviceMapper:
-        """The :class:`DeviceMapper` of OpenMP device ``num`` (created on first use,
-        once also when threads ask at the same time)."""
-        dm = self._mappers.get(num)
-        if dm is None:
-            with self._mappers_lock:
-                dm = self._mappers.get(num)
-                if dm is None:
-                    dm = self._mappers[num] = DeviceMapper(
-                        self.devices[num], num, lambda: self.rtls.requires_flags,
-                        profile=lambda: self.profile)
-        return dm
-
-    def has_mapper(self, num: int) -> bool:
-        return num in self._mappers
-
-    def device_mappers(self) -> list[DeviceMapper]:
-        """The :class:`DeviceMapper` of every OpenMP device used so far."""
-        with self._mappers_lock:
-            return list(self._mappers.values())
-
-    def fixed_upstream(self) -> dict[str, int]:
-        """How many times constructs met each data-losing bug of the program's
-        release that offload_shim does not reproduce (ids of
-        :data:`~offload_shim.interposer.llvm.profile.FIXED_UPSTREAM`, summed over the
-        devices: :meth:`DeviceMapper.note_fixed_upstream`); empty when none was
-        met."""
-        out: dict[str, int] = {}
-        for dm in self.device_mappers():
-            with dm.lock:
-                for bug, n in dm.fixed_upstream.items():
-                    out[bug] = out.get(bug, 0) + n
-        return dict(sorted(out.items()))
-
-    @property
-    def registration_lock(self):
-        """The lock every registration, unregistration and ``requires`` takes
-        (libomptarget 16 ``RTLsMtx``): held, the registrations stay as they are."""
-        return self._rtl_lock
-
-    # -- registration (rtl.cpp) --------------------------------------------------------
-    def _on_requires(self, flags: int) -> int:
-        """``__tgt_register_requires(flags)``: 16 keeps the first value and stops the
-        program when a later one disagrees on a clause it compares (rtl.cpp
-        ``RTLsTy::registerRequires``: ``Libomptarget fatal error 1: '#pragma omp
-        requires unified_shared_memory' not used consistently!``, abort); 19.1 and
-        22.1 only print that the entry point was removed (``RuntimeProfile
-        .register_requires_message``)."""
-        prof = self.profile
-        if prof.register_requires_message is not None:
-            diag.message(prof.register_requires_message)
-            return CB_OK
-        with self._rtl_lock:
-            try:
-                self.rtls.add_requirements(int(flags), prof)
-            except RequiresConflict as exc:
-                self.errors.append(str(exc))
-                diag.fatal(exc.number, exc.text)
-                return CB_FATAL
-            finally:
-                self.fast.invalidate()
-        return CB_OK
-
-    def _saw_kernel_args(self, host_ptr: int, version: int) -> None:
-        """:meth:`Registrations.saw_kernel_args` under the registration lock."""
-        with self._rtl_lock:
-            self.rtls.saw_kernel_args(host_ptr, version)
-
-    def _on_register(self, desc: int) -> int:
-        """``__tgt_register_lib`` (under the registration lock: libomptarget 16
-        ``RTLsMtx``)."""
-        with self._rtl_lock:
-            first = not self._registered
-            if first:
-                self._registered = True
-                self._choose_profile(desc)
-            prof = self._profile
-            self._lib_gen += 1
-            self.fast.invalidate()
-            try:
-                self.rtls.register_lib(desc, prof)
-            except RequiresConflict as exc:
-                # 19.1 / 22.1 addRequirements: FATAL_MESSAGE(2, ...), abort
-                self.errors.append(str(exc))
-                diag.fatal(exc.number, exc.text)
-                return CB_FATAL
-            finally:
-                # the image's own requires entries (clang 19+) are known only now
-                self.fast.invalidate()
-            if first and prof.policy_at_registration:
-                self._raw_policy()          # loadRTLs / PluginManager::init read it now
-            self._say_refused()
-            return CB_OK
-
-    def _say_refused(self) -> None:
-        """One line ``offload_shim: not offloading ...`` on stderr for each image of the
-        registration that offload_shim's own checks refused
-        (:attr:`Registrations.refused`): libomptarget 16 would have given it to a
-        plugin, which runs it or aborts the program when it cannot load it, and prints
-        nothing at registration under any ``LIBOMPTARGET_INFO``; here its target regions
-        fall back to the host (under ``OMP_TARGET_OFFLOAD=mandatory``: the fatal error
-        at its first construct), so the reason is said once, in offload_shim's own words
-        (never libomptarget's).  Nothing under ``OMP_TARGET_OFFLOAD=disabled``: no
-        runtime offloads anything then."""
-        if not self.rtls.refused:
-            return
-        raw = self._peek_policy()
-        if raw == TGT_DISABLED:
-            return
-        then = ("its target regions cannot be offloaded (OMP_TARGET_OFFLOAD=mandatory)"
-                if raw == TGT_MANDATORY else "its target regions run on the host")
-        for why in self.rtls.refused:
-            diag.own(f"not offloading {why}; {then}")
-
-    def _peek_policy(self) -> int:
-        """:meth:`_raw_policy` without reading it for good (19.1 reads it at the first
-        construct, so a ``setenv`` in ``main`` still counts there)."""
-        if self._policy_override is not None or self._read_policy is not None:
-            return self._raw_policy()
-        env = os.environ.get("OMP_TARGET_OFFLOAD", "default").strip().lower()
-        return {"disabled": TGT_DISABLED, "mandatory": TGT_MANDATORY}.get(env, TGT_DEFAULT)
-
-    def _on_unregister(self, desc: int) -> int:
-        """``__tgt_unregister_lib``: the destructors of the library's declare-target
-        globals run on the devices where its constructors ran; its globals leave the
-        mapping tables; its images are unregistered from the runtime (which waits for
-        launches of their kernels in flight).  Under the registration lock, as
-        libomptarget 16 ``RTLsTy::unregisterLib`` holds ``RTLsMtx``."""
-        with self._rtl_lock:
-            self._lib_gen += 1
-            self.fast.invalidate()
-            for rec in self.rtls.records.get(desc, ()):
-                for num in self.rtls.device_numbers(rec.plugin):
-                    dm = self._mappers.get(num)
-                    if dm is None or desc not in dm.ctors_done:
-                        continue
-                    for dtor in rec.dtors:
-                        try:
-                            launch.target(dm, dm.device.translate(dtor),
-                                          _abi.MapArgs.from_lists([], [], [], []))
-                        except (MapError, OffloadError, KeyError) as exc:
-                            self.errors.append(f"destructor {dtor:#x}: {exc}")
-            for num, dm in self._mappers.items():
-                dm.ctors_done.discard(desc)
-                for img in self.libraries.get(desc, ()):
-                    dm.drop_image(img)
-            self.rtls.unregister_lib(desc, self.errors)
-            return CB_OK
 
     # -- constructs (interface.cpp) ------------------------------------------------------
     def _on_data(self, kind, loc, dev_id, n, bases, args, sizes, types, names, mappers):

@@ -71,28 +71,45 @@ def target_data_mapper(dm: DeviceMapper, i: int, m: _abi.MapArgs, fn) -> None:
     fn(dm, sub, from_mapper=True)
 
 
+def _report_null_pointer(present: bool) -> None:
+    """libomptarget 16 ``targetDataBegin``'s line when ``getTargetPointer`` gives no
+    device pointer (``present``: the argument has the ``present`` modifier)."""
+    diag.report("Call to getTargetPointer returned null pointer ("
+                + ("'present' map type modifier" if present
+                   else "device failure or illegal mapping") + ").")
+
+
+def _own_arguments(dm: DeviceMapper, m: _abi.MapArgs, order, fn, upstream: str):
+    """The indices, in ``order``, of the arguments that ``fn`` maps itself: literal,
+    private and ``attach`` arguments are skipped, one with a user-defined mapper goes
+    through it (:func:`target_data_mapper`) -- libomptarget 16 ``omptarget.cpp``
+    ``targetDataBegin`` / ``targetDataEnd`` / ``targetDataUpdate`` (``upstream``), whose
+    failure there prints ``Call to <upstream> via targetDataMapper for custom mapper
+    failed.`` and raises MapError."""
+    for i in order:
+        if m.types[i] & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
+            continue
+        if m.mappers and m.mappers[i]:
+            try:
+                target_data_mapper(dm, i, m, fn)
+            except MapError:
+                diag.report(f"Call to {upstream} via targetDataMapper for custom mapper "
+                            "failed.")
+                raise
+            continue
+        yield i
+
+
 def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = False
                       ) -> None:
     """``targetDataBegin``: map every argument in order (allocate, copy ``to``,
     attach ``ptr_and_obj`` pointees, write ``return_param`` bases), then the
     ``attach`` entries."""
-    attach: list[int] = []
+    attach = [i for i in range(m.n)
+              if m.types[i] & MAP_ATTACH and not m.types[i] & (MAP_LITERAL | MAP_PRIVATE)]
     fresh: set[int] = set()             # host begin addresses newly mapped here
-    for i in range(m.n):
+    for i in _own_arguments(dm, m, range(m.n), target_data_begin, "targetDataBegin"):
         t = m.types[i]
-        if t & (MAP_LITERAL | MAP_PRIVATE):
-            continue
-        if t & MAP_ATTACH:
-            attach.append(i)
-            continue
-        if m.mappers and m.mappers[i]:
-            try:
-                target_data_mapper(dm, i, m, target_data_begin)
-            except MapError:
-                diag.report("Call to targetDataBegin via targetDataMapper for custom "
-                            "mapper failed.")
-                raise
-            continue
         hp, base, size = m.args[i], m.bases[i], m.sizes[i]
         name = m.names[i] if m.names else 0
         padding = _padding(m, i)
@@ -108,9 +125,7 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
             if ptr_tpr.is_new:
                 fresh.add(base)
             if not ptr_tpr.tgt:
-                diag.report("Call to getTargetPointer returned null pointer ("
-                            + ("'present' map type modifier" if present
-                               else "device failure or illegal mapping") + ").")
+                _report_null_pointer(present)
                 raise MapError(f"no device copy of the pointer at {base:#x}")
             ptr_host = base
             base = _abi.read_pointer(base)
@@ -122,9 +137,7 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
         if tpr.is_new:
             fresh.add(hp)
         if not tpr.tgt and (size or present):
-            diag.report("Call to getTargetPointer returned null pointer ("
-                        + ("'present' map type modifier" if present
-                           else "device failure or illegal mapping") + ").")
+            _report_null_pointer(present)
             raise MapError(f"cannot map {size} bytes at {hp:#x}")
         if t & MAP_RETURN_PARAM:
             m.set_base(i, _return_param(dm, hp, base, tpr.tgt))
@@ -183,18 +196,9 @@ def target_data_end(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = Fa
     post = []
     counted = []                        # rows whose `ends` this construct raised
     try:
-        for i in reversed(range(m.n)):
+        for i in _own_arguments(dm, m, reversed(range(m.n)), target_data_end,
+                                "targetDataEnd"):
             t = m.types[i]
-            if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
-                continue
-            if m.mappers and m.mappers[i]:
-                try:
-                    target_data_mapper(dm, i, m, target_data_end)
-                except MapError:
-                    diag.report("Call to targetDataEnd via targetDataMapper for custom "
-                                "mapper failed.")
-                    raise
-                continue
             hp, size = m.args[i], m.sizes[i]
             implicit = bool(t & MAP_IMPLICIT)
             update_ref = ((not (t & MAP_MEMBER_OF)) or bool(t & MAP_PTR_AND_OBJ)) and \
@@ -305,18 +309,8 @@ def target_data_update(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool =
     sections piece by piece); a ``present`` motion modifier without a mapping fails
     the construct."""
     del from_mapper
-    for i in range(m.n):
+    for i in _own_arguments(dm, m, range(m.n), target_data_update, "targetDataUpdate"):
         t = m.types[i]
-        if t & (MAP_LITERAL | MAP_PRIVATE | MAP_ATTACH):
-            continue
-        if m.mappers and m.mappers[i]:
-            try:
-                target_data_mapper(dm, i, m, target_data_update)
-            except MapError:
-                diag.report("Call to targetDataUpdate via targetDataMapper for custom "
-                            "mapper failed.")
-                raise
-            continue
         if t & MAP_NON_CONTIG:
             ndims = m.sizes[i]
             dims = _abi.read_non_contig(m.args[i], ndims)
