@@ -5,7 +5,7 @@
  * int32_t (int32_t ID, void *A, void *B, int64_t Size) in LLVM 14 and 16).  Through
  * ctypes each call costs a foreign-call round trip; osh_batch_call4 makes them all in
  * one.  Mechanism only: which calls, in which order and with which checks is decided
- * in Python (offload_shim/plugins/plugin.py, offload_shim/core/device.py).
+ * in Python (offload_shim/plugins/llvm.py, offload_shim/core/compiled.py).
  */
 #include <stdint.h>
 

@@ -9,7 +9,9 @@ frees, releasing cached blocks), :mod:`.parking` (frees put off), :mod:`.queries
 blocks go), :mod:`.oom` (the out-of-memory path and its ladders), :mod:`.stats`, :mod:`.events`
 (the event log), :mod:`.ownership` (which manager holds a block),
 :mod:`.config` (options, environment), :mod:`.plugin_cache` (debug modes
-and plugins that cache on their own), :mod:`.pinned` (pinned host memory).
+and plugins that cache on their own), :mod:`.pinned` (pinned host memory: the registry;
+with :mod:`.pinned_ranges`, the ranges' table, :mod:`.pinned_host`, the pinned host
+pool, and :mod:`.pin_backends`, how a range is locked).
 Importing this package imports nothing more (the names below are imported on first use).
 """
 

@@ -11,16 +11,24 @@ after the fact, tracking what was pinned.  This module implements both, per
   and :meth:`PinnedRegistry.alloc_host` still work);
 * ``"mapped"`` a host range is pinned when it is first submitted to or
   retrieved from a device block and unpinned when that block is freed, the
-  device is deinitialised, or the runtime closes (the seed's proposal);
+  device is deinitialised, or the runtime closes (the gcc-patches proposal);
 * ``"all"``    ``mlockall(MCL_CURRENT | MCL_FUTURE)`` like libgomp's
   ``-foffload-memory=pinned``; a too-low limit only warns;
   ``munlockall`` at close.
 
-How a range is locked -- the plugin's own entry points, a GOMP plugin's page-locked
-allocator, ``cuMemHostRegister`` or ``mlock`` -- is chosen per device by
-:func:`~offload_shim.memory.pin_backends.select_backend` (the backends and the
-process facts they check live in :mod:`offload_shim.memory.pin_backends`; their
-names are importable from here too).
+This module is the registry and its locking API (:class:`PinnedRegistry`: pin,
+unpin, queries, the policies' hooks, teardown).  Its neighbours hold the other
+subjects, and their public names are importable from here too:
+
+* :mod:`.pinned_ranges`: the per-device table of pinned ranges (LLVM
+  ``PinnedAllocationMapTy``, ``PluginInterface.cpp`` of the nextgen plugins, one per
+  ``GenericDeviceTy``) and :class:`PinnedRange`, the snapshot handed out;
+* :mod:`.pinned_host`: page-locked host allocations (:class:`PinnedHostPool`,
+  :class:`PinnedHostBuffer`, :func:`size_class_pages`);
+* :mod:`.pin_backends`: how a range is locked -- the plugin's own entry points, a
+  GOMP plugin's page-locked allocator, ``cuMemHostRegister`` or ``mlock`` -- chosen
+  per device by :func:`~offload_shim.memory.pin_backends.select_backend`, and the
+  process facts the backends check.
 
 Range rule (LLVM ``PinnedAllocationMapTy::lockHostBuffer``, which backs
 liboffload ``olMemRegister``): per device, pinning the exact same range again
@@ -61,31 +69,26 @@ Importing this module does no work; libc and cuda-python are loaded on first use
 
 from __future__ import annotations
 
-import bisect
-import mmap
 import os
 import threading
 import warnings
 import weakref
-from collections import namedtuple
 
-from ..abi import buffers as _buffers
-from ..errors import (LifecycleError, MemlockLimitError, OffloadError, PinnedMemoryError,
-                      PinnedRangeError, StalePinError)
+from ..errors import (LifecycleError, OffloadError, PinnedMemoryError, PinnedRangeError,
+                      StalePinError)
 from .pin_backends import (_PROCESS, _REGISTRIES, PAGE, CudaHostRegisterBackend,
                            GompPageLockedBackend, MlockBackend, OlMemRegisterBackend, PinBackend,
                            PluginLockBackend, _page_span, check_memlock, cuda_driver_available,
                            has_cap_ipc_lock, mapping_identity, memlock_limit, select_backend,
                            span_locked, vmlck_bytes)
+from .pinned_host import (DEFAULT_POOL_CACHE, MAX_HOST_ALLOC, PinnedHostBuffer, PinnedHostPool,
+                          size_class_pages)
+from .pinned_ranges import LOCKED, PinDomain, PinEntry, PinnedRange, address_of
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
 PINNED_ENV = "OFFLOAD_SHIM_PINNED"
 POLICIES = ("none", "mapped", "all")
-#: default cap on bytes kept pinned in a pinned host pool's cache
-DEFAULT_POOL_CACHE = 64 << 20
-#: largest pinned host allocation (bytes): what ``mmap``'s ``ssize_t`` length holds
-MAX_HOST_ALLOC = (1 << 63) - 1
 
 
 class PinnedMemoryWarning(RuntimeWarning):
@@ -106,113 +109,6 @@ def resolve_policy(policy: str | None) -> str:
     return policy
 
 
-# -- the registry --------------------------------------------------------------
-
-class PinnedRange(namedtuple("PinnedRange", "address size refs nested backend device",
-                             defaults=(None, "", None))):
-    """A snapshot of one pinned range: ``address``, ``size`` (bytes), ``refs``
-    (own pins + nested pins), ``nested`` ({(address, size): count}; a new ``{}`` by
-    default), ``backend`` name, ``device`` label (None = process domain).  Immutable
-    (a ``namedtuple``: see :mod:`offload_shim.records`)."""
-
-    __slots__ = ()
-
-    def __new__(cls, *args, **kwargs):
-        self = super().__new__(cls, *args, **kwargs)
-        return self._replace(nested={}) if self.nested is None else self
-
-    @property
-    def end(self) -> int:
-        return self.address + self.size
-
-
-#: ``_Entry.ident`` of a raw pin whose backend mlocks: its pages must stay VM_LOCKED
-_LOCKED = "locked"
-
-
-class _Entry:
-    __slots__ = ("start", "size", "own", "nested", "keep", "host_block", "ident", "stale")
-
-    def __init__(self, start: int, size: int):
-        self.start, self.size = start, size
-        self.own = 0
-        self.nested: dict[tuple[int, int], int] = {}
-        self.keep: dict[tuple[int, int], list] = {}
-        self.host_block = False
-        self.ident = None       # raw pins: what must still be true of its pages (_held)
-        self.stale = False
-
-    @property
-    def end(self) -> int:
-        return self.start + self.size
-
-    @property
-    def refs(self) -> int:
-        return self.own + sum(self.nested.values())
-
-
-class _Domain:
-    """The pinned ranges of one device (or of the process), sorted by start."""
-
-    def __init__(self, device, backend: PinBackend):
-        self.device = device
-        self.backend = backend
-        self.reg_backend = backend if backend.registers else select_backend(device)
-        self.starts: list[int] = []
-        self.entries: dict[int, _Entry] = {}
-        self.maps: dict[int, set[tuple[int, int]]] = {}   # device block -> pinned host ranges
-
-    @property
-    def label(self) -> str | None:
-        return None if self.device is None else self.device.label
-
-    def find(self, addr: int, size: int) -> list[_Entry]:
-        """Entries intersecting [addr, addr+size)."""
-        j = bisect.bisect_right(self.starts, addr)      # first start > addr
-        out = []
-        if j > 0:
-            e = self.entries[self.starts[j - 1]]
-            if e.end > addr:
-                out.append(e)
-        while j < len(self.starts) and self.starts[j] < addr + size:
-            out.append(self.entries[self.starts[j]])
-            j += 1
-        return out
-
-    def insert(self, e: _Entry) -> None:
-        bisect.insort(self.starts, e.start)
-        self.entries[e.start] = e
-
-    def remove(self, e: _Entry) -> None:
-        self.starts.pop(bisect.bisect_left(self.starts, e.start))
-        del self.entries[e.start]
-
-
-def _address_of(obj, size: int | None, *, writable_only: bool = False):
-    """(address, size, keepalive) of an int address (``size`` required) or a
-    C-contiguous buffer-protocol object."""
-    if isinstance(obj, bool):
-        raise TypeError("expected an address (int) or a buffer object")
-    if isinstance(obj, int):
-        if size is None:
-            raise TypeError("an address needs size= (bytes)")
-        if obj <= 0:
-            raise ValueError(f"invalid address {obj!r}")
-        return obj, int(size), None
-    mv = memoryview(obj)
-    if not mv.c_contiguous:
-        raise ValueError("host buffer must be C-contiguous")
-    if mv.readonly:
-        raise TypeError("cannot pin a read-only buffer (Python copies it on the way)")
-    n = mv.nbytes if size is None else int(size)
-    if n > mv.nbytes:
-        raise ValueError(f"size {n} exceeds the {mv.nbytes}-byte buffer")
-    if mv.nbytes == 0:
-        return 0, n, mv
-    addr, keep = _buffers.buffer_address(mv)
-    return addr, n, keep
-
-
 class PinnedRegistry:
     """Reference-counted pinned host ranges of one runtime.
 
@@ -227,7 +123,7 @@ class PinnedRegistry:
         self.policy = resolve_policy(policy)
         self._runtime = weakref.ref(runtime) if runtime is not None else None
         self._lock = threading.RLock()
-        self._domains: dict[object, _Domain] = {}
+        self._domains: dict[object, PinDomain] = {}
         self._closed = False
         self._all_locked = False
         self._warned: set[str] = set()
@@ -256,13 +152,13 @@ class PinnedRegistry:
                                  "nothing can be pinned, unpinned or allocated any more")
 
     # -- domains ---------------------------------------------------------------
-    def _domain(self, device) -> _Domain:
+    def _domain(self, device) -> PinDomain:
         """The domain of ``device``; the caller has initialised the device
         (never initialise under the registry lock: device teardown takes the
         device lock, then this one)."""
         dom = self._domains.get(device)
         if dom is None:
-            dom = self._domains[device] = _Domain(device, select_backend(device, purpose="allocate"))
+            dom = self._domains[device] = PinDomain(device, select_backend(device, purpose="allocate"))
         return dom
 
     def backend_for(self, device=None) -> str:
@@ -291,7 +187,7 @@ class PinnedRegistry:
         LifecycleError (closed registry, checked first).  Returns the
         enclosing range."""
         self._check_open()
-        addr, n, keep = _address_of(buf, size)
+        addr, n, keep = address_of(buf, size)
         if n <= 0:
             raise PinnedRangeError(f"cannot pin {n} bytes at {addr:#x}: size must be > 0",
                                    address=addr, size=n)
@@ -336,17 +232,17 @@ class PinnedRegistry:
                 s, e_ = _page_span(addr, n)
                 check_memlock(e_ - s, f"pin [{addr:#x}, +{n})")
             be.lock(addr, n)
-            e = _Entry(addr, n)
+            e = PinEntry(addr, n)
             e.own = 1
             e.host_block = host_block
             if keep is None and not host_block:     # a raw address: nothing keeps it mapped
-                e.ident = _LOCKED if be.counts_memlock else mapping_identity(addr, n)
+                e.ident = LOCKED if be.counts_memlock else mapping_identity(addr, n)
             e.keep[(addr, n)] = [keep]
             dom.insert(e)
             return self._snap(dom, e)
 
     @staticmethod
-    def _held(dom: _Domain, e: _Entry) -> bool:
+    def _held(dom: PinDomain, e: PinEntry) -> bool:
         """(Registry lock held.)  False when ``e`` is a raw pin whose memory
         changed since it was pinned (module docstring, "Stale pins"); it is
         then marked stale for good.  True while the kernel's state cannot be
@@ -355,7 +251,7 @@ class PinnedRegistry:
             return False
         if e.ident is None:
             return True
-        if e.ident is _LOCKED:
+        if e.ident is LOCKED:
             held = span_locked(e.start, e.size) is not False
         else:
             now = mapping_identity(e.start, e.size)
@@ -378,7 +274,7 @@ class PinnedRegistry:
         if isinstance(buf, int) and not isinstance(buf, bool) and size is None:
             addr, n = buf, None
         else:
-            addr, n, _ = _address_of(buf, size)
+            addr, n, _ = address_of(buf, size)
         with self._lock:
             self._check_open()
             dom = self._domains.get(device)
@@ -391,7 +287,7 @@ class PinnedRegistry:
             key = e[1]
             return self._drop(dom, e[0], key)
 
-    def _match(self, dom: _Domain, addr: int, n: int | None):
+    def _match(self, dom: PinDomain, addr: int, n: int | None):
         hits = dom.find(addr, n or 1)
         for e in hits:
             if n is None:
@@ -406,7 +302,7 @@ class PinnedRegistry:
                 return e, (addr, n)
         return None
 
-    def _drop(self, dom: _Domain, e: _Entry, key) -> int:
+    def _drop(self, dom: PinDomain, e: PinEntry, key) -> int:
         if key == (e.start, e.size) and e.own:
             e.own -= 1
         else:
@@ -424,7 +320,7 @@ class PinnedRegistry:
             self._unlock(dom, e)
         return left
 
-    def _unlock(self, dom: _Domain, e: _Entry) -> None:
+    def _unlock(self, dom: PinDomain, e: PinEntry) -> None:
         try:
             dom.reg_backend.unlock(e.start, e.size)
         except OffloadError as exc:
@@ -432,7 +328,7 @@ class PinnedRegistry:
 
     # -- queries -----------------------------------------------------------------
     @staticmethod
-    def _snap(dom: _Domain, e: _Entry) -> PinnedRange:
+    def _snap(dom: PinDomain, e: PinEntry) -> PinnedRange:
         return PinnedRange(e.start, e.size, e.refs, dict(e.nested), dom.reg_backend.name,
                            dom.label)
 
@@ -596,6 +492,46 @@ class PinnedRegistry:
         self._check_open()
         return self.host_pool(device).allocate(nbytes)
 
+    # -- the host pools' blocks (PinnedHostPool, pinned_host.py) ---------------------------
+    def _host_domain(self, device) -> PinDomain:
+        """The domain whose ``backend`` allocates or locks ``device``'s host blocks
+        (initialises the device first).  LifecycleError after :meth:`close`."""
+        if device is not None:
+            device.init()
+        with self._lock:
+            self._check_open()
+            return self._domain(device)
+
+    def _add_host_block(self, dom: PinDomain, addr: int, size: int) -> None:
+        """A block the backend allocated page-locked (GOMP ``page_locked_host_alloc``)
+        enters ``dom`` as a host block (LLVM ``registerHostBuffer``)."""
+        with self._lock:
+            e = PinEntry(addr, size)
+            e.own, e.host_block = 1, True
+            dom.insert(e)
+
+    def _pin_host_block(self, device, addr: int, size: int) -> None:
+        """Lock the ``mmap``'ed block ``[addr, +size)`` for ``device`` as a host block
+        (the checks and errors of :meth:`pin`)."""
+        self._pin(device, addr, size, None, host_block=True)
+
+    def _drop_host_block(self, device, addr: int, allocated: bool) -> None:
+        """The host block at ``addr`` leaves ``device``'s domain: given back to the
+        backend that ``allocated`` it, else unlocked (LLVM ``unregisterHostBuffer``).
+        Nothing when the domain was torn down already; a backend failure is logged."""
+        with self._lock:
+            dom = self._domains.get(device)
+            e = None if dom is None else dom.entries.get(addr)
+            if e is not None and e.host_block:
+                dom.remove(e)
+                if allocated:
+                    try:
+                        dom.backend.host_free(addr)
+                    except OffloadError as exc:
+                        log.warning("%s", exc)
+                else:
+                    self._unlock(dom, e)
+
     # -- teardown ---------------------------------------------------------------------------
     def close(self) -> None:
         """Unpin every range (all references), release the host pools, and
@@ -613,233 +549,6 @@ class PinnedRegistry:
                 _PROCESS.unlock_all()
             self._closed = True
             _REGISTRIES.discard(self)
-
-
-# -- pinned host allocations ---------------------------------------------------
-
-def size_class_pages(nbytes: int) -> int:
-    """Pages of the size class for ``nbytes`` (> 0): exact pages up to 15
-    pages, above that 8..16 classes per power of two, so the rounding waste
-    is under one page plus 1/8 of the size (CuPy's power-of-two pinned pool
-    can waste half)."""
-    if nbytes <= 0:
-        raise ValueError(f"size must be > 0 bytes, not {nbytes}")
-    pages = -(-nbytes // PAGE)
-    g = 1 << max(0, pages.bit_length() - 4)
-    return -(-pages // g) * g
-
-
-class _Block:
-    __slots__ = ("addr", "size", "mm", "gomp")
-
-    def __init__(self, addr: int, size: int, mm, gomp: bool):
-        self.addr, self.size, self.mm, self.gomp = addr, size, mm, gomp
-
-
-class _PinnedHostBufferMixin:
-    """Methods of :class:`PinnedHostBuffer`."""
-
-    def free(self) -> None:
-        """Give the memory back to its pool (idempotent).  Using the buffer
-        afterwards is undefined, as with C ``free``."""
-        fin = self.__dict__.get("_fin")
-        if fin is not None:
-            fin()
-
-    @property
-    def freed(self) -> bool:
-        fin = self.__dict__.get("_fin")
-        return fin is None or not fin.alive
-
-    @property
-    def address(self) -> int:
-        """Address of the first byte."""
-        return _buffers.address_of(self)
-
-    @property
-    def nbytes(self) -> int:
-        """Size in bytes (as asked for; :attr:`capacity` is the block's)."""
-        return len(self)
-
-    @property
-    def capacity(self) -> int:
-        """Bytes of the underlying page-granular block."""
-        return self.__dict__["_capacity"]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.free()
-
-    def __repr__(self) -> str:
-        return (f"<PinnedHostBuffer {self.nbytes} bytes at {self.address:#x}"
-                f"{' freed' if self.freed else ''}>")
-
-
-#: ``isinstance(x, PinnedHostBuffer)`` is True for every pinned host buffer
-PinnedHostBuffer = _PinnedHostBufferMixin
-
-
-def _buffer_type(nbytes: int):
-    return _buffers.byte_array_type(nbytes, _PinnedHostBufferMixin, "PinnedHostBuffer")
-
-
-class PinnedHostPool:
-    """Page-locked host allocations for one device (or the process).
-
-    One anonymous ``mmap`` per block (libgomp ``linux_memspace_alloc``
-    pinned path), locked through the registry, so it appears in
-    :meth:`PinnedRegistry.ranges` and the limit is checked; a GOMP plugin
-    with ``page_locked_host_alloc`` allocates the block itself.  Freed blocks
-    stay locked in a cache keyed by size class (:func:`size_class_pages`), up
-    to ``max_cached`` bytes, so repeated allocations do not pay the lock cost
-    (CuPy ``PinnedMemoryPool``).  A MemlockLimitError trims the cache and
-    retries once (docs/references.md, pools compared, OOM ladder)."""
-
-    def __init__(self, registry: PinnedRegistry, device=None, *,
-                 max_cached: int = DEFAULT_POOL_CACHE):
-        self._reg = registry
-        self._device = device
-        self.max_cached = int(max_cached)
-        self._lock = threading.Lock()
-        self._free: dict[int, list[_Block]] = {}
-        self._cached = 0
-        self._in_use = 0
-        self._detached = False
-        self.hits = 0
-        self.misses = 0
-
-    def stats(self) -> dict:
-        """``{"in_use", "cached"}`` bytes, ``"hits"``, ``"misses"``."""
-        with self._lock:
-            return {"in_use": self._in_use, "cached": self._cached,
-                    "hits": self.hits, "misses": self.misses}
-
-    def allocate(self, nbytes: int) -> PinnedHostBuffer:
-        """A zero-filled-on-first-use pinned buffer exposing the buffer protocol
-        (a ctypes ``c_ubyte`` array of ``nbytes``) with ``free()`` and a
-        context manager.  Raises ValueError (nbytes <= 0, or a size whose
-        page-rounded size class does not fit in ``ssize_t``), MemlockLimitError
-        (the limit is why the lock failed), PinnedMemoryError (``mmap`` or
-        the lock failed otherwise), LifecycleError (registry closed)."""
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool):
-            raise TypeError("nbytes must be an int")
-        if nbytes > MAX_HOST_ALLOC:
-            raise ValueError(f"size {nbytes} bytes does not fit: a pinned host allocation "
-                             f"is at most {MAX_HOST_ALLOC} bytes")
-        cls_bytes = size_class_pages(nbytes) * PAGE
-        if cls_bytes > MAX_HOST_ALLOC:
-            raise ValueError(f"size {nbytes} bytes does not fit: its size class "
-                             f"({cls_bytes} bytes) exceeds {MAX_HOST_ALLOC} bytes")
-        with self._lock:
-            if self._detached or self._reg._closed:
-                raise LifecycleError("pinned host pool closed (its registry or device was "
-                                     "torn down)")
-            lst = self._free.get(cls_bytes)
-            block = lst.pop() if lst else None
-            if block is not None:
-                self._cached -= block.size
-                self.hits += 1
-            else:
-                self.misses += 1
-            self._in_use += cls_bytes
-        if block is None:
-            try:
-                try:
-                    block = self._new_block(cls_bytes)
-                except MemlockLimitError:
-                    self.trim()
-                    block = self._new_block(cls_bytes)
-            except BaseException:
-                with self._lock:
-                    self._in_use -= cls_bytes
-                raise
-        if block.mm is not None:
-            buf = _buffer_type(nbytes).from_buffer(block.mm)
-        else:
-            buf = _buffer_type(nbytes).from_address(block.addr)
-        buf.__dict__["_capacity"] = block.size
-        buf.__dict__["_fin"] = weakref.finalize(buf, self._release, block)
-        return buf
-
-    def _new_block(self, size: int) -> _Block:
-        reg, dev = self._reg, self._device
-        if dev is not None:
-            dev.init()
-        with reg._lock:
-            reg._check_open()
-            dom = reg._domain(dev)
-            be = dom.backend
-        if be.allocates:
-            addr = be.host_alloc(size)
-            block = _Block(addr, size, None, True)
-            with reg._lock:
-                e = _Entry(addr, size)
-                e.own, e.host_block = 1, True
-                dom.insert(e)
-            return block
-        try:
-            mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except (OSError, OverflowError, ValueError) as exc:
-            err = getattr(exc, "errno", None)
-            raise PinnedMemoryError(f"pinned host allocation: mmap of {size} bytes failed: "
-                                    f"{exc}", code=err, function="mmap") from exc
-        addr, view = _buffers.buffer_address(mm)
-        del view
-        try:
-            reg._pin(dev, addr, size, None, host_block=True)
-        except BaseException:
-            mm.close()
-            raise
-        return _Block(addr, size, mm, False)
-
-    def _release(self, block: _Block) -> None:
-        """Finalizer/free: back to the cache, or unlocked and unmapped."""
-        with self._lock:
-            self._in_use -= block.size
-            if not self._detached and self._cached + block.size <= self.max_cached:
-                self._free.setdefault(block.size, []).append(block)
-                self._cached += block.size
-                return
-        self._destroy(block)
-
-    def _destroy(self, block: _Block) -> None:
-        reg = self._reg
-        with reg._lock:
-            dom = reg._domains.get(self._device)
-            e = None if dom is None else dom.entries.get(block.addr)
-            if e is not None and e.host_block:
-                dom.remove(e)
-                if block.gomp:
-                    try:
-                        dom.backend.host_free(block.addr)
-                    except OffloadError as exc:
-                        log.warning("%s", exc)
-                else:
-                    reg._unlock(dom, e)
-        if block.mm is not None:
-            try:
-                block.mm.close()
-            except BufferError:
-                pass        # a buffer still points into it: unmapped when that one dies
-
-    def trim(self) -> int:
-        """Unlock and unmap every cached block; returns the bytes released."""
-        with self._lock:
-            blocks = [b for lst in self._free.values() for b in lst]
-            self._free.clear()
-            self._cached = 0
-        for b in blocks:
-            self._destroy(b)
-        return sum(b.size for b in blocks)
-
-    def _detach(self) -> None:
-        """Registry/device teardown: release the cache; blocks still in use stay
-        mapped (and are destroyed when freed) but are no longer locked."""
-        with self._lock:
-            self._detached = True
-        self.trim()
 
 
 __all__ = ["PAGE", "PINNED_ENV", "POLICIES", "PinnedRegistry", "PinnedRange", "PinnedHostPool",
