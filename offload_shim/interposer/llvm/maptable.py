@@ -107,9 +107,15 @@ class MappingTable:
     host memory (``partial-struct-padding`` in its profile's ``fixed_upstream``), so
     that a look-up libomptarget 16 would have resolved into the padding is noticed
     (:meth:`~.mapping.DeviceMapper.note_fixed_upstream`); a row leaves it when it
-    leaves the table."""
+    leaves the table.
+
+    ``version``: grows by one with every insertion and removal of a row (and
+    :meth:`clear`): while it is unchanged, a look-up of the same range finds the
+    same row (the rows' host ranges never change), which lets the cheap path replay
+    a region's look-ups (:mod:`.plan_target`)."""
 
     def __init__(self):
+        self.version = 0
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
@@ -189,6 +195,7 @@ class MappingTable:
         self.entries.insert(i, entry)
         self._begins.insert(i, entry.begin)
         entry.live = True
+        self.version += 1
 
     def remove(self, entry: MapEntry) -> bool:
         """Take ``entry`` out of the table (and the shadow pointers inside its range);
@@ -203,6 +210,7 @@ class MappingTable:
                 break
             i -= 1
         entry.live = False
+        self.version += 1
         if self.shadow:
             for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
                 del self.shadow[addr]
@@ -218,6 +226,7 @@ class MappingTable:
         return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
 
     def clear(self) -> None:
+        self.version += 1
         for e in self.entries:
             e.live = False
         self.entries.clear()

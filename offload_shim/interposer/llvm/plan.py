@@ -95,6 +95,7 @@ SIMPLE_BITS = MAP_TO | MAP_FROM | MAP_TARGET_PARAM | MAP_IMPLICIT | MAP_LITERAL
 REQ_USM = 0x008
 #: most plans kept (distinct constant map-type arrays of a program are far fewer)
 MAX_PLANS = 4096
+_KERNEL_ARGS = _clang.KERNEL_ARGS
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 
@@ -113,13 +114,22 @@ class Plan:
     :class:`~offload_shim.core.device.DeviceLease` whose blocks the kernel's last
     construct gave back to the pool with the frees put off
     (:meth:`~offload_shim.core.device.DeviceLease.park`; a list: ``pop`` and
-    ``append`` are atomic)."""
-    __slots__ = ("types", "simple", "maps", "params", "launch", "parked")
+    ``append`` are atomic); ``replay``: the words of a kernel construct's bases,
+    pointers and sizes (bytes) -> ``(table, version, found, tgts, fresh)``, what its
+    look-ups found while the table had that ``version``
+    (:attr:`~.maptable.MappingTable.version`: no row inserted or removed since, so
+    the same look-ups find the same rows); ``args``: the same words -> ``(tgts,
+    implicit, args, offsets)``, the launch arguments made from them (dicts: their
+    ``get`` and item assignment are atomic; at most ``plan_target.MAX_REPLAYS``
+    each)."""
+    __slots__ = ("types", "simple", "maps", "params", "launch", "parked", "replay", "args")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
         self.launch = None
         self.parked = []
+        self.replay = {}
+        self.args = {}
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -215,10 +225,17 @@ class FastPath:
             v = self._views[addr] = _abi.frame_view(addr)
         kind = v[W_KIND]
         if v[W_COPIED] and self._enabled and (kind != KERNEL
-                                              or v[W_KARGS_VERSION] in _clang.KERNEL_ARGS):
-            rc = self._serve(v, kind)
-            if rc is not None:
-                return rc
+                                              or v[W_KARGS_VERSION] in _KERNEL_ARGS):
+            n = v[W_N]
+            plan = self._plans.get((kind, v[W_TYPES_P], n, v[W_HOST_PTR]))
+            t0 = HEAD + 3 * n
+            if plan is None or (v[t0] != plan.types[0] if n == 1
+                                else v[t0:t0 + n].tolist() != plan.types):
+                plan = self._plan(v, kind, n)
+            if plan.simple:
+                rc = self._serve(v, kind, n, plan)
+                if rc is not None:
+                    return rc
         with self._count_lock:
             self.general += 1
         return self._general(v, kind)
@@ -251,37 +268,40 @@ class FastPath:
         return chk
 
     def _plan(self, v, kind: int, n: int) -> Plan:
+        """A new plan for the construct (the one kept for its identity, if any, was
+        made from other map types)."""
         key = (kind, v[W_TYPES_P], n, v[W_HOST_PTR])
-        plan = self._plans.get(key)
         t0 = HEAD + 3 * n
-        if plan is not None:
-            if n == 1:
-                if v[t0] == plan.types[0]:
-                    return plan
-            elif v[t0:t0 + n].tolist() == plan.types:
-                return plan
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         plan = self._plans[key] = Plan(kind, v[t0:t0 + n].tolist(), bool(v[W_MAPPERS_P]))
         return plan
 
-    def _serve(self, v, kind: int):
-        """The construct through the cheap path: its return code, or None when the
-        general code must do it (nothing of it done yet)."""
-        n = v[W_N]
-        plan = self._plan(v, kind, n)
-        if not plan.simple:
-            return None
+    def _serve(self, v, kind: int, n: int, plan: Plan):
+        """The construct through the cheap path (``plan`` simple): its return code,
+        or None when the general code must do it (nothing of it done yet)."""
         dev = v[W_DEV] - _U64 if v[W_DEV] > _I64_MAX else v[W_DEV]
-        dm = self._mapper(dev, v[W_LOC])
-        if isinstance(dm, int):
-            return dm                       # host fallback or fatal: decided by the check
-        if dm.table.shadow or dm.table.padded:
+        gen = self.generation
+        hit = self._ready.get(dev) if dev != -1 else None
+        if hit is not None and hit[0] == gen and hit[1].device.initialized \
+                and hit[1].device.init_count == hit[2]:
+            dm = hit[1]                     # _mapper's answer, without the call
+        else:
+            dm = self._mapper(dev, v[W_LOC])
+            if isinstance(dm, int):
+                return dm                   # host fallback or fatal: decided by the check
+        table = dm.table
+        if table.shadow or table.padded:
             return None
         if kind == KERNEL:
-            got = self._launcher(plan, dm, v[W_HOST_PTR], v[W_KARGS_VERSION])
-            if got is None:
-                return None
+            got = plan.launch
+            d = dm.device
+            key = got[0] if got is not None else None
+            if key is None or key[0] != gen or key[1] is not d \
+                    or key[2] != d.init_count or key[3] != v[W_KARGS_VERSION]:
+                got = self._launcher(plan, dm, v[W_HOST_PTR], v[W_KARGS_VERSION])
+                if got is None:
+                    return None
             return plan_target.target(v, n, plan, dm, got, self._failed)
         if kind == BEGIN:
             try:

@@ -99,7 +99,9 @@ def begin(v, n: int, plan, dm) -> list:
             ent.tgt = ptr + pad
             if to:
                 ops.append((ptr, ent.tgt, ent.begin, ent.end - ent.begin))
-        if ops:
+        if len(ops) == 1:
+            dev.submit_in(*ops[0])              # O(1): checked against its block
+        elif ops:
             dev.submit_many(ops)
     except BaseException as exc:
         with dm.lock:
@@ -183,7 +185,11 @@ def end(v, n: int, plan, dm) -> bool:
     err = None
     if back:
         try:
-            dm.device.retrieve_many(back)
+            if len(back) == 1:                  # O(1): checked against its block
+                block, tgt, hp, size = back[0]
+                dm.device.retrieve_in(block, hp, tgt, size)
+            else:
+                dm.device.retrieve_many(back)
         except BaseException as exc:        # the counts are settled first
             err = exc
     ptrs = []
@@ -251,7 +257,13 @@ def update(v, n: int, plan, dm) -> bool:
 
 
 def _flush(dev, run: list, from_device: bool) -> None:
-    if run:
+    if len(run) == 1:                       # O(1): checked against its block
+        block, tgt, hp, size = run[0]
+        if from_device:
+            dev.retrieve_in(block, hp, tgt, size)
+        else:
+            dev.submit_in(block, tgt, hp, size)
+    elif run:
         if from_device:
             dev.retrieve_many(run)
         else:
