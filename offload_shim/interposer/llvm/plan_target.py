@@ -170,15 +170,13 @@ def target(v, n: int, plan, dm, got, failed):
                 and not table.private):
             # the same arguments and no row inserted or removed since a construct of
             # this plan had them: its look-ups find the same rows (MappingTable.version)
-            _t, _ver, found, tgts, fresh = rp
+            _t, _ver, found, tgts, fresh, present, prep = rp
             tgts = list(tgts)
-            for k in range(nm):
-                ent = found[k]
-                if ent is not None:
-                    if ent.pending:             # another thread is preparing it
-                        _undo(found[:k])
-                        return None
-                    ent.inc(False)
+            for ent in present:
+                if ent.pending:                 # another thread is preparing it
+                    return None
+            for ent in present:
+                ent.inc(False)
         else:
             tgts = [0] * nm
             found = [None] * nm                 # per map: the row that existed, or None
@@ -210,9 +208,11 @@ def target(v, n: int, plan, dm, got, failed):
                 _undo(found)
                 return None
             found = tuple(found)
+            prep = None if fresh is None else _prepare(maps, fresh)
             if len(replay) >= MAX_REPLAYS:
                 replay.clear()
-            replay[key] = (table, table.version, found, tuple(tgts), fresh)
+            replay[key] = (table, table.version, found, tuple(tgts), fresh,
+                           tuple(e for e in found if e is not None), prep)
         if fresh is not None:
             rec = _new(_Reservation)         # __init__ without its call (hot path)
             rec.v = v
@@ -228,7 +228,7 @@ def target(v, n: int, plan, dm, got, failed):
     lease = None
     if rec is not None:
         try:
-            sizes = [size + hp % ALIGN for _k, hp, size in fresh]
+            sizes, tos, backs, places = prep
             parked = plan.parked
             if parked:
                 try:
@@ -240,14 +240,10 @@ def target(v, n: int, plan, dm, got, failed):
             if lease is None:
                 lease = dev.lease(sizes)
             ptrs = lease.ptrs
-            ops = []
-            for j, (k, hp, size) in enumerate(fresh):
-                pad = hp % ALIGN
+            for k, j, pad in places:
                 tgts[k] = ptrs[j] + pad
-                if maps[k][1]:
-                    ops.append((j, pad, hp, size))
-            if ops:
-                lease.submit_many(ops)
+            if tos:
+                lease.submit_many(tos)
         except BaseException as exc:
             _withdraw(dm, rec, found)
             if lease is not None:
@@ -327,15 +323,11 @@ def target(v, n: int, plan, dm, got, failed):
     err = None
     try:
         if rec is not None:
-            back = None
-            ptrs = lease.ptrs
-            for j in range(len(fresh) - 1, -1, -1):
-                k, hp, size = fresh[j]
-                if maps[k][2] and (last is None or last[j]):
-                    if back is None:
-                        back = []
-                    back.append((j, tgts[k] - ptrs[j], hp, size))
-            if back is not None:
+            if last is None:                # every new row is at its last reference
+                back = backs
+            else:                           # published: those this construct ended
+                back = [op for op in backs if last[op[0]]]
+            if back:
                 lease.retrieve_many(back)
         if removed is not None:
             dev.retrieve_many([(ent.alloc, tgts[k], v[a0 + maps[k][0]],
@@ -399,6 +391,25 @@ def target(v, n: int, plan, dm, got, failed):
             return failed(KERNEL, err, v[W_LOC])
         raise err
     return _abi.CB_OK
+
+
+def _prepare(maps, fresh) -> tuple:
+    """What a kernel construct's new rows ``fresh`` (``(k, hp, size)``) need, made
+    once per set of arguments: the sizes to allocate (argument order), the ``to``
+    copies ``(j, offset, hp, size)`` in argument order, the ``from`` copies in
+    reverse argument order (libomptarget 16 ``targetDataEnd``), and ``(k, j,
+    offset)``: map ``k`` is at ``offset`` in block ``j``."""
+    sizes, tos, backs, places = [], [], [], []
+    for j, (k, hp, size) in enumerate(fresh):
+        pad = hp % ALIGN
+        sizes.append(size + pad)
+        places.append((k, j, pad))
+        if maps[k][1]:
+            tos.append((j, pad, hp, size))
+        if maps[k][2]:
+            backs.append((j, pad, hp, size))
+    backs.reverse()
+    return sizes, tos, backs, tuple(places)
 
 
 def _withdraw(dm, rec, found) -> None:
