@@ -29,8 +29,9 @@ LIBRARIES = {"16": LIBOMPTARGET16, "19.1": CLANG19.runtime_lib / "libomptarget.s
 #: the modules that re-create libomptarget 16: the shared bridge and the llvm/ wing
 #: (gomp/ re-creates libgomp)
 LLVM_MODULES = ("llvm/api", "bridge", "llvm/diag", "embed", "llvm/interface", "llvm/launch",
-                "library", "llvm/mapping", "llvm/omptarget", "llvm/plan", "llvm/plugin_manager",
-                "llvm/policy", "llvm/rtl")
+                "library", "llvm/mapping", "llvm/maptable", "llvm/omptarget", "llvm/plan",
+                "llvm/plan_data", "llvm/plan_target", "llvm/plugin_manager", "llvm/policy",
+                "llvm/rtl", "llvm/transfer")
 #: diag function -> index of its text argument
 _TEXT_ARG = {"report": 0, "message": 0, "info": 2, "fatal": 1, "_info": 1}
 

@@ -306,7 +306,7 @@ def test_note_fixed_upstream_counts_only_the_releases_bugs():
 def test_padding_is_noticed_where_16_would_find_it_mapped():
     """MappingTable.in_padding: a range meeting the padding before a padded row (where
     libomptarget 16's row begins), and nothing else."""
-    from offload_shim.interposer.llvm.mapping import MappingTable
+    from offload_shim.interposer.llvm.maptable import MappingTable
     t = MappingTable()
     t.padded[0x1004] = 4                    # a row from 0x1004, padded by 4 bytes
     assert t.in_padding(0x1000, 4) and t.in_padding(0x1000, 0) and t.in_padding(0x1003, 1)

@@ -278,10 +278,36 @@ class DeviceLease:
                 add((ptrs[j] + off, host, n) if to_device else (host, ptrs[j] + off, n))
         return out
 
+    def _one(self, op, to_device: bool) -> None:
+        """One copy ``(j, offset, host_addr, nbytes)``: what :meth:`submit_many` /
+        :meth:`retrieve_many` do for a single one, without the batch's array (the
+        plugin's ``submit`` / ``retrieve``, the same checks and errors)."""
+        j, off, host, n = op
+        dev = self._dev
+        if not self.valid:
+            raise LifecycleError(f"{dev.label}: device memory lease used after its "
+                                 "release or a deinit", device=dev.label)
+        if n <= 0:
+            return
+        if off < 0 or off + n > self.sizes[j]:
+            raise ValueError(f"{dev.label}: copy of {n} bytes at offset {off} "
+                             f"exceeds the leased block of {self.sizes[j]} bytes")
+        dev._enter()
+        try:
+            if to_device:
+                dev.plugin.submit(dev.index, self.ptrs[j] + off, host, n)
+            else:
+                dev.plugin.retrieve(dev.index, host, self.ptrs[j] + off, n)
+        finally:
+            dev._exit()
+
     def submit_many(self, ops) -> None:
         """Host -> device copies ``(j, offset, host_addr, nbytes)``, in order (one
         in-flight round trip, the plugin's calls batched).  Raises LifecycleError
         (lease no longer valid), ValueError (outside the block), PluginCallError."""
+        if len(ops) == 1:
+            self._one(ops[0], True)
+            return
         dev = self._dev
         todo = self._ops(ops, True)
         if todo:
@@ -294,6 +320,9 @@ class DeviceLease:
     def retrieve_many(self, ops) -> None:
         """Device -> host copies ``(j, offset, host_addr, nbytes)`` (see
         :meth:`submit_many`)."""
+        if len(ops) == 1:
+            self._one(ops[0], False)
+            return
         dev = self._dev
         todo = self._ops(ops, False)
         if todo:

@@ -32,7 +32,8 @@ from .gomp.target import GOMP_CONSTRUCTS, GompImage
 from .library import LoadedLibrary
 from .llvm.interface import (OFFLOAD_DEVICE_DEFAULT, TGT_DEFAULT, TGT_DISABLED,
                              TGT_MANDATORY, Interposer, interpose)
-from .llvm.mapping import DeviceMapper, MapEntry, MappingTable
+from .llvm.mapping import DeviceMapper
+from .llvm.maptable import MapEntry, MappingTable
 from .llvm.omptarget import (MAP_ALWAYS, MAP_ATTACH, MAP_CLOSE, MAP_DELETE, MAP_FROM,
                              MAP_IMPLICIT, MAP_LITERAL, MAP_MEMBER_OF, MAP_NON_CONTIG,
                              MAP_OMPX_HOLD, MAP_PRESENT, MAP_PRIVATE, MAP_PTR_AND_OBJ,

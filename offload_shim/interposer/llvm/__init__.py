@@ -10,11 +10,18 @@
                         ``handleTargetOutcome`` (a part of :class:`Interposer`)
 :mod:`.rtl`             ``rtl.cpp``: ``__tgt_bin_desc`` decoding, which plugin takes an
                         image, device numbering
-:mod:`.mapping`         ``device.cpp``: the mapping table, ``getTargetPointer``,
-                        ``getTgtPtrBegin``
+:mod:`.maptable`        ``device.h``: the rows (``HostDataToTargetTy``) and the table
+                        (``HostDataToTargetMap``, ``lookupMapping``)
+:mod:`.mapping`         ``device.cpp``: ``DeviceTy``, ``getTargetPointer``,
+                        ``getTgtPtrBegin``, ``associatePtr``
+:mod:`.transfer`        ``device.cpp`` ``submitData`` / ``retrieveData`` and the shadow
+                        pointers of ``ptr_and_obj`` maps
 :mod:`.omptarget`       ``omptarget.cpp``: map types, ``targetDataBegin/End/Update``
 :mod:`.launch`          ``omptarget.cpp`` ``target()``: the kernel launch
-:mod:`.plan`            the cheap path of the constructs compiled code runs most
+:mod:`.plan`            the cheap path of the constructs compiled code runs most: plans
+                        and the dispatch of construct frames
+:mod:`.plan_data`       its ``targetDataBegin`` / ``targetDataEnd`` / ``targetDataUpdate``
+:mod:`.plan_target`     its ``target()`` (``processDataBefore/AfterLaunch``)
 :mod:`.api`             ``api.cpp``: ``omp_target_alloc`` & co.
 :mod:`.diag`            libomptarget's diagnostics, in the words of the program's release
 :mod:`.profile`         what differs between libomptarget 16, 19.1 and 22.1

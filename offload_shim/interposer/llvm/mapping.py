@@ -1,22 +1,19 @@
-"""The mapping table of one OpenMP device: host ranges -> device memory.
+"""The mapping side of one OpenMP device: the operations over its mapping table.
 
-Mirrors libomptarget 16 ``device.cpp`` / ``device.h``: ``HostDataToTargetTy`` (a row
-with a dynamic and a hold reference count, ``decShouldRemove``, ``resetRefCount``),
-``HostDataToTargetMap`` with ``DeviceTy::lookupMapping`` (contained / extends before /
-extends after; size-0 lookups), ``DeviceTy::getTargetPointer`` (allocate, copy ``to``
-when new or ``always``, "explicit extension not allowed", ``present``, unified shared
-memory), ``getTgtPtrBegin`` (``delete`` resets, ``release`` decrements; a pointer that is
-not mapped keeps its host value, OpenMP 5.1/5.2), ``associatePtr`` /
-``disassociatePtr``, the shadow pointers of ``ptr_and_obj`` maps, the permanent rows of
-declare-target globals (``initLibrary``: infinite reference count) and the INFO traces
-(``Mapping exists``, ``Creating new map entry``, ``Removing map entry``, ``Copying
-data``, the table dump) in the words of the program's release (19.1 and 22.1 add
+Mirrors libomptarget 16 ``device.cpp`` / ``device.h`` (``DeviceTy``):
+``DeviceTy::getTargetPointer`` (allocate, copy ``to`` when new or ``always``, "explicit
+extension not allowed", ``present``, unified shared memory), ``getTgtPtrBegin``
+(``delete`` resets, ``release`` decrements; a pointer that is not mapped keeps its host
+value, OpenMP 5.1/5.2), ``associatePtr`` / ``disassociatePtr``, ``eraseMapEntry``, the
+permanent rows of declare-target globals (``initLibrary``: infinite reference count)
+and the INFO traces (``Mapping exists``, ``Creating new map entry``, ``Removing map
+entry``, the table dump) in the words of the program's release (19.1 and 22.1 add
 ``TgtAllocBegin=``, a line for unified shared memory and ``table empty``:
-:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`).  Device memory comes from :meth:`Device.alloc` /
-:meth:`Device.free` (the pool); a copy for a row goes through the row's block
-(:meth:`Device.submit_in` / :meth:`Device.retrieve_in`: checked against that block
-only), any other (a global's row, an associated pointer, a shadow pointer) through
-:meth:`Device.submit_raw` / :meth:`Device.retrieve_raw`.
+:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`).  The rows and the
+table (``HostDataToTargetTy``, ``HostDataToTargetMap``, ``lookupMapping``) are
+:mod:`.maptable`'s; the copies (``submitData`` / ``retrieveData``, the shadow
+pointers) :mod:`.transfer`'s.  Device memory comes from :meth:`Device.alloc` /
+:meth:`Device.free` (the pool).
 
 Threads (libomptarget 16 ``DeviceTy::DataMapMtx``, the ``HostDataToTargetMap``
 accessor of ``device.h``, and the per-entry states of ``HostDataToTargetTy``): each
@@ -39,16 +36,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from bisect import bisect_right
 
 from ...abi import clang as _clang
 from ...abi import interposer as _abi
 from ...errors import OffloadError
 from ...records import FieldsRepr
 from . import diag
+from .maptable import _INF, MapEntry, MappingTable
 from .profile import LIBOMPTARGET_16
-
-_INF = float("inf")
+from .transfer import DataTransfers
 OMP_REQ_UNIFIED_SHARED_MEMORY = 0x008
 #: the offload policy, libomptarget 16 device.h / libomp kmp.h ``kmp_target_offload_kind``
 #: (``tgt_disabled``, ``tgt_default``, ``tgt_mandatory``)
@@ -76,236 +72,9 @@ def usm_pointers_written(host_runtime: int, plugin_generation: str) -> bool:
     return plugin_generation not in ("llvm16-classic", "llvm14")
 
 
-def _row_block(entry, tgt: int, size: int) -> int:
-    """The device block (``entry.alloc``) a copy of ``size`` bytes at ``tgt`` goes
-    through when it lies in the device range of the row ``entry`` (which lies in the
-    row's allocation); 0 otherwise: no row, a row without memory of its own (a global,
-    an associated pointer), or a copy outside the row (the trace's row is not always
-    the copied one)."""
-    if entry is None or not entry.alloc:
-        return 0
-    if entry.tgt <= tgt and tgt + size <= entry.tgt + (entry.end - entry.begin):
-        return entry.alloc
-    return 0
-
-
 class MapError(Exception):
     """A construct cannot be performed (libomptarget returned ``OFFLOAD_FAIL``; its
     diagnostic lines are already printed)."""
-
-
-class MapEntry:
-    """One row (libomptarget ``HostDataToTargetTy``): host ``[begin, end)`` with
-    ``base`` (``HstPtrBase``) -> device ``tgt``; ``alloc``: the device pointer to free
-    (None for a global of an image or an associated pointer); ``dyn``/``hold``:
-    reference counts (``dyn`` is infinite for declare-target globals and associated
-    pointers); ``owner``: the OffloadImage of a global; ``name``: the address of the
-    map name string (0: none), or a global's entry name.
-
-    Thread states (guarded by the owning :attr:`DeviceMapper.lock`): ``live`` (in a
-    table), ``pending`` (its creator is still allocating or copying to it; ``tgt`` is
-    0 until the allocation is made), ``ends`` (constructs that dropped its last
-    reference and have not finished their end yet: libomptarget 16
-    ``HostDataToTargetTy`` ``DataEndThreadCount``), ``leased`` (``alloc`` belongs to a
-    kernel construct of the cheap path, :mod:`.plan`: whoever removes the row must
-    not free it)."""
-    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
-                 "live", "pending", "ends", "leased")
-
-    def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
-        self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
-        self.alloc = alloc
-        self.dyn, self.hold = dyn, hold
-        self.owner = owner
-        self.name = name or 0
-        self.live = self.pending = self.leased = False
-        self.ends = 0
-
-    @property
-    def infinite(self) -> bool:
-        return self.dyn == _INF
-
-    @property
-    def total(self):
-        return self.dyn + self.hold
-
-    def inc(self, hold: bool) -> None:
-        if hold:
-            if self.hold != _INF:
-                self.hold += 1
-        elif self.dyn != _INF:
-            self.dyn += 1
-
-    def dec(self, hold: bool) -> None:
-        if hold:
-            if self.hold != _INF:
-                self.hold = max(0, self.hold - 1)
-        elif self.dyn != _INF:
-            self.dyn = max(0, self.dyn - 1)
-
-    def reset(self, hold: bool) -> None:
-        """``resetRefCount``: the count becomes 1 (unless infinite)."""
-        if hold:
-            if self.hold != _INF:
-                self.hold = 1
-        elif self.dyn != _INF:
-            self.dyn = 1
-
-    def should_remove(self, hold: bool, after_reset: bool = False) -> bool:
-        """``decShouldRemove``: would one decrement (or, after a reset, the reset
-        count's decrement) drop the last reference."""
-        this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
-        if other > 0:
-            return False
-        return this != _INF if after_reset else this == 1
-
-    @staticmethod
-    def count_str(n) -> str:
-        return "INF" if n == _INF else str(int(n))
-
-    def __repr__(self):
-        return (f"<map [{self.begin:#x},{self.end:#x}) -> {self.tgt:#x} dyn={self.dyn} "
-                f"hold={self.hold}>")
-
-
-class MappingTable:
-    """Host -> device rows of one device, sorted by host begin address
-    (libomptarget ``HostDataToTargetMap``, ``lookupMapping``), plus the shadow
-    pointers (host address of an attached pointer -> (host value, device address,
-    device value)).  Not thread-safe by itself: its :class:`DeviceMapper`'s ``lock``
-    guards it.
-
-    ``private``: reservations of the cheap path (:mod:`.plan`): the rows of a kernel
-    construct in flight, kept out of the table while nobody else looks.  Every look-up
-    first *publishes* them (each reservation's ``publish(table)`` inserts its rows as
-    ordinary :class:`MapEntry` rows), so what a look-up sees is what libomptarget's
-    table would hold.
-
-    ``padded``: host begin -> padding bytes of each row made with a partial-struct
-    padding, kept only for a program whose release registers that padding as mapped
-    host memory (``partial-struct-padding`` in its profile's ``fixed_upstream``), so
-    that a look-up libomptarget 16 would have resolved into the padding is noticed
-    (:meth:`DeviceMapper.note_fixed_upstream`); a row leaves it when it leaves the
-    table."""
-
-    def __init__(self):
-        self.entries: list[MapEntry] = []
-        self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
-        self.shadow: dict[int, tuple[int, int, int]] = {}
-        self.private: list = []
-        self.padded: dict[int, int] = {}
-
-    def publish(self) -> None:
-        """Insert the rows of every reservation (see the class docstring)."""
-        recs = self.private
-        self.private = []
-        while recs:
-            recs.pop().publish(self)
-
-    def rows(self) -> list[MapEntry]:
-        """Every row, reservations published first (the list itself: copy it before
-        the lock is released)."""
-        if self.private:
-            self.publish()
-        return self.entries
-
-    def _index(self, hp: int) -> int:
-        return bisect_right(self._begins, hp)       # upper_bound on begin
-
-    def lookup(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
-        """(entry, contained, extends_before, extends_after), libomptarget 16 rules
-        (size 0: a pointer one past the end or inside [base, end) counts as contained)."""
-        entry, contained, before, after = self.lookup_raw(hp, size)
-        if size == 0:
-            return (entry if contained else None), contained, False, False
-        if not (contained or before or after):
-            entry = None
-        return entry, contained, before, after
-
-    def lookup_raw(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
-        """:meth:`lookup` with ``LookupResult.Entry`` as ``lookupMapping`` (LLVM 16
-        device.cpp) leaves it: the last row it looked at -- the row below ``hp``, or
-        the row above when that one does not hold ``hp`` -- even when neither holds
-        the range.  ``submitData``/``retrieveData`` name that row in their
-        DATA_TRANSFER lines, so a copy of memory that is not mapped (packed
-        first-private arguments, ``omp_target_memcpy`` of a host buffer) shows a
-        neighbour's name."""
-        if self.private:
-            self.publish()
-        if not self.entries:
-            return None, False, False, False
-        up = self._index(hp)
-        entry, contained, before, after = None, False, False, False
-        if size == 0:
-            if up > 0:
-                entry = self.entries[up - 1]
-                contained = hp < entry.end or hp < entry.base
-            if not contained and up < len(self.entries):
-                entry = self.entries[up]
-                contained = hp >= entry.base
-            return entry, contained, False, False
-        if up > 0:
-            entry = self.entries[up - 1]
-            contained = entry.begin <= hp < entry.end and hp + size <= entry.end
-            after = hp < entry.end < hp + size
-        if not (contained or after) and up < len(self.entries):
-            entry = self.entries[up]
-            before = hp < entry.begin < hp + size
-            after = hp < entry.end < hp + size
-        return entry, contained, before, after
-
-    def find(self, hp: int) -> MapEntry | None:
-        """The row whose host begin is exactly ``hp``."""
-        if self.private:
-            self.publish()
-        i = self._index(hp)
-        if i > 0 and self.entries[i - 1].begin == hp:
-            return self.entries[i - 1]
-        return None
-
-    def insert(self, entry: MapEntry) -> None:
-        i = self._index(entry.begin)
-        self.entries.insert(i, entry)
-        self._begins.insert(i, entry.begin)
-        entry.live = True
-
-    def remove(self, entry: MapEntry) -> bool:
-        """Take ``entry`` out of the table (and the shadow pointers inside its range);
-        False when it was not in it."""
-        i = self._index(entry.begin) - 1          # rows with this begin end at i
-        found = False
-        while i >= 0 and self._begins[i] == entry.begin:
-            if self.entries[i] is entry:
-                del self.entries[i]
-                del self._begins[i]
-                found = True
-                break
-            i -= 1
-        entry.live = False
-        if self.shadow:
-            for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
-                del self.shadow[addr]
-        if self.padded and found:
-            self.padded.pop(entry.begin, None)
-        return found
-
-    def in_padding(self, hp: int, size: int) -> bool:
-        """Whether host ``[hp, hp+size)`` (``hp`` itself for size 0) meets the
-        padding before a row of :attr:`padded`: memory libomptarget 16 would have
-        found mapped (``targetDataBegin`` moved the row's begin back by it)."""
-        end = hp + (size or 1)
-        return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
-
-    def clear(self) -> None:
-        for e in self.entries:
-            e.live = False
-        self.entries.clear()
-        self._begins.clear()
-        self.shadow.clear()
-        self.padded.clear()
-
-    def __len__(self):
-        return len(self.entries)
 
 
 class TargetPointer(FieldsRepr):
@@ -326,7 +95,7 @@ class TargetPointer(FieldsRepr):
         self.is_last = is_last
 
 
-class DeviceMapper:
+class DeviceMapper(DataTransfers):
     """The mapping side of one OpenMP device (libomptarget ``DeviceTy``): its
     :class:`~offload_shim.Device` (``device``), its OpenMP device ``number``, its
     :class:`MappingTable` (``table``) and the operations of ``device.cpp`` over them.
@@ -630,89 +399,6 @@ class DeviceMapper:
                         "omp_target_associate_ptr")
             return False
 
-    # -- copies with shadow pointers ----------------------------------------------------
-    def _copy_info(self, h2d: bool, src: int, dst: int, size: int, entry) -> None:
-        """The DATA_TRANSFER line of ``submitData``/``retrieveData`` (LLVM 16
-        device.cpp): the name is that of the row ``lookupMapping`` of the host range
-        ends on (:meth:`MappingTable.lookup_raw`), whatever row the caller copies
-        for."""
-        if not diag.info_level() & diag.INFO_DATA_TRANSFER:
-            return
-        with self.lock:
-            entry = self.table.lookup_raw(src if h2d else dst, size)[0]
-            name = diag.name_of(entry.name if entry is not None else 0)
-        if h2d:
-            text = (f"Copying data from host to device, HstPtr={diag.ptr(src)}, "
-                    f"TgtPtr={diag.ptr(dst)}, Size={size}, Name={name}")
-        else:
-            text = (f"Copying data from device to host, TgtPtr={diag.ptr(src)}, "
-                    f"HstPtr={diag.ptr(dst)}, Size={size}, Name={name}")
-        self._info(diag.INFO_DATA_TRANSFER, text)
-
-    def submit(self, tgt: int, hp: int, size: int, entry=None) -> None:
-        """``submitData`` (with its DATA_TRANSFER trace).  Through the block of
-        ``entry`` when the copy lies in that row (:func:`_row_block`), else through
-        a search of the device's blocks."""
-        self._copy_info(True, hp, tgt, size, entry)
-        block = _row_block(entry, tgt, size)
-        if block:
-            self.device.submit_in(block, tgt, hp, size)
-        else:
-            self.device.submit_raw(tgt, hp, size)
-
-    def retrieve(self, hp: int, tgt: int, size: int, entry=None) -> None:
-        """``retrieveData`` (with its DATA_TRANSFER trace); the block as :meth:`submit`."""
-        self._copy_info(False, tgt, hp, size, entry)
-        block = _row_block(entry, tgt, size)
-        if block:
-            self.device.retrieve_in(block, hp, tgt, size)
-        else:
-            self.device.retrieve_raw(hp, tgt, size)
-
-    def _shadows_in(self, hp: int, size: int) -> list:
-        """The shadow pointers inside ``[hp, hp+size)``: (host address, (host value,
-        device address, device value))."""
-        shadow = self.table.shadow
-        if not shadow:
-            return []
-        with self.lock:
-            return [(a, v) for a, v in shadow.items() if hp <= a < hp + size]
-
-    def to_device(self, hp, tgt, size, entry=None) -> int:
-        """Copy host -> device, keeping attached device pointers inside the range
-        (written again after the copy); returns how many there were."""
-        self.submit(tgt, hp, size, entry)
-        shadows = self._shadows_in(hp, size)
-        for _addr, (_hv, taddr, tval) in shadows:
-            cell = _abi.HostCell(tval)
-            self.submit(taddr, cell.address, 8)
-        return len(shadows)
-
-    def from_device(self, hp, tgt, size, entry=None) -> None:
-        """Copy device -> host, restoring host pointer values the device copy carries
-        as device addresses."""
-        self.retrieve(hp, tgt, size, entry)
-        self.restore_shadows(hp, size)
-
-    def restore_shadows(self, hp: int, size: int) -> None:
-        """Write the host values of the attached pointers inside ``[hp, hp+size)``
-        back (a copy from the device brought their device values)."""
-        for addr, (hval, _ta, _tv) in self._shadows_in(hp, size):
-            _abi.write_pointer(addr, hval)
-
-    def attach(self, ptr_host: int, ptr_tgt: int, host_value: int, tgt_value: int,
-               entry=None) -> None:
-        """Store ``tgt_value`` in the device copy of the pointer at ``ptr_host`` (device
-        address ``ptr_tgt``) unless it is already there, remembering the host value
-        (a shadow pointer)."""
-        with self.lock:
-            old = self.table.shadow.get(ptr_host)
-            if old is not None and old[2] == tgt_value:
-                return
-            self.table.shadow[ptr_host] = (host_value, ptr_tgt, tgt_value)
-        cell = _abi.HostCell(tgt_value)
-        self.submit(ptr_tgt, cell.address, 8, entry)
-
     # -- rows -----------------------------------------------------------------------
     def remove_row(self, ent: MapEntry, size: int) -> int:
         """``eraseMapEntry`` (``lock`` held): the INFO line, the row out of the table;
@@ -854,5 +540,4 @@ class DeviceMapper:
                 self.device.free(p)
 
 
-__all__ = ["DeviceMapper", "MapEntry", "MapError", "MappingTable", "TargetPointer",
-           "usm_pointers_written"]
+__all__ = ["DeviceMapper", "MapError", "TargetPointer", "usm_pointers_written"]

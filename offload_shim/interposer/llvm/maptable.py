@@ -1,0 +1,241 @@
+"""The rows of one OpenMP device's mapping table: host ranges -> device memory.
+
+Mirrors libomptarget 16 ``device.h`` / ``device.cpp``: ``HostDataToTargetTy`` (a row
+with a dynamic and a hold reference count, ``decShouldRemove``, ``resetRefCount``, the
+delayed deletion of ``setDeleteThreadId`` / ``DataEndThreadCount``) and
+``HostDataToTargetMap`` with ``DeviceTy::lookupMapping`` (contained / extends before /
+extends after; size-0 lookups).  The operations over a table (``getTargetPointer``,
+``getTgtPtrBegin``, ...) are :class:`~.mapping.DeviceMapper`'s, whose ``lock``
+(libomptarget 16 ``DeviceTy::DataMapMtx``) guards every table and row here.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+_INF = float("inf")
+
+class MapEntry:
+    """One row (libomptarget ``HostDataToTargetTy``): host ``[begin, end)`` with
+    ``base`` (``HstPtrBase``) -> device ``tgt``; ``alloc``: the device pointer to free
+    (None for a global of an image or an associated pointer); ``dyn``/``hold``:
+    reference counts (``dyn`` is infinite for declare-target globals and associated
+    pointers); ``owner``: the OffloadImage of a global; ``name``: the address of the
+    map name string (0: none), or a global's entry name.
+
+    Thread states (guarded by the owning :attr:`~.mapping.DeviceMapper.lock`):
+    ``live`` (in a table), ``pending`` (its creator is still allocating or copying to
+    it; ``tgt`` is 0 until the allocation is made), ``ends`` (constructs that dropped
+    its last reference and have not finished their end yet: libomptarget 16
+    ``HostDataToTargetTy`` ``DataEndThreadCount``), ``leased`` (``alloc`` belongs to a
+    kernel construct of the cheap path, :mod:`.plan_target`: whoever removes the row
+    must not free it)."""
+    __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
+                 "live", "pending", "ends", "leased")
+
+    def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
+        self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
+        self.alloc = alloc
+        self.dyn, self.hold = dyn, hold
+        self.owner = owner
+        self.name = name or 0
+        self.live = self.pending = self.leased = False
+        self.ends = 0
+
+    @property
+    def infinite(self) -> bool:
+        return self.dyn == _INF
+
+    @property
+    def total(self):
+        return self.dyn + self.hold
+
+    def inc(self, hold: bool) -> None:
+        if hold:
+            if self.hold != _INF:
+                self.hold += 1
+        elif self.dyn != _INF:
+            self.dyn += 1
+
+    def dec(self, hold: bool) -> None:
+        if hold:
+            if self.hold != _INF:
+                self.hold = max(0, self.hold - 1)
+        elif self.dyn != _INF:
+            self.dyn = max(0, self.dyn - 1)
+
+    def reset(self, hold: bool) -> None:
+        """``resetRefCount``: the count becomes 1 (unless infinite)."""
+        if hold:
+            if self.hold != _INF:
+                self.hold = 1
+        elif self.dyn != _INF:
+            self.dyn = 1
+
+    def should_remove(self, hold: bool, after_reset: bool = False) -> bool:
+        """``decShouldRemove``: would one decrement (or, after a reset, the reset
+        count's decrement) drop the last reference."""
+        this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
+        if other > 0:
+            return False
+        return this != _INF if after_reset else this == 1
+
+    @staticmethod
+    def count_str(n) -> str:
+        return "INF" if n == _INF else str(int(n))
+
+    def __repr__(self):
+        return (f"<map [{self.begin:#x},{self.end:#x}) -> {self.tgt:#x} dyn={self.dyn} "
+                f"hold={self.hold}>")
+
+
+class MappingTable:
+    """Host -> device rows of one device, sorted by host begin address
+    (libomptarget ``HostDataToTargetMap``, ``lookupMapping``), plus the shadow
+    pointers (host address of an attached pointer -> (host value, device address,
+    device value)).  Not thread-safe by itself: its
+    :class:`~.mapping.DeviceMapper`'s ``lock`` guards it.
+
+    ``private``: reservations of the cheap path (:mod:`.plan_target`): the rows of a kernel
+    construct in flight, kept out of the table while nobody else looks.  Every look-up
+    first *publishes* them (each reservation's ``publish(table)`` inserts its rows as
+    ordinary :class:`MapEntry` rows), so what a look-up sees is what libomptarget's
+    table would hold.
+
+    ``padded``: host begin -> padding bytes of each row made with a partial-struct
+    padding, kept only for a program whose release registers that padding as mapped
+    host memory (``partial-struct-padding`` in its profile's ``fixed_upstream``), so
+    that a look-up libomptarget 16 would have resolved into the padding is noticed
+    (:meth:`~.mapping.DeviceMapper.note_fixed_upstream`); a row leaves it when it
+    leaves the table.
+
+    ``version``: grows by one with every insertion and removal of a row (and
+    :meth:`clear`): while it is unchanged, a look-up of the same range finds the
+    same row (the rows' host ranges never change), which lets the cheap path replay
+    a region's look-ups (:mod:`.plan_target`)."""
+
+    def __init__(self):
+        self.version = 0
+        self.entries: list[MapEntry] = []
+        self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
+        self.shadow: dict[int, tuple[int, int, int]] = {}
+        self.private: list = []
+        self.padded: dict[int, int] = {}
+
+    def publish(self) -> None:
+        """Insert the rows of every reservation (see the class docstring)."""
+        recs = self.private
+        self.private = []
+        while recs:
+            recs.pop().publish(self)
+
+    def rows(self) -> list[MapEntry]:
+        """Every row, reservations published first (the list itself: copy it before
+        the lock is released)."""
+        if self.private:
+            self.publish()
+        return self.entries
+
+    def _index(self, hp: int) -> int:
+        return bisect_right(self._begins, hp)       # upper_bound on begin
+
+    def lookup(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
+        """(entry, contained, extends_before, extends_after), libomptarget 16 rules
+        (size 0: a pointer one past the end or inside [base, end) counts as contained)."""
+        entry, contained, before, after = self.lookup_raw(hp, size)
+        if size == 0:
+            return (entry if contained else None), contained, False, False
+        if not (contained or before or after):
+            entry = None
+        return entry, contained, before, after
+
+    def lookup_raw(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
+        """:meth:`lookup` with ``LookupResult.Entry`` as ``lookupMapping`` (LLVM 16
+        device.cpp) leaves it: the last row it looked at -- the row below ``hp``, or
+        the row above when that one does not hold ``hp`` -- even when neither holds
+        the range.  ``submitData``/``retrieveData`` name that row in their
+        DATA_TRANSFER lines, so a copy of memory that is not mapped (packed
+        first-private arguments, ``omp_target_memcpy`` of a host buffer) shows a
+        neighbour's name."""
+        if self.private:
+            self.publish()
+        if not self.entries:
+            return None, False, False, False
+        up = self._index(hp)
+        entry, contained, before, after = None, False, False, False
+        if size == 0:
+            if up > 0:
+                entry = self.entries[up - 1]
+                contained = hp < entry.end or hp < entry.base
+            if not contained and up < len(self.entries):
+                entry = self.entries[up]
+                contained = hp >= entry.base
+            return entry, contained, False, False
+        if up > 0:
+            entry = self.entries[up - 1]
+            contained = entry.begin <= hp < entry.end and hp + size <= entry.end
+            after = hp < entry.end < hp + size
+        if not (contained or after) and up < len(self.entries):
+            entry = self.entries[up]
+            before = hp < entry.begin < hp + size
+            after = hp < entry.end < hp + size
+        return entry, contained, before, after
+
+    def find(self, hp: int) -> MapEntry | None:
+        """The row whose host begin is exactly ``hp``."""
+        if self.private:
+            self.publish()
+        i = self._index(hp)
+        if i > 0 and self.entries[i - 1].begin == hp:
+            return self.entries[i - 1]
+        return None
+
+    def insert(self, entry: MapEntry) -> None:
+        i = self._index(entry.begin)
+        self.entries.insert(i, entry)
+        self._begins.insert(i, entry.begin)
+        entry.live = True
+        self.version += 1
+
+    def remove(self, entry: MapEntry) -> bool:
+        """Take ``entry`` out of the table (and the shadow pointers inside its range);
+        False when it was not in it."""
+        i = self._index(entry.begin) - 1          # rows with this begin end at i
+        found = False
+        while i >= 0 and self._begins[i] == entry.begin:
+            if self.entries[i] is entry:
+                del self.entries[i]
+                del self._begins[i]
+                found = True
+                break
+            i -= 1
+        entry.live = False
+        self.version += 1
+        if self.shadow:
+            for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
+                del self.shadow[addr]
+        if self.padded and found:
+            self.padded.pop(entry.begin, None)
+        return found
+
+    def in_padding(self, hp: int, size: int) -> bool:
+        """Whether host ``[hp, hp+size)`` (``hp`` itself for size 0) meets the
+        padding before a row of :attr:`padded`: memory libomptarget 16 would have
+        found mapped (``targetDataBegin`` moved the row's begin back by it)."""
+        end = hp + (size or 1)
+        return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
+
+    def clear(self) -> None:
+        self.version += 1
+        for e in self.entries:
+            e.live = False
+        self.entries.clear()
+        self._begins.clear()
+        self.shadow.clear()
+        self.padded.clear()
+
+    def __len__(self):
+        return len(self.entries)
+
+
+__all__ = ["MapEntry", "MappingTable"]
