@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from offload_shim.fuzz import generator as gen
+from offload_shim.fuzz import render as rnd
 from offload_shim.fuzz.reduce import candidates, reduce
 from offload_shim.fuzz.toolchains import ToolchainError, toolchain
 
@@ -19,8 +20,8 @@ def test_the_same_seed_gives_the_same_program():
     for seed in (0, 1, 7, 2**31 + 5):
         a, b = gen.generate(seed), gen.generate(seed)
         assert a == b
-        assert gen.render_batch([a]) == gen.render_batch([b])
-    sources = {gen.render(gen.generate(s)) for s in range(20)}
+        assert rnd.render_batch([a]) == rnd.render_batch([b])
+    sources = {rnd.render(gen.generate(s)) for s in range(20)}
     assert len(sources) == 20
 
 
@@ -48,7 +49,7 @@ def test_every_generated_program_is_valid_for_the_model_and_covers_the_features(
     for seed in range(300):
         prog = gen.generate(seed)
         gen.simulate(prog)                      # raises ModelError otherwise
-        src = gen.render(prog)
+        src = rnd.render(prog)
         seen |= {w for w in WORDS if w in src}
         kinds |= set(_kinds(prog.steps))
         if prog.usm:                            # the model's view: no present/close there
@@ -144,7 +145,7 @@ def test_the_source_of_the_new_constructs():
                         gen.Update(0, "from"))),
              gen.UseDevice(0, "ptr", 6), gen.UseDevice(0, "addr", 7),
              gen.ImplicitPointer(1, 8), gen.OtherDevice(1, 2, 9))
-    src = gen.render(gen.Program(1, arrays, steps), "p")
+    src = rnd.render(gen.Program(1, arrays, steps), "p")
     assert "#pragma omp declare mapper(struct p_t1 v) map(tofrom: v, v.p[0:4])" in src
     assert "map(alloc: m1)" in src
     assert ("#pragma omp target map(present, tofrom: p_a0[2:4]) map(to: m1) nowait "
@@ -161,10 +162,10 @@ def test_the_source_of_the_new_constructs():
     assert "#pragma omp target enter data device(2) map(to: p_a1[0:4])" in src
     # requires unified_shared_memory binds a translation unit
     usm = gen.Program(2, arrays, (gen.Kernel((gen.MapItem(0, "alloc"),), 1),), usm=True)
-    assert "#pragma omp requires unified_shared_memory" in gen.render_batch([usm])
-    assert "requires" not in gen.render_batch([gen.Program(1, arrays, steps)])
+    assert "#pragma omp requires unified_shared_memory" in rnd.render_batch([usm])
+    assert "requires" not in rnd.render_batch([gen.Program(1, arrays, steps)])
     with pytest.raises(ValueError, match="unified_shared_memory"):
-        gen.render_batch([usm, gen.Program(1, arrays, steps)])
+        rnd.render_batch([usm, gen.Program(1, arrays, steps)])
 
 
 @pytest.mark.parametrize("version", [16, 19, 22])
@@ -186,7 +187,7 @@ def test_generated_programs_build_without_warnings(version, tmp_path):
     assert kinds == ALL_KINDS and progs[True]
     for usm, group in progs.items():
         src = tmp_path / f"batch{int(usm)}.c"
-        src.write_text(gen.render_batch(group))
+        src.write_text(rnd.render_batch(group))
         p = subprocess.run([tc.cc, "-O1", "-Wall", "-Wextra", *tc.flags(), str(src), "-o",
                             str(tmp_path / f"batch{int(usm)}")], capture_output=True,
                            text=True, timeout=900)
@@ -197,7 +198,7 @@ def test_the_kernel_reads_only_valid_device_copies_in_the_source():
     arrays = (gen.Array("a0", 4, 0, 4),)
     prog = gen.Program(1, arrays, (gen.Kernel((gen.MapItem(0, "alloc"),), 5),
                                    gen.Kernel((gen.MapItem(0, "to"),), 6)))
-    src = gen.render(prog, "p")
+    src = rnd.render(prog, "p")
     assert "p_a0[i] = (unsigned)i * 7u + 5u;" in src         # alloc: written only
     assert "p_a0[i] = p_a0[i] * 3u + 6u;" in src              # to: read and written
 

@@ -16,7 +16,7 @@ Classes of a divergence:
   for the same program: a behaviour change between releases or an upstream bug.
 
 Programs are drawn eight at a time and built into one binary
-(:func:`offload_shim.fuzz.generator.render_batch`: the first argument picks one, each
+(:func:`offload_shim.fuzz.render.render_batch`: the first argument picks one, each
 run is a fresh process), so a build serves many runs; those with ``requires
 unified_shared_memory`` (a requirement of the whole binary) get a binary of their
 own.  Every run has ``OMP_TARGET_OFFLOAD=mandatory`` (a program that cannot offload
@@ -41,6 +41,7 @@ import json
 from ..cli.compare import Outcome
 from ..cli.run import run_environment
 from . import generator as gen
+from . import render
 from .reduce import reduce
 from .toolchains import Toolchain
 
@@ -116,7 +117,7 @@ class Campaign:
 
     # -- building and running -----------------------------------------------------------
     def _build_batch(self, progs):
-        src = gen.render_batch(progs)
+        src = render.render_batch(progs)
         out = []
         for tc in self.toolchains:
             out.append((tc, tc.build(src, self._work, "batch")))
@@ -125,7 +126,7 @@ class Campaign:
 
     def _build_one(self, prog: gen.Program, tc: Toolchain) -> Path:
         self.builds += 1
-        return tc.build(gen.render_batch([prog]), self._work, "one")
+        return tc.build(render.render_batch([prog]), self._work, "one")
 
     def _env(self) -> dict:
         env = dict(os.environ)
@@ -202,7 +203,7 @@ class Campaign:
             if d.minimized:
                 d.outputs = self._outputs_of(cls, tcs, small)
         d.steps = small.count_steps()
-        d.source = gen.render_batch([small])
+        d.source = render.render_batch([small])
         self.divergences.append(d)
         if self.log:
             self.log(f"{cls} divergence (seed {prog.seed}, {d.original_steps} -> {d.steps} "
