@@ -73,7 +73,7 @@ __all__ = ["DeviceArray", "kDLCPU", "kDLCUDA", "new_empty", "new_asarray"]
 _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
 
-#: live DLPack exports: manager_ctx key -> (block, managed tensor, shape, strides); the
+#: live DLPack exports: manager_ctx key -> (block, (managed tensor, shape, strides)); the
 #: entry keeps the structures the consumer reads alive until the export ends
 _EXPORTS: dict[int, tuple] = {}
 _keys = itertools.count(1)
@@ -85,7 +85,8 @@ def _export_ended(key: int) -> None:
     (called from native/dlpack.c with the GIL held and no exception pending)."""
     rec = _EXPORTS.pop(key, None)
     if rec is not None:
-        _quietly(rec[0].view_ended)
+        block, _keep_alive = rec
+        _quietly(block.view_ended)
 
 
 def _quietly(fn) -> None:
@@ -536,7 +537,7 @@ class DeviceArray:
         # calls in flight, then counts exports) sees it or refuses the export
         with dev.in_use():
             self._check_bookable()
-            _EXPORTS[key] = (b, mt, shape, strides)
+            _EXPORTS[key] = (b, (mt, shape, strides))
             b.add_view()
         try:
             return _dl.new_capsule(mt, versioned, _export_ended)
