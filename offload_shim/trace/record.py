@@ -383,14 +383,14 @@ class Recorder:
 
         def wrap(path):
             def make(orig):
-                def construct(v, kind):
+                def construct(v, kind, *plan):    # _serve: (v, kind, n, plan)
                     t0 = time.monotonic_ns()
                     if kind == kernel_kind:
                         here.construct = (_s32(v[_abi.FRAME_TEAMS]),
                                           _s32(v[_abi.FRAME_THREADS]))
                     hold()
                     try:
-                        rc = orig(v, kind)
+                        rc = orig(v, kind, *plan)
                         if rc is not None:
                             record(v, kind, rc, t0, path)
                     finally:
