@@ -236,7 +236,7 @@ def test_a_full_tmpdir_is_the_environment_not_the_plugin(tmp_path):
               f"TMPDIR={mnt} exec {sys.executable} -m offload_shim.cli check bundled "
               "--max-examples 5 --steps 5")
     cp = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                        text=True, timeout=600)
+                        text=True, timeout=600, cwd=tmp_path)   # (a finding's trace goes there)
     assert cp.returncode == 1, cp.stdout + cp.stderr
     assert "STOPPED  environment: the temporary directory" in cp.stdout, cp.stdout
     assert "FINDING" not in cp.stdout and "Traceback" not in cp.stderr, cp.stderr

@@ -417,11 +417,12 @@ def environment_fault(exc: BaseException) -> str | None:
 
 
 def tmpdir_full() -> str | None:
-    """What is wrong when the temporary directory (``tempfile.gettempdir()``: the
-    ``TMPDIR`` a child was given) has under :data:`TMPDIR_FULL_BYTES` or no inode free,
-    else None."""
+    """What is wrong when the temporary directory (``TMPDIR``, else
+    ``tempfile.gettempdir()``: where a child's private folder is) has under
+    :data:`TMPDIR_FULL_BYTES` or no inode free, else None.  (Not gettempdir() first: on a
+    full file system its probe file cannot be written and it answers another folder.)"""
     import tempfile
-    tmp = tempfile.gettempdir()
+    tmp = os.environ.get("TMPDIR") or tempfile.gettempdir()
     try:
         st = os.statvfs(tmp)
     except OSError:
