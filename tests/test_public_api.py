@@ -1,13 +1,14 @@
 """The Python API for hosts (docs/usage.md, "Python API for hosts"): every documented
-name imports from ``offload_shim`` and ``__all__`` is exactly the table; the old names of
-the "Moved names" table are gone -- neither an attribute nor an importable module (no
-alias, no meta-path finder, no module that replaces itself in ``sys.modules``) -- and
-where each went imports."""
+name imports from ``offload_shim`` and ``__all__`` is exactly the table; every deprecated
+name of the "Deprecated names" table still answers, with one DeprecationWarning per
+process; the old module paths are no longer importable (no meta-path finder, no module
+that replaces itself in ``sys.modules``)."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -31,7 +32,7 @@ def _first_column(title: str) -> list[str]:
 
 
 DOCUMENTED = _first_column("Python API for hosts")
-MOVED = [n.removeprefix("offload_shim.") for n in _first_column("Moved names")]
+DEPRECATED = [n.removeprefix("offload_shim.") for n in _first_column("Deprecated names")]
 
 
 def test_all_is_the_documented_table():
@@ -53,26 +54,55 @@ def test_interpose_is_the_function():
     assert interpose is offload_shim.interposer.interpose
 
 
-def _now(name: str) -> str:
-    """The module a moved name's row names (``module `X` `` or the name itself)."""
-    row = next(r for r in _section("Moved names").splitlines()
-               if r.startswith(f"| `offload_shim.{name}` |"))
-    cell = row.split("|")[2]
-    m = re.search(r"module `([^`]+)`", cell) or re.search(r"`([^`]+)`", cell)
-    return m.group(1)
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", code],
+                          capture_output=True, text=True, timeout=120)
 
 
-def test_the_moved_names_table_is_not_empty():
-    assert "runtime" in MOVED and "hostplugin" in MOVED
+@pytest.mark.parametrize("name", [n for n in DEPRECATED if not n.endswith(".*")])
+def test_deprecated_name_warns_once_and_still_works(name):
+    new = offload_shim._DEPRECATED[name][0]
+    r = _run("import warnings, importlib, offload_shim\n"
+             "with warnings.catch_warnings(record=True) as w:\n"
+             "    warnings.simplefilter('always')\n"
+             f"    from offload_shim import {name} as a\n"
+             f"    b = offload_shim.{name}\n"
+             f"assert a is b is importlib.import_module('offload_shim{new}'), a\n"
+             "print(len([x for x in w if issubclass(x.category, DeprecationWarning)]))\n"
+             "print(w[0].message)\n")
+    assert r.returncode == 0, r.stderr
+    count, message = r.stdout.splitlines()[:2]
+    assert count == "1"
+    assert f"offload_shim.{name} is deprecated" in message
+    assert offload_shim._DEPRECATED[name][1] in message
 
 
-@pytest.mark.parametrize("name", MOVED)
-def test_a_moved_name_is_gone_and_its_new_home_imports(name):
+def test_every_deprecated_name_is_in_the_table():
+    listed = {n for n in DEPRECATED if not n.endswith(".*")}
+    assert listed == set(offload_shim._DEPRECATED)
+    rows = _section("Deprecated names")
+    for name, (_new, release) in offload_shim._DEPRECATED.items():
+        assert re.search(rf"^\| `offload_shim\.{name}` \|.*\| {re.escape(release)} \|$", rows,
+                         re.M), name
+
+
+def test_the_flat_hostplugin_names_warn_and_are_the_plugins_ones():
+    r = _run("import warnings\n"
+             "with warnings.catch_warnings(record=True) as w:\n"
+             "    warnings.simplefilter('always')\n"
+             "    from offload_shim.hostplugin import HostPluginControl, bundled_plugin_path\n"
+             "    from offload_shim.hostplugin import HostPluginControl as again\n"
+             "from offload_shim.plugins import hostplugin as h\n"
+             "assert HostPluginControl is again is h.HostPluginControl\n"
+             "assert bundled_plugin_path is h.bundled_plugin_path\n"
+             "print(len([x for x in w if issubclass(x.category, DeprecationWarning)]))\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2"]                # one per name, not per use
+    import offload_shim.hostplugin as flat
     with pytest.raises(AttributeError):
-        getattr(offload_shim, name)
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module(f"offload_shim.{name}")
-    importlib.import_module(_now(name))
+        flat._encode
+    with pytest.raises(AttributeError):
+        flat.no_such_name
 
 
 @pytest.mark.parametrize("old", ["runtime", "plugin", "embed", "plugins.isolation",
@@ -85,8 +115,9 @@ def test_old_module_paths_are_gone(old):
 def test_no_finder_and_no_module_standing_in_for_another():
     assert not [f for f in sys.meta_path if "offload_shim" in getattr(f, "__module__", "")
                 or "Moved" in getattr(f, "__qualname__", type(f).__qualname__)]
-    assert not [m for m in sys.modules if m.startswith("offload_shim.")
-                and getattr(sys.modules[m], "__name__", m) != m]
+    import offload_shim.hostplugin as flat
+    assert flat.__name__ == "offload_shim.hostplugin"
+    assert sys.modules["offload_shim.hostplugin"] is flat
 
 
 def test_unknown_attribute_is_an_attribute_error():
