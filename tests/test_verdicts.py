@@ -130,11 +130,31 @@ def test_prune_removes_expired_then_the_oldest(cache):
     now = time.time()
     _fill(cache, 5, mtime=now - verdicts.MAX_AGE_S - 100)          # expired
     _fill(cache, 10, start=5, mtime=now - 1000)                   # 5..14, oldest first
-    (cache / ".elf-x.json.123.1").write_text("")                  # a dead writer's leftover
-    os.utime(cache / ".elf-x.json.123.1", (now - 7200, now - 7200))
+    left = f".elf-{99:064x}.json.123.1"
+    (cache / left).write_text("")                                 # a dead writer's leftover
+    os.utime(cache / left, (now - 7200, now - 7200))
     assert verdicts.prune(str(cache), max_entries=4, now=now) == 11
     assert _names(cache) == [f"elf-{i:064x}.json" for i in range(11, 15)]
-    assert not (cache / ".elf-x.json.123.1").exists()
+    assert not (cache / left).exists()
+
+
+def test_prune_and_clear_touch_only_verdict_files(cache):
+    """OFFLOAD_SHIM_CACHE_DIR may name a folder holding the user's own files: old or
+    new, JSON or not, dotted or not, they are neither counted, pruned nor cleared."""
+    import time
+    now = time.time()
+    _fill(cache, 2)
+    own = ["notes.txt", "data.json", "abc", ".hidden", "elf-x.json", ".elf-x.json.1.2",
+           f"elf-{1:063x}.json", f"elf-{1:064x}.json.bak"]
+    for name in own:
+        (cache / name).write_text("mine")
+        os.utime(cache / name, (now - 2 * verdicts.MAX_AGE_S, now - 2 * verdicts.MAX_AGE_S))
+    assert verdicts.prune(str(cache), max_entries=0, now=now) == 2
+    assert verdicts.usage()["entries"] == 0
+    _fill(cache, 2)
+    assert verdicts.usage()["entries"] == 2
+    assert verdicts.clear() == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted(own)
 
 
 def test_writes_keep_the_cache_under_its_bound(cache, monkeypatch):

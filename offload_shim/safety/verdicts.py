@@ -211,8 +211,26 @@ _LEFTOVER_AGE_S = 3600
 _pruned: set[str] = set()                       # directories pruned by this process
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
 def _is_verdict(name: str) -> bool:
-    return name.endswith(".json") and not name.startswith(".")
+    """``name`` is one :func:`put` writes: ``KIND-KEY.json``, KEY 64 hex digits (:func:`key`).
+    Nothing else in the directory is ever counted, pruned or cleared: a user may point
+    ``OFFLOAD_SHIM_CACHE_DIR`` at a folder that holds other files."""
+    if not name.endswith(".json") or name.startswith("."):
+        return False
+    kind, sep, k = name[:-5].rpartition("-")
+    return bool(sep and kind) and len(k) == 64 and _HEX.issuperset(k)
+
+
+def _is_leftover(name: str) -> bool:
+    """``name`` is a write leftover of :func:`put`: ``.KIND-KEY.json.PID.TID``."""
+    if not name.startswith("."):
+        return False
+    parts = name[1:].rsplit(".", 2)
+    return (len(parts) == 3 and _is_verdict(parts[0]) and parts[1].isdigit()
+            and parts[2].isdigit())
 
 
 def _bound(d: str) -> None:
@@ -232,8 +250,8 @@ def prune(d: str | None = None, *, max_entries: int | None = None,
           max_age_s: float = MAX_AGE_S, now: float | None = None) -> int:
     """Remove from verdict directory ``d`` (default :func:`cache_dir`) the verdicts older
     than ``max_age_s`` seconds, then the oldest written until at most ``max_entries``
-    are left (default: :data:`PRUNE_TO` of :data:`MAX_ENTRIES`, 800), and ``.*`` write
-    leftovers older than an hour.  Returns how many verdicts were removed (0 when ``d`` is None or not a
+    are left (default: :data:`PRUNE_TO` of :data:`MAX_ENTRIES`, 800), and write leftovers
+    of :func:`put` older than an hour; files of other names stay.  Returns how many verdicts were removed (0 when ``d`` is None or not a
     directory this user owns alone).  Files that vanish meanwhile (another process
     pruning) are skipped; raises nothing but ``OSError`` of the directory listing."""
     import time
@@ -256,7 +274,7 @@ def prune(d: str | None = None, *, max_entries: int | None = None,
                         removed += 1
                     else:
                         kept.append((mtime, e.path))
-                elif now - mtime > _LEFTOVER_AGE_S:
+                elif _is_leftover(e.name) and now - mtime > _LEFTOVER_AGE_S:
                     os.unlink(e.path)
             except FileNotFoundError:
                 continue
@@ -303,7 +321,8 @@ def usage(d: str | None = None) -> dict:
 
 def clear(d: str | None = None) -> int:
     """Remove every verdict (and write leftover) from directory ``d`` (default
-    :func:`configured_dir`); the directory itself stays.  Returns how many verdicts
+    :func:`configured_dir`); the directory itself stays, and so does every file of
+    another name.  Returns how many verdicts
     were removed.  Raises ``PermissionError`` for a directory that is not this user's
     alone (it is not used, and not emptied either), ``OSError`` when it cannot be
     listed."""
@@ -317,7 +336,8 @@ def clear(d: str | None = None) -> int:
     removed = 0
     with os.scandir(d) as it:
         for e in it:
-            if e.is_file(follow_symlinks=False):
+            if e.is_file(follow_symlinks=False) and (_is_verdict(e.name)
+                                                      or _is_leftover(e.name)):
                 try:
                     os.unlink(e.path)
                 except FileNotFoundError:
