@@ -165,6 +165,34 @@ def test_run_without_record_writes_nothing_and_bad_paths_are_refused(tmp_path):
     assert proc.returncode == 2 and "directory" in proc.stderr
 
 
+def test_record_replaces_only_an_earlier_trace(tmp_path):
+    """``--record`` never deletes a file that is not a trace: the program itself, the
+    user's data, a device node; an earlier trace or an empty file is replaced."""
+    import shutil
+    exe = tmp_path / "prog"
+    shutil.copy(_built("map_to_from.c"), exe)
+    data = tmp_path / "data.txt"
+    data.write_text("mine\n")
+    for path in (exe, data, "/dev/null"):
+        before = os.stat(path)
+        proc = _shim("run", "--record", str(path), str(exe))
+        assert proc.returncode == 2 and "--record" in proc.stderr, proc.stderr
+        assert "not replaced" in proc.stderr and proc.stdout == ""
+        after = os.stat(path)
+        assert (after.st_ino, after.st_size, after.st_mode) == \
+            (before.st_ino, before.st_size, before.st_mode)
+    assert data.read_text() == "mine\n"
+    trace = tmp_path / "t.jsonl"
+    for _ in range(2):                           # the second run replaces the first trace
+        proc = _shim("run", "--record", str(trace), str(exe))
+        assert proc.returncode == 0, proc.stderr
+        assert read_trace(trace).complete
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert _shim("run", "--record", str(empty), str(exe)).returncode == 0
+    assert read_trace(empty).complete
+
+
 def test_a_program_that_never_offloads_leaves_an_empty_trace(tmp_path):
     proc, trace = _record(tmp_path, "/bin/true")
     assert proc.returncode == 0

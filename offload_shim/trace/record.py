@@ -422,12 +422,42 @@ def _triples(ops):
 
 
 def trace_path_ok(path) -> str | None:
-    """Why ``path`` cannot be a trace file (its directory does not exist, it is a
-    directory), or None."""
+    """Why ``path`` cannot be a trace file, or None: its directory does not exist, it
+    is a directory, or it exists and is not an earlier trace -- not a regular file
+    (``/dev/null``, a pipe) or a file whose first line is not a trace header (the
+    program itself, the user's data): ``run --record`` replaces the file, so only an
+    empty file or a trace may be replaced."""
+    import stat
+    from .format import FORMAT
     path = os.fspath(path)
+    if not path:
+        return "needs a file name"
     if os.path.isdir(path):
         return f"{path} is a directory"
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(parent):
         return f"no directory {parent}"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} exists and is not a regular file (not replaced)"
+    if st.st_size == 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    import json
+    try:
+        first = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        first = None
+    if not (isinstance(first, dict) and first.get("op") == "trace"
+            and first.get("format") == FORMAT):
+        return f"{path} exists and is not an offload-shim trace (not replaced)"
     return None
