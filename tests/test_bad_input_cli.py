@@ -97,6 +97,23 @@ def test_info_image_directory(tmp_path):
     assert "directory" in line.lower()
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_info_image_not_a_regular_file(tmp_path, kind):
+    """/dev/zero would be read for ever (memory without bound), a pipe would block:
+    both refused in one line before anything is read."""
+    if kind == "device":
+        path = "/dev/zero"
+    else:
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    line = _one_line_error(_cli("info", "--image", path, cwd=tmp_path, timeout=60),
+                           "not a regular file")
+    assert str(path) in line
+    import offload_shim as osh
+    with pytest.raises(InvalidImageError, match="not a regular file"):
+        osh.OffloadImage.from_file(path)
+
+
 @pytest.mark.parametrize("content", [b"", b"hello world\n", b"\x7fEL", b"MZ" + b"\0" * 200])
 def test_info_image_not_elf(tmp_path, content):
     f = tmp_path / "notelf"

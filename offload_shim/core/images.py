@@ -147,7 +147,7 @@ class OffloadImage:
                             f"{type(path).__name__}")
         from pathlib import Path            # here, not at import: start-up of every run
         p = Path(path)
-        data = p.read_bytes()
+        data = elf.read_file(p)
         if entries is None:
             try:
                 recs = elf.offload_entries(data)

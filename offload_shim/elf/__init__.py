@@ -11,6 +11,7 @@ dynamic relocation table.
 from __future__ import annotations
 
 import io
+import os
 import struct
 from collections import namedtuple
 
@@ -25,6 +26,32 @@ class ElfEntry(namedtuple("ElfEntry", "name size flags addr")):
     """One offload entry read from the ELF file: ``name``, ``size`` (bytes; 0 =
     kernel), ``flags`` and ``addr`` (the record's address field)."""
     __slots__ = ()
+
+
+def read_file(path) -> bytes:
+    """The bytes of the image file ``path``.  Raises OSError as reading does
+    (FileNotFoundError, IsADirectoryError, PermissionError...) and InvalidImageError for
+    a path that is not a regular file (``/dev/zero``, a pipe, a terminal: reading it
+    would never end or never return)."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory", os.fsdecode(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidImageError(f"{os.fsdecode(path)}: not a regular file (a device, a "
+                                    "pipe or a socket is not an image)")
+        chunks, left = [], st.st_size
+        while True:
+            b = os.read(fd, max(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _elffile(data: bytes):

@@ -197,8 +197,8 @@ def describe(path: str | Path) -> dict:
     (``"PATH: corrupt ELF file: ..."``: truncated, tables outside the file,
     inconsistent section headers, a bad ``.llvm.offloading`` container)."""
     from elftools.common.exceptions import ELFError
-    from pathlib import Path
-    data = Path(path).read_bytes()        # OSError as it is
+    from . import read_file
+    data = read_file(path)                # OSError as it is; not a regular file: refused
     if data[:4] != ELF_MAGIC:
         raise InvalidImageError(f"{path}: not an ELF file (no \\x7fELF magic number"
                                 + (", the file is empty)" if not data else ")"))
