@@ -27,19 +27,6 @@ _LAZY = {"AddressMap": ".core.images", "HostEntry": ".core.images",
          "interpose": ".interposer",          # compiled OpenMP code through the runtime
          "Interposer": ".interposer", "LoadedLibrary": ".interposer"}
 
-#: deprecated attribute -> (the module it now is, the release that removes it): the
-#: flat layout's module names before the package was grouped by layer.  ``from
-#: offload_shim import runtime`` still works and warns (DeprecationWarning, once per
-#: name); ``import offload_shim.runtime`` does not (docs/usage.md, "Deprecated names").
-_DEPRECATED = {"runtime": (".core.runtime", "0.2.0"), "device": (".core.device", "0.2.0"),
-               "images": (".core.images", "0.2.0"), "plugin": (".plugins.loader", "0.2.0"),
-               "discovery": (".plugins.discovery", "0.2.0"),
-               "isolation": (".safety.isolation", "0.2.0"),
-               "imageinfo": (".elf.imageinfo", "0.2.0"),
-               "embed": (".interposer.embed", "0.2.0"),
-               "interpose_cli": (".cli.run", "0.2.0"), "check": (".cli.check", "0.2.0")}
-_warned: set[str] = set()
-
 __version__ = "0.1.0"
 
 __all__ = ["AddressMap", "Device", "DeviceState", "HostEntry", "Interposer",
@@ -54,16 +41,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(mod, __name__), name)
         globals()[name] = value
         return value
-    old = _DEPRECATED.get(name)
-    if old is None:
-        raise AttributeError(f"module 'offload_shim' has no attribute {name!r}")
-    new, release = old
-    if name not in _warned:
-        _warned.add(name)
-        import warnings
-        warnings.warn(f"offload_shim.{name} is deprecated and goes away in {release}: "
-                      f"use offload_shim{new}", DeprecationWarning, stacklevel=2)
-    return importlib.import_module(new, __name__)
+    raise AttributeError(f"module 'offload_shim' has no attribute {name!r}")
 
 
 def __dir__():

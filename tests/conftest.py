@@ -31,7 +31,7 @@ else:
     tempfile.tempdir = None              # recomputed from TMPDIR on next use
     atexit.register(shutil.rmtree, _SESSION_TMP, True)
 
-from offload_shim.plugins import hostplugin
+from offload_shim import hostplugin
 
 import signal as _signal
 

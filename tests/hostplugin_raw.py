@@ -27,7 +27,7 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-from offload_shim.plugins import hostplugin  # noqa: E402
+from offload_shim import hostplugin  # noqa: E402
 
 LLVM16_DIR = pathlib.Path("/usr/lib/llvm-16/lib")
 LLVM16_PLUGINS = {

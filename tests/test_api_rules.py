@@ -195,7 +195,7 @@ def test_c_string_copy_refuses_a_nul():
 _LAUNCH_DRIVER = r"""
 import ctypes, json, sys
 import offload_shim as osh
-from offload_shim.plugins.hostplugin import bundled_plugin_path
+from offload_shim.hostplugin import bundled_plugin_path
 lib_path, policy = sys.argv[1], sys.argv[2]
 class Dim3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]

@@ -42,7 +42,7 @@ def _one_line_error(proc, *needles, rc=2):
 
 @pytest.fixture(scope="module")
 def sample_bytes() -> bytes:
-    from offload_shim.plugins.hostplugin import sample_image_path
+    from offload_shim.hostplugin import sample_image_path
     try:
         return sample_image_path().read_bytes()
     except FileNotFoundError as exc:
@@ -371,7 +371,7 @@ def test_bundled_print_device_info_capacity(tmp_path, bundled_path):
     code = textwrap.dedent(f"""
         import json
         from offload_shim.cli import collect_info
-        from offload_shim.plugins.hostplugin import HostPluginControl
+        from offload_shim.hostplugin import HostPluginControl
         def infos():
             recs = collect_info([{bundled_path!r}], system=False, bundled=False)
             return [d.get("info", "") for r in recs if r.get("abi") == "llvm"

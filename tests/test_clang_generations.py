@@ -125,7 +125,7 @@ def _shim_run(prog, plugin, tmp_path, env=None):
 
 @pytest.fixture(scope="module")
 def bundled():
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     return str(bundled_plugin_path())
 
 
@@ -263,7 +263,7 @@ _KERNEL_ARGS_DRIVER = r"""
 import ctypes, json, sys
 import offload_shim as osh
 from offload_shim.abi import tgt_rtl
-from offload_shim.plugins.hostplugin import bundled_plugin_path
+from offload_shim.hostplugin import bundled_plugin_path
 lib_path, req_path, version = sys.argv[1], sys.argv[2], int(sys.argv[3])
 out = {}
 with osh.Runtime([str(bundled_plugin_path())]) as rt, osh.interpose(rt) as ip:

@@ -65,7 +65,7 @@ TIMEOUT = float(os.environ.get("OSH_CONCURRENCY_TIMEOUT", "90"))
 
 def _configs() -> dict[str, dict]:
     """``offload-shim run`` options per plugin (run_environment keyword arguments)."""
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     return {"nextgen": {"plugins": [str(NEXTGEN16)]},
             "classic": {"plugins": [str(CLASSIC16)]},
             "bundled": {"plugins": [str(bundled_plugin_path())], "bundled": True}}
@@ -373,7 +373,7 @@ def _run_thread(h: _Harness, t: int, ops, barrier, problems: list) -> None:
 def harness():
     """Per test (all of its hypothesis examples): closed at its end, so the bundled
     plugin holds no memory between tests (conftest's check)."""
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     try:
         bundled_plugin_path()
     except FileNotFoundError as exc:

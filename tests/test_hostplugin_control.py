@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from offload_shim.plugins import hostplugin
+from offload_shim import hostplugin
 from hostplugin_raw import *  # noqa: F401,F403  (raw ABI structs, prototypes, helpers)
 from hostplugin_raw import native_built, run_child  # noqa: F401  (fixture)
 
@@ -346,7 +346,7 @@ def test_bundled_paths_missing(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="OFFLOAD_SHIM_NATIVE_DIR"):
         hostplugin.sample_image_path()
     monkeypatch.delenv("OFFLOAD_SHIM_NATIVE_DIR")
-    assert hostplugin.bundled_native_dir() == pathlib.Path(hostplugin.__file__).resolve().parent.parent / "_native"
+    assert hostplugin.bundled_native_dir() == pathlib.Path(hostplugin.__file__).resolve().parent / "_native"
 
 
 def test_control_wrapper_in_process(native_built):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from offload_shim.plugins import hostplugin
+from offload_shim import hostplugin
 from hostplugin_raw import *  # noqa: F401,F403  (raw ABI structs, prototypes, helpers)
 from hostplugin_raw import native_built, run_child  # noqa: F401  (fixture)
 
@@ -112,7 +112,7 @@ def test_host_plugin(native_built, scenario):
 
 
 def test_num_devices_env(native_built):
-    code = ("import ctypes,sys; from offload_shim.plugins import hostplugin as h;"
+    code = ("import ctypes,sys; from offload_shim import hostplugin as h;"
             "lib = ctypes.CDLL(str(h.bundled_plugin_path()));"
             "print(lib.GOMP_OFFLOAD_get_num_devices())")
     env = dict(os.environ, OFFLOAD_SHIM_HOST_NUM_DEVICES="7")

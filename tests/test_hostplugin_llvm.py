@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from offload_shim.plugins import hostplugin
+from offload_shim import hostplugin
 from hostplugin_raw import *  # noqa: F401,F403  (raw ABI structs, prototypes, helpers)
 from hostplugin_raw import native_built, run_child  # noqa: F401  (fixture)
 

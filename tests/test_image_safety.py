@@ -16,7 +16,7 @@ import pytest
 
 import offload_shim as osh
 from offload_shim import elf
-from offload_shim.plugins import hostplugin
+from offload_shim import hostplugin
 from offload_shim.safety import isolation
 
 import elf_mutants

@@ -63,7 +63,7 @@ RUNS = [pytest.param([], id="discovered-host-plugins"),
 
 @pytest.mark.parametrize("opts", RUNS)
 def test_run_matches_libomptarget(prog, tmp_path, opts):
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     opts = [str(bundled_plugin_path()) if o == "BUNDLED" else o for o in opts]
     for o in opts:
         if o.startswith("/") and not Path(o).exists():
@@ -141,7 +141,7 @@ def test_run_counts_memory_never_freed_in_the_report_only(tmp_path, opts, progra
     report's ``leaks`` (per device: allocations, bytes) and ``leaks_by_kind``, before
     the clean-up at exit frees them."""
     import clang_toolchains as ct
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     why = ct.CLANG16.missing()
     if why:
         pytest.skip(why)

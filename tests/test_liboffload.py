@@ -17,7 +17,7 @@ import pytest
 
 import offload_shim as osh
 from offload_shim.abi import liboffload as L
-from offload_shim.plugins.hostplugin import ABI_LIBOFFLOAD
+from offload_shim.hostplugin import ABI_LIBOFFLOAD
 from offload_shim.plugins.liboffload import LiboffloadPlugin
 from offload_shim.plugins.loader import load_plugin
 

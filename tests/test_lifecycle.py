@@ -42,7 +42,7 @@ CYCLES, LONG_CYCLES = 20, 200
 
 
 def _bundled() -> str:
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     return str(bundled_plugin_path())
 
 

@@ -95,7 +95,7 @@ def _cycles(lib, opts):
 
 def _plugin_opts(which):
     if which == "bundled":
-        from offload_shim.plugins.hostplugin import bundled_plugin_path
+        from offload_shim.hostplugin import bundled_plugin_path
         return ["--bundled", "--plugin", str(bundled_plugin_path())]
     if not Path(NEXTGEN16).exists():
         pytest.skip(f"{NEXTGEN16} not installed (libomp5-16)")

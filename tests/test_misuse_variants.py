@@ -100,7 +100,7 @@ def test_a_missing_path_in_offload_shim_plugins_is_a_configuration_error(tmp_pat
     p = _cli(command, "--no-system", cwd=tmp_path, env_extra={"OFFLOAD_SHIM_PLUGINS": value})
     _usage_error(p, "OFFLOAD_SHIM_PLUGINS", repr(missing))
     if command == "info":
-        from offload_shim.plugins.hostplugin import bundled_plugin_path
+        from offload_shim.hostplugin import bundled_plugin_path
         p = _cli(command, "--no-system", "--no-devices", cwd=tmp_path, env_extra={
             "OFFLOAD_SHIM_PLUGINS": os.pathsep.join([str(tmp_path), str(bundled_plugin_path())])})
         assert p.returncode == 0, (p.stdout, p.stderr)
@@ -179,7 +179,7 @@ def test_compare_leaves_nothing(sig, prog):
 
 @pytest.fixture
 def dev():
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     rt = osh.Runtime([osh.load_plugin(bundled_plugin_path())])
     rt.register_image(osh.OffloadImage.sample())
     yield rt.devices[0]
@@ -253,7 +253,7 @@ def test_load_plugin_timeout_types(value, exc):
 @pytest.mark.parametrize("kind", [str, os.fsencode, pathlib.Path,
                                   lambda p: bytearray(os.fsencode(p))])
 def test_image_from_file_takes_the_path_types_of_load_plugin(kind):
-    from offload_shim.plugins.hostplugin import sample_image_path
+    from offload_shim.hostplugin import sample_image_path
     path = sample_image_path()
     img = osh.OffloadImage.from_file(kind(str(path)))
     assert img.data == osh.OffloadImage.sample().data
@@ -321,7 +321,7 @@ def test_plugin_calls_on_a_device_not_initialised_are_refused(path, abi):
     before the plugin sees it -- in a child process, as the calls would kill it.  One
     guard for the three families (Plugin._ready), liboffload's ol* view included."""
     import conftest
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     real = str(bundled_plugin_path() if path == "bundled" else getattr(conftest, path))
     if not os.path.exists(real):
         pytest.skip(f"{real} not installed")
@@ -341,7 +341,7 @@ def test_plugin_calls_on_a_device_not_initialised_are_refused(path, abi):
 def test_discover_takes_one_path_as_one_path(kind, tmp_path, monkeypatch):
     """``Runtime.discover("/path/plugin.so")`` iterated the characters: each one was tried
     as a file in the current directory (a file named ``o`` there was loaded)."""
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     (tmp_path / "o").write_bytes(b"\x7fELF")        # a 1-letter file that must not be tried
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OFFLOAD_SHIM_PLUGINS", raising=False)
@@ -355,7 +355,7 @@ def test_discover_takes_one_path_as_one_path(kind, tmp_path, monkeypatch):
 
 
 def test_runtime_takes_one_plugin_object():
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     p = osh.load_plugin(bundled_plugin_path())
     with osh.Runtime(p) as rt:
         assert rt.plugins == [p]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import offload_shim as osh
-from offload_shim.plugins.hostplugin import ABI_LLVM
+from offload_shim.hostplugin import ABI_LLVM
 from offload_shim.plugins.loader import load_plugin
 
 ORDER = ["__tgt_rtl_init_plugin", "__tgt_rtl_init_device", "__tgt_rtl_deinit_device",

@@ -608,7 +608,7 @@ def test_atexit_teardown_in_order_B8(bundled_path):
     drains, unloads, deinits; nothing reaches the plugin after deinit_plugin."""
     r = run_child(f"""
         import atexit
-        from offload_shim.plugins.hostplugin import HostPluginControl
+        from offload_shim.hostplugin import HostPluginControl
         ctl = HostPluginControl({bundled_path!r})
         def report():   # registered first, so it runs after offload_shim's hook
             print("deinit_plugin", ctl.call_count("__tgt_rtl_deinit_plugin"),
@@ -767,7 +767,7 @@ def test_bad_pool_options_fail_at_construction(bundled_path):
 def test_runtime_dropped_without_close_is_torn_down_at_exit(bundled_path):
     r = run_child(f"""
         import atexit, gc
-        from offload_shim.plugins.hostplugin import HostPluginControl
+        from offload_shim.hostplugin import HostPluginControl
         ctl = HostPluginControl({bundled_path!r})
         atexit.register(lambda: print("live", ctl.live_allocs(), "plugin_init",
                                       ctl.is_plugin_initialized()))

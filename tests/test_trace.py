@@ -73,7 +73,7 @@ EXPECTED = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_recorded_program_replays_with_the_same_counts_under_every_policy(tmp_path, name,
                                                                           plugin):
-    from offload_shim.plugins.hostplugin import bundled_plugin_path
+    from offload_shim.hostplugin import bundled_plugin_path
     exe = _built(name)
     real = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     opts = ["--plugin", str(bundled_plugin_path())] if plugin == "bundled" else []

@@ -6,7 +6,7 @@ plugin entry points, a control and inspection API declared in
 contract-violation log, capacity and latency emulation.  :class:`ControlAPI`
 binds those functions once and converts their values to Python types; the
 policy (which values are refused, the exceptions) lives in
-:class:`offload_shim.plugins.hostplugin.HostPluginControl`.
+:class:`offload_shim.hostplugin.HostPluginControl`.
 """
 
 from __future__ import annotations

@@ -307,7 +307,7 @@ def _device_backend(plugin, dev, policy, name, description, baseline, *, growth=
 
 
 def _host_rows(path, alloc_ns, free_ns, backends, skipped):
-    from ..plugins.hostplugin import HostPluginControl
+    from ..hostplugin import HostPluginControl
     from ..plugins.loader import load_plugin
     ctl = HostPluginControl(path)
     backends.append(floor_backend(ctl))

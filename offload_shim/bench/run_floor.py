@@ -51,7 +51,7 @@ FLOOR_CALLS = {
 def _nop_call():
     """A bound ctypes function with a plugin entry point's prototype and no body."""
     from ..abi.native import bundled_plugin_path
-    from ..plugins.hostplugin import HostPluginControl
+    from ..hostplugin import HostPluginControl
     nop_alloc, _nop_delete = HostPluginControl(bundled_plugin_path()).nop_entry_points()
     return nop_alloc
 

@@ -236,7 +236,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._names: dict = {}            # id(object) -> "v<i>" (the step that returned it)
         self._objects: dict = {}          # "v<i>" -> object
         if self.plugin.bundled:
-            from ..plugins.hostplugin import HostPluginControl
+            from ..hostplugin import HostPluginControl
             self.ctl = HostPluginControl(self.plugin.path)
             self.base_viol = self.ctl.violation_count()
             self.base_live = self.ctl.live_allocs()

@@ -517,7 +517,7 @@ def _child(path: str, abi: str | None, name: str) -> int:
     probe = next(p for p in PROBES if p.name == name and p.abi == plugin.abi)
     ctl = None
     if plugin.bundled:
-        from ..plugins.hostplugin import HostPluginControl
+        from ..hostplugin import HostPluginControl
         ctl = HostPluginControl(plugin.path)
         before = ctl.violation_count()
     probe.steps(_Ctx(plugin))

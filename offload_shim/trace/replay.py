@@ -157,7 +157,7 @@ def _replay_one(events, policy, plugin, threshold, latency, capacity, threads) -
         rt = osh.Runtime([], bundled=True, abi="llvm", pool=pool)
         if latency or capacity:
             from ..abi.native import bundled_plugin_path
-            from ..plugins.hostplugin import HostPluginControl
+            from ..hostplugin import HostPluginControl
             ctl = HostPluginControl(bundled_plugin_path())
     else:
         rt = osh.Runtime([plugin], pool=pool)
