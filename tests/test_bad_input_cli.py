@@ -390,3 +390,58 @@ def test_bundled_print_device_info_capacity(tmp_path, bundled_path):
         assert "capacity unlimited," in line and "unlimited 0" not in line, line
     for line in out["limited"]:
         assert "capacity 4096 bytes," in line, line
+
+
+# -- output paths: checked before the work, one line, exit 2 ----------------------------
+@pytest.mark.parametrize("opt,value", [("--report", ""), ("--record", ""),
+                                       ("--report", "{tmp}/no/such/dir/r.json"),
+                                       ("--report", "{tmp}"),
+                                       ("--report", "/proc/osh-report.json"),
+                                       ("--record", "/proc/osh.trace")])
+def test_run_output_path_refused_before_the_program(tmp_path, opt, value):
+    marker = tmp_path / "ran"
+    value = value.replace("{tmp}", str(tmp_path))
+    proc = _cli("run", opt, value, "/usr/bin/touch", marker, cwd=tmp_path)
+    _one_line_error(proc, opt)
+    assert not marker.exists(), "the program ran although its report could not be written"
+
+
+def test_run_output_path_check_leaves_nothing(tmp_path):
+    report = tmp_path / "r.json"
+    proc = _cli("run", "--report", report, "/bin/true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "error" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["r.json"])
+
+
+def test_fuzz_out_not_a_directory_is_refused_before_building(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("keep me\n")
+    for bad in (f, "/proc/osh-fuzz-out", ""):
+        proc = _cli("fuzz", "--programs", "1", "--out", bad, cwd=tmp_path, timeout=60)
+        if "clang-16" in proc.stderr and "--out" not in proc.stderr:
+            pytest.skip(proc.stderr.strip())
+        _one_line_error(proc, "--out")
+    assert f.read_text() == "keep me\n"
+
+
+def test_check_trace_out_refused_before_the_run(tmp_path, bundled_path):
+    proc = _cli("check", bundled_path, "--max-examples", "1", "--trace-out",
+                tmp_path / "no" / "dir" / "t.trace", cwd=tmp_path)
+    _one_line_error(proc, "--trace-out")
+
+
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cache_dir_that_is_a_file(tmp_path, action):
+    f = tmp_path / "not-a-dir"
+    f.write_text("user data\n")
+    proc = _cli("cache", action, cwd=tmp_path, env_extra={"OFFLOAD_SHIM_CACHE_DIR": str(f)})
+    _one_line_error(proc, "not a directory")
+    assert f.read_text() == "user data\n"
+
+
+def test_compare_names_the_signal():
+    from offload_shim.cli.compare import Outcome
+    assert Outcome(-11, [], []).status_text == "-11 (killed by SIGSEGV)"
+    assert Outcome(3, [], []).status_text == "3"
+    assert Outcome("timeout", [], []).status_text == "timeout"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,6 +258,28 @@ def test_read_trace_skips_a_cut_line_and_refuses_other_files(tmp_path):
     with pytest.raises(TraceError, match="line 2"):
         read_trace(odd)
 
+
+@pytest.mark.parametrize("line,why", [
+    ('{"op":"copy","dev":"d:0","dir":"h2d","size":8}', "copy without 'tgt'"),
+    ('{"op":"copy","dev":"d:0","dir":"h2d","size":"8","tgt":4096}', "size is '8'"),
+    ('{"op":"alloc","size":null,"ptr":4096}', "size is None"),
+    ('{"op":"alloc","size":-8,"ptr":4096}', "negative size"),
+    ('{"op":"free","size":8,"ptr":true}', "ptr is True"),
+    ('{"op":"launch","dev":"d:0","kernel":"k","dur_ns":"zz"}', "dur_ns is 'zz'"),
+    ('{"op":"free","size":8,"ptr":4096,"tid":"main"}', "tid is 'main'"),
+])
+def test_read_trace_refuses_fields_readers_use_of_the_wrong_type(tmp_path, line, why):
+    w = TraceWriter(tmp_path / "t.jsonl")
+    w.close()
+    head = (tmp_path / "t.jsonl").read_text().splitlines()[0]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(f"{head}\n{line}\n")
+    with pytest.raises(TraceError, match=f"line 2: .*{re.escape(why)}"):
+        read_trace(bad)
+    proc = subprocess.run([sys.executable, "-m", "offload_shim.cli", "replay", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().startswith("offload-shim: error: ") and why in proc.stderr
 
 def test_a_second_process_of_the_run_writes_its_own_trace(tmp_path):
     first = TraceWriter(tmp_path / "t.jsonl", exclusive=True)

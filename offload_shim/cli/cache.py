@@ -9,7 +9,7 @@ The cache (:mod:`offload_shim.safety.verdicts`) keeps one small file per verdict
 prints the directory, the number of verdicts and their size against that bound;
 ``clear`` removes them all (the next runs repeat their checks once).  Exit status 0;
 2 when the directory is not this user's alone (the cache does not use it, and
-``clear`` does not empty it) or cannot be read.
+``clear`` does not empty it), is not a directory or cannot be read.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ def cmd_cache(args) -> int:
     from ..safety import verdicts
     from .common import UsageError
     d = verdicts.configured_dir()
+    import os
+    if os.path.lexists(d) and not os.path.isdir(d):      # a file named by the variable
+        raise UsageError(f"cache {args.action}: {d} is not a directory "
+                         f"(${verdicts.CACHE_DIR_VAR})")
     if args.action == "clear":
         try:
             n = verdicts.clear(d)

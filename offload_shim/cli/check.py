@@ -44,7 +44,11 @@ import signal
 import subprocess
 import sys
 
-from .common import ProgressBar, UsageError, positive_float, positive_int
+from .common import (ProgressBar, UsageError, output_file_problem, positive_float,
+                     positive_int)
+
+#: where ``check`` writes a failing sequence's trace unless ``--trace-out`` says
+DEFAULT_TRACE_OUT = "offload-shim-check.trace"
 
 __all__ = ["register_cli", "run_check", "cmd_check", "run_sequence", "write_finding_trace"]
 
@@ -77,7 +81,7 @@ def register_cli(subparsers) -> None:
     pc.add_argument("--shrink-timeout", type=positive_float, default=300.0, metavar="SEC",
                     help="seconds for shrinking the failing sequences, every candidate "
                          "in a child process of its own (default 300)")
-    pc.add_argument("--trace-out", default="offload-shim-check.trace", metavar="PATH",
+    pc.add_argument("--trace-out", default=DEFAULT_TRACE_OUT, metavar="PATH",
                     help="where a failing sequence (shrunk) is written as a trace that "
                          "'offload-shim replay PATH' re-runs (default: "
                          "offload-shim-check.trace; written only when something is found)")
@@ -108,6 +112,10 @@ def cmd_check(args) -> int:
         raise UsageError(f"check {args.plugin}: {exc}") from None
     if args.probe_misuse:
         return _probe_main(args, path, plugin)
+    if args.trace_out != DEFAULT_TRACE_OUT:     # a path the user chose: checked before the run
+        bad = output_file_problem(args.trace_out, "--trace-out")
+        if bad:
+            raise UsageError(bad)
     bar = ProgressBar(args.max_examples, "sequences", enabled=not args.json)
     try:
         result = run_check(path, args.abi, max_examples=args.max_examples, steps=args.steps,
@@ -127,7 +135,8 @@ def cmd_check(args) -> int:
 def _print_result(r: dict) -> None:
     print(f"plugin   {r['plugin']} ({r['view']})")
     kids = r.get("children", 1)
-    print(f"ran      {r['examples']} sequences of up to {r['steps']} steps, seed {r['seed']}"
+    seed = "derandomized (no --seed)" if r["seed"] is None else r["seed"]
+    print(f"ran      {r['examples']} sequences of up to {r['steps']} steps, seed {seed}"
           + (f" ({kids} child processes)" if kids > 1 else ""))
     print("         (every sequence hypothesis started; --max-examples counts only the "
           "valid ones, so this may be more)")

@@ -20,7 +20,7 @@ import sys
 # the start-up of every program it runs, parses its usual command lines without it
 
 __all__ = ["UsageError", "Terminated", "error", "positive_int", "positive_float",
-           "nonnegative_int", "ProgressBar", "install_sigterm", "EXIT_USAGE",
+           "nonnegative_int", "ProgressBar", "output_file_problem", "output_dir_problem", "install_sigterm", "EXIT_USAGE",
            "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 EXIT_USAGE = 2
@@ -114,6 +114,52 @@ def __getattr__(name: str):
         cls = globals()["Parser"] = _make_parser_class()
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def output_file_problem(path: str, option: str) -> str | None:
+    """Why the file ``path`` that ``option`` names for writing cannot be written, or None;
+    checked before the work whose result goes there (a run, a campaign) starts, so a
+    mistyped path ends the command at once (exit 2) instead of after the work.  Refused:
+    an empty name, a directory, a missing folder, a file or folder without write
+    permission, a place where no file can be created (``/proc``).  An existing file is
+    not touched; a missing one is created and removed again to prove it can be."""
+    import os
+    if not path:
+        return f"{option} needs a file name"
+    if os.path.isdir(path):
+        return f"{option} {path}: is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{option} {path}: no directory {parent}"
+    if os.path.lexists(path):
+        return None if os.access(path, os.W_OK) else f"{option} {path}: not writable"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        return f"{option} {path}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(path)
+    return None
+
+
+def output_dir_problem(path: str, option: str) -> str | None:
+    """Why the folder ``path`` that ``option`` names for output cannot hold new files, or
+    None; the folder (and missing parents) is created here, before the work starts."""
+    import os
+    if not path:
+        return f"{option} needs a directory name"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return f"{option} {path}: {exc.strerror or exc}"
+    probe = os.path.join(path, f".offload-shim-probe.{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        return f"{option} {path}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 class ProgressBar:

@@ -103,9 +103,21 @@ class Outcome:
         return cls(status, [normalise(l) for l in stdout.splitlines()], diags, stderr,
                    own, rest)
 
+    @property
+    def status_text(self) -> str:
+        """The exit status as read: ``0``, ``3``, ``-11 (killed by SIGSEGV)``, ``timeout``."""
+        if not isinstance(self.status, int) or self.status >= 0:
+            return str(self.status)
+        import signal
+        try:
+            name = signal.Signals(-self.status).name
+        except ValueError:
+            name = f"signal {-self.status}"
+        return f"{self.status} (killed by {name})"
+
     def render(self) -> list[str]:
         """The compared parts (exit status, stdout, diagnostics), as lines."""
-        return ([f"exit status: {self.status}", "stdout:"] + [f"  {l}" for l in self.stdout]
+        return ([f"exit status: {self.status_text}", "stdout:"] + [f"  {l}" for l in self.stdout]
                 + ["diagnostics:"] + [f"  {l}" for l in self.diagnostics])
 
     def render_context(self) -> list[str]:
@@ -247,14 +259,14 @@ class Comparison:
                  f"{len(r.diagnostics)} diagnostic line{'s' if len(r.diagnostics) != 1 else ''}")
         if self.timed_out:
             out = [f"NOT COMPARED: a run took longer than the timeout (reference: exit "
-                   f"status {r.status}, offload-shim run: {s.status})"]
+                   f"status {r.status_text}, offload-shim run: {s.status_text})"]
         elif self.same:
-            out = [f"same: exit status {r.status}, stdout and diagnostics agree ({sizes}; "
+            out = [f"same: exit status {r.status_text}, stdout and diagnostics agree ({sizes}; "
                    f"--full shows both)"]
         else:
             d = self.diff(context=1)[2:]          # without the ---/+++ header
             head = ("different, " + "; ".join(self.known)) if self.known else "DIFFERENT"
-            out = [f"{head}: exit status {r.status} / {s.status} (reference / "
+            out = [f"{head}: exit status {r.status_text} / {s.status_text} (reference / "
                    f"offload-shim run); reference: {sizes}; offload-shim run: "
                    f"{len(s.stdout)} stdout, {len(s.diagnostics)} diagnostic lines"]
             out += d[:max_lines]

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import EXIT_USAGE, error, nonnegative_int, positive_float, positive_int
+from .common import (EXIT_USAGE, error, nonnegative_int, output_dir_problem, positive_float,
+                     positive_int)
 
 
 def _compilers(text: str) -> list[int]:
@@ -62,6 +63,10 @@ def cmd_fuzz(args) -> int:
     except ToolchainError as exc:
         error(str(exc))
         return EXIT_USAGE
+    bad = args.out is not None and output_dir_problem(args.out, "--out")
+    if bad:
+        error(bad)
+        return EXIT_USAGE
     log = None if args.json else (lambda m: print(f"fuzz: {m}", file=sys.stderr, flush=True))
     camp = Campaign(tcs, seed=args.seed, budget=args.budget, shrink=not args.no_shrink,
                     limit=args.programs, log=log)
@@ -74,14 +79,17 @@ def cmd_fuzz(args) -> int:
     paths = {}
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         for i, d in enumerate(camp.divergences):
             stem = out / f"{d.cls}-{d.seed}"
-            stem.with_suffix(".c").write_text(d.source)
             text = []
             for name, lines in d.outputs.items():
                 text += [f"== {name}", *lines]
-            stem.with_suffix(".txt").write_text("\n".join(text) + "\n")
+            try:                    # the folder was checked before the campaign; a failure
+                stem.with_suffix(".c").write_text(d.source)     # now still prints the result
+                stem.with_suffix(".txt").write_text("\n".join(text) + "\n")
+            except OSError as exc:
+                error(f"--out {out}: {exc.strerror or exc} (the divergence is printed below)")
+                continue
             paths[i] = str(stem.with_suffix(".c"))
     counts = camp.counts()
     if args.json:

@@ -196,7 +196,7 @@ def _interposer_path():
     d = os.environ.get("OFFLOAD_SHIM_NATIVE_DIR") or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
     p = os.path.join(d, "libosh_interposer.so")
-    if not os.path.isfile(p):               # elsewhere (plugins.hostplugin knows where)
+    if not os.path.isfile(p):               # elsewhere (hostplugin knows where)
         from ..interposer import interposer_path
         return interposer_path()            # or FileNotFoundError with the advice
     return p
@@ -246,10 +246,14 @@ def cmd_run(args) -> int:
     if isinstance(bad, int):
         return bad
     record = getattr(args, "record", None)
-    if not bad and record:
+    if not bad and record is not None:       # "" too: a name, not "no trace"
         from ..trace.record import trace_path_ok
         bad = trace_path_ok(record)
         bad = bad and f"--record {bad}"
+    if not bad and (record is not None or args.report is not None):
+        from .common import output_file_problem  # before the program: not after its work
+        bad = ((record is not None and output_file_problem(record, "--record"))
+               or (args.report is not None and output_file_problem(args.report, "--report")))
     if bad:
         _error(bad)
         return 2

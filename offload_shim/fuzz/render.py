@@ -9,7 +9,7 @@ from __future__ import annotations
 from .generator import (Chain, DataRegion, DeviceMemory, EnterData, ExitData, GlobalKernel,
                         HostWrite, ImplicitPointer, Kernel, MapItem, OtherDevice, Program,
                         Update, UseDevice, _State, _enter, _exit, _kernel_reads, _new_state,
-                        _step, simulate, valid)
+                        _step, simulate)
 
 
 # -- C source ---------------------------------------------------------------------------
@@ -311,7 +311,4 @@ def render_batch(progs) -> str:
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["Array", "Chain", "DataRegion", "DeviceMemory", "EnterData", "ExitData",
-           "Features", "GlobalKernel", "HostWrite", "ImplicitPointer", "Kernel", "MapItem",
-           "ModelError", "OtherDevice", "Program", "Update", "UseDevice", "generate",
-           "render", "render_batch", "simulate", "valid"]
+__all__ = ["render", "render_batch"]

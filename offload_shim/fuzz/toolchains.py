@@ -75,8 +75,11 @@ class Toolchain:
         src = out_dir / f"{stem}-{key}.c"
         src.write_text(source)
         tmp = exe.with_name(exe.name + ".tmp")
+        # the compiler's own temporary files (offload bundles, objects) go to out_dir too:
+        # an interrupted campaign removes them with its work folder, none stays in /tmp
         subprocess.run([self.cc, "-O1", *self.flags(), str(src), "-o", str(tmp)], check=True,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TMPDIR=str(out_dir)))
         tmp.replace(exe)
         return exe
 

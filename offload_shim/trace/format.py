@@ -50,6 +50,40 @@ OPS = ("trace", "end", "image_register", "image_unregister", "device_init",
        "device_deinit", "construct", "copy", "launch") + POOL_OPS + CHECK_OPS
 
 
+_INT, _NUM, _STR, _NONE = (int,), (int, float), (str,), (type(None),)
+#: op -> field -> the JSON types it may have, for the fields that readers use (``summary``,
+#: :mod:`offload_shim.trace.replay`, :mod:`offload_shim.memory.replay`); required unless
+#: marked optional below.  Other fields are kept as they are.
+_FIELDS = {
+    "alloc": {"size": _INT, "ptr": _INT + _NONE},
+    "free": {"size": _INT, "ptr": _INT},
+    "copy": {"dir": _STR, "size": _INT, "tgt": _INT},
+    "launch": {"kernel": _STR},
+    "construct": {"kind": _STR},
+}
+#: fields every event may carry, checked when present
+_OPTIONAL = {"t_ns": _INT, "tid": _INT, "dev": _STR + _NONE, "dur_ns": _NUM,
+             "hit": (bool,), "requested": _INT, "reason": _STR, "nargs": _INT}
+
+
+def _field_problem(ev: dict) -> str | None:
+    """Why a known op's line cannot be read (a field missing or of the wrong JSON type)."""
+    for name, types in _FIELDS.get(ev["op"], {}).items():
+        if name not in ev:
+            return f"{ev['op']} without {name!r}"
+        v = ev[name]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            return f"{ev['op']}: {name} is {v!r}"
+    for name, types in _OPTIONAL.items():
+        v = ev.get(name)
+        if v is not None and (not isinstance(v, types)
+                              or (isinstance(v, bool) and bool not in types)):
+            return f"{ev['op']}: {name} is {v!r}"
+    if ev["op"] in ("alloc", "free", "copy") and ev["size"] < 0:
+        return f"{ev['op']}: negative size {ev['size']}"
+    return None
+
+
 class TraceError(ValueError):
     """A file that is not a trace of a version this package reads, or a malformed
     line (the message names the line)."""
@@ -213,7 +247,9 @@ class Trace:
 def read_trace(path) -> Trace:
     """Read a trace file.  Raises ``OSError`` (cannot open), :class:`TraceError`: not
     a trace (first line), a version above :data:`VERSION`, a line that is not a JSON
-    object with a known ``op`` (the last line of a cut-short trace is skipped instead)."""
+    object with a known ``op``, or whose fields that readers use are missing or of the
+    wrong type (``copy`` without ``tgt``, a ``size`` that is a string or negative...);
+    the last line of a cut-short trace is skipped instead."""
     with open(path, "rb") as f:
         raw = f.read()
     lines = raw.split(b"\n")
@@ -244,6 +280,9 @@ def read_trace(path) -> Trace:
         if not isinstance(ev, dict) or ev.get("op") not in OPS:
             raise TraceError(f"{path}: line {n}: not an event of version {VERSION}: "
                              f"{line[:80]!r}")
+        bad = _field_problem(ev)
+        if bad:
+            raise TraceError(f"{path}: line {n}: {bad}")
         if ev["op"] == "end":
             end = ev
         else:

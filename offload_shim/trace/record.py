@@ -206,7 +206,6 @@ class Recorder:
         if id(plugin) in self._hooked:
             return
         self._hooked.add(id(plugin))
-        ev = self.writer.event
         name = plugin.name
         here = self._here
 
@@ -314,7 +313,6 @@ class Recorder:
         (``_general``): both are wrapped, the frame read after the construct."""
         from ..abi import interposer as _abi
         fast = ip.fast
-        ev = self.writer.event
         hold, release = self.writer.hold, self.writer.release
         here = self._here
         head, kernel_kind = _abi.FRAME_HEAD, _abi.FRAME_KERNEL
