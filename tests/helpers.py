@@ -101,3 +101,49 @@ def set_limit(n):
 def set_soft_limit(n):
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (n, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
 """
+
+
+# -- plugins and libraries built for a test --------------------------------------------
+NATIVE = __import__("pathlib").Path(__file__).resolve().parent.parent / "native"
+
+
+def c_compiler() -> str:
+    """The C compiler tests build with (cc, gcc or clang); skips the test without one."""
+    import shutil
+    import pytest
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    return cc
+
+
+def build_shared(dest, name: str, source: str, *flags: str) -> str:
+    """``source`` (C) built into ``dest/name`` as a shared object; returns its path."""
+    cc = c_compiler()
+    src = dest / (name + ".c")
+    src.write_text(source)
+    out = dest / name
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(src), *flags], check=True,
+                   capture_output=True, timeout=300)
+    return str(out)
+
+
+def build_wrapped_host_plugin(dest, name: str, wrapper: str, renamed=()) -> str:
+    """The bundled host plugin (``native/host_plugin.c`` + ``host_plugin_ol.c``) with the
+    ``__tgt_rtl_<entry>`` of each entry in ``renamed`` renamed ``osh_orig_<entry>``, linked
+    with ``wrapper`` (C defining the replacements, which may call ``osh_orig_*``) into
+    ``dest/name``: a plugin with a fault where the test wants it."""
+    cc = c_compiler()
+    (dest / "wrap.c").write_text(wrapper)
+    renames = [f"-D__tgt_rtl_{e}=osh_orig_{e}" for e in renamed]
+    objs = []
+    for src, extra in (("host_plugin.c", renames), ("host_plugin_ol.c", [])):
+        obj = dest / (src + ".o")
+        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{NATIVE}",
+                        *extra, str(NATIVE / src), "-o", str(obj)], check=True,
+                       capture_output=True, timeout=300)
+        objs.append(str(obj))
+    out = dest / name
+    subprocess.run([cc, "-shared", "-fPIC", *objs, str(dest / "wrap.c"), "-o", str(out),
+                    "-ldl", "-lpthread"], check=True, capture_output=True, timeout=300)
+    return str(out)

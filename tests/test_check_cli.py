@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+
+from helpers import build_shared, build_wrapped_host_plugin
 
 
 def _cli(*args, timeout=600, cwd=None):
@@ -93,14 +99,7 @@ def test_the_first_sequence_always_registers_and_initialises(tmp_path):
     """A plugin that calls exit() in init_plugin is found even by a 3-sequence run of
     1 step, which hypothesis alone fills with steps that never reach the plugin (issue
     32): every check starts with register, init, alloc, submit, launch, retrieve."""
-    import shutil
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    (tmp_path / "exit_in_init.c").write_text(_EXIT_IN_INIT)
-    so = tmp_path / "libexit_in_init.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "exit_in_init.c")],
-                   check=True, timeout=120)
+    so = build_shared(tmp_path, "libexit_in_init.so", _EXIT_IN_INIT)
     cp = _cli(str(so), "--max-examples", "3", "--steps", "1", "--seed", "1", "--json",
               cwd=tmp_path)
     assert cp.returncode == 1, cp.stdout + cp.stderr
@@ -111,41 +110,18 @@ def test_the_first_sequence_always_registers_and_initialises(tmp_path):
 
 # -- how a child ended (issue 28 item 6) ----------------------------------------------
 
-from pathlib import Path  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-
-NATIVE = Path(__file__).resolve().parent.parent / "native"
 
 EXIT_IN = {"init_plugin": "int32_t __tgt_rtl_init_plugin(void)",
            "init_device": "int32_t __tgt_rtl_init_device(int32_t id)"}
 
 
 def _exit_plugin(tmp_path, entry):
-    """The bundled plugin's sources with ``__tgt_rtl_<entry>`` replaced by one that
-    calls exit(3)."""
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
-    name = f"__tgt_rtl_{entry}"
-    wrap = tmp_path / "wrap.c"
-    wrap.write_text("#include <stdint.h>\n#include <stdlib.h>\n"
-                    f"__attribute__((visibility(\"default\"))) {EXIT_IN[entry]} "
-                    "{ exit(3); }\n")
-    out = tmp_path / f"libomptarget.rtl.exit_{entry}.so"
-    objs = []
-    for src, extra in (("host_plugin.c", [f"-D{name}=osh_replaced_{entry}"]),
-                       ("host_plugin_ol.c", [])):
-        obj = tmp_path / (src + ".o")
-        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{NATIVE}",
-                        *extra, str(NATIVE / src), "-o", str(obj)], check=True,
-                       capture_output=True, timeout=300)
-        objs.append(str(obj))
-    subprocess.run([cc, "-shared", "-fPIC", *objs, str(wrap), "-o", str(out), "-ldl",
-                    "-lpthread"], check=True, capture_output=True, timeout=300)
-    return str(out)
+    """The bundled plugin with ``__tgt_rtl_<entry>`` replaced by one that calls exit(3)."""
+    wrapper = ("#include <stdint.h>\n#include <stdlib.h>\n"
+               f"__attribute__((visibility(\"default\"))) {EXIT_IN[entry]} "
+               "{ exit(3); }\n")
+    return build_wrapped_host_plugin(tmp_path, f"libomptarget.rtl.exit_{entry}.so", wrapper,
+                                     (entry,))
 
 
 @pytest.mark.parametrize("entry", sorted(EXIT_IN))

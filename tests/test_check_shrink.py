@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,8 @@ from offload_shim.testing.sequences import (SequenceError, failure_signature, fo
                                             write_trace)
 from offload_shim.trace.format import TraceError, read_trace
 
-NATIVE = Path(__file__).resolve().parent.parent / "native"
+from helpers import build_wrapped_host_plugin
+
 
 # The bundled plugin with one bug added: init_device of a device that was deinitialised
 # since init_plugin dereferences NULL (static state a deinit leaves behind).  Only a
@@ -49,24 +48,9 @@ EXPORT int32_t __tgt_rtl_init_device(int32_t id) {
 
 @pytest.fixture(scope="module")
 def reinit_crash_plugin(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
-    d = tmp_path_factory.mktemp("reinit_crash")
-    (d / "wrap.c").write_text(_REINIT_CRASH)
-    renames = [f"-D__tgt_rtl_{e}=osh_orig_{e}" for e in ("init_device", "deinit_device",
-                                                        "init_plugin")]
-    objs = []
-    for src, extra in (("host_plugin.c", renames), ("host_plugin_ol.c", [])):
-        obj = d / (src + ".o")
-        subprocess.run([cc, "-c", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{NATIVE}",
-                        *extra, str(NATIVE / src), "-o", str(obj)], check=True,
-                       capture_output=True, timeout=300)
-        objs.append(str(obj))
-    out = d / "libomptarget.rtl.reinit_crash.so"
-    subprocess.run([cc, "-shared", "-fPIC", *objs, str(d / "wrap.c"), "-o", str(out),
-                    "-ldl", "-lpthread"], check=True, capture_output=True, timeout=300)
-    return str(out)
+    return build_wrapped_host_plugin(tmp_path_factory.mktemp("reinit_crash"),
+                                     "libomptarget.rtl.reinit_crash.so", _REINIT_CRASH,
+                                     ("init_device", "deinit_device", "init_plugin"))
 
 
 def _shim(*args, cwd=None, timeout=900):

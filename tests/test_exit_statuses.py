@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import build_shared
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 CLI = [sys.executable, "-m", "offload_shim.cli"]
 
@@ -56,14 +58,8 @@ def _sample_kernels() -> str:
 
 
 def _not_registered_library(tmp: Path) -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    (tmp / "noreg.c").write_text(_NOT_REGISTERED)
-    so = tmp / "libnoreg.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp / "noreg.c"),
-                    "-Wl,--unresolved-symbols=ignore-all"], check=True, timeout=120)
-    return str(so)
+    return build_shared(tmp, "libnoreg.so", _NOT_REGISTERED,
+                        "-Wl,--unresolved-symbols=ignore-all")
 
 
 _SEGV_IN_INIT = """
@@ -86,13 +82,7 @@ def _crashing_check_trace(tmp: Path) -> str:
     """A check trace (offload_shim.testing.sequences) of one step, open_runtime with its
     smoke run, against a plugin whose init_plugin dereferences NULL."""
     from offload_shim.testing.sequences import write_trace
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    (tmp / "segv.c").write_text(_SEGV_IN_INIT)
-    so = tmp / "libomptarget.rtl.segv.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp / "segv.c")], check=True,
-                   timeout=120)
+    so = build_shared(tmp, "libomptarget.rtl.segv.so", _SEGV_IN_INIT)
     return write_trace(tmp / "check.trace", [{"i": 0, "rule": "open_runtime", "args": {},
                                               "smoke": True}],
                        {"kind": "crash", "signal": "SIGSEGV"},
