@@ -218,6 +218,8 @@ FIXED_UPSTREAM: dict[tuple[str, int], str] = {
     ("fixed_upstream_mapper.c", 19): "struct-copy-over-attached-pointer",
     ("fixed_upstream_always.c", 16): "always-pointer-member-reattach",
     ("fixed_upstream_always.c", 19): "always-pointer-member-reattach",
+    ("fixed_upstream_usm_attach.c", 16): "usm-attach-over-host-pointer",
+    ("fixed_upstream_usm_attach.c", 19): "usm-attach-over-host-pointer",
 }
 
 _fixed_lock = threading.Lock()

@@ -142,6 +142,13 @@ def target_data_begin(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = 
         if t & MAP_RETURN_PARAM:
             m.set_base(i, _return_param(dm, hp, base, tpr.tgt))
         if t & MAP_PTR_AND_OBJ and not tpr.is_host:
+            if ptr_tpr.is_host and not tpr.tgt:
+                # unified shared memory, a zero-length pointee without a device copy:
+                # the pointer's "device copy" is the host's pointer, and 16 writes
+                # (NULL - offset) into it, 19.1 crashes; 22.1 leaves it
+                # (FIXED_UPSTREAM "usm-attach-over-host-pointer")
+                dm.note_fixed_upstream("usm-attach-over-host-pointer")
+                continue
             try:
                 dm.attach(ptr_host, ptr_tpr.tgt, base, tpr.tgt - (hp - base),
                           ptr_tpr.entry)

@@ -10,8 +10,8 @@ module serves the frames (the constructs themselves: :mod:`.plan_data` for
 
 * **plans**: the constant arrays of a construct (map types, and whether it has
   mappers) are decoded once into a :class:`Plan` kept per construct identity (the
-  frame kind, the address of its map-type array, its argument count and, for a
-  kernel, the region's host pointer).  A plan is only reused while the map types it
+  frame kind, the address of its map-type array, its argument count, whether it passes
+  mappers and, for a kernel, the region's host pointer).  A plan is only reused while the map types it
   was made from are still the ones passed (compared on every call), so a caller that
   builds its arrays on the stack gets a correct plan too.  The kernel's device entry
   (``Device.translate`` of the region id) is kept in the plan while no library was
@@ -227,7 +227,8 @@ class FastPath:
         if v[W_COPIED] and self._enabled and (kind != KERNEL
                                               or v[W_KARGS_VERSION] in _KERNEL_ARGS):
             n = v[W_N]
-            plan = self._plans.get((kind, v[W_TYPES_P], n, v[W_HOST_PTR]))
+            plan = self._plans.get((kind, v[W_TYPES_P], n, v[W_HOST_PTR],
+                                    v[W_MAPPERS_P] != 0))
             t0 = HEAD + 3 * n
             if plan is None or (v[t0] != plan.types[0] if n == 1
                                 else v[t0:t0 + n].tolist() != plan.types):
@@ -270,7 +271,12 @@ class FastPath:
     def _plan(self, v, kind: int, n: int) -> Plan:
         """A new plan for the construct (the one kept for its identity, if any, was
         made from other map types)."""
-        key = (kind, v[W_TYPES_P], n, v[W_HOST_PTR])
+        # the mappers word is part of the identity: a compiler merges equal constant
+        # map-type arrays (clang: `.offload_maptypes` are unnamed_addr), so a construct with
+        # a declare mapper can share its type array with one without (`target data
+        # map(to: m0)` through a mapper, `enter data map(to: a[2:6])`: both {TO}) and must
+        # not be served by the other's simple plan
+        key = (kind, v[W_TYPES_P], n, v[W_HOST_PTR], v[W_MAPPERS_P] != 0)
         t0 = HEAD + 3 * n
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()

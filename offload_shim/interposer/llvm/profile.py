@@ -369,6 +369,19 @@ FIXED_UPSTREAM: dict[str, FixedUpstream] = {f.id: f for f in (
         "libomptarget 22 re-attaches after the copy (ATTACH map type, llvm-project "
         "PR #149036; clang PR #153683)",
         "fixed_upstream_always.c"),
+    FixedUpstream(
+        "usm-attach-over-host-pointer",
+        "under requires unified_shared_memory, a pointer-and-object entry whose pointee "
+        "section is zero-length (map(to: s) map(tofrom: s.p[1:0])) has no device copy, "
+        "and targetDataBegin attaches anyway: 16 writes the absent pointee's address "
+        "minus the section's offset into the pointer's 'device copy', which under "
+        "unified shared memory is the host's own pointer (the program's s.p becomes "
+        "garbage); 19.1 crashes there (the shadow pointer of an entry that does not "
+        "exist)",
+        "libomptarget 22 attaches only when pointer and pointee both have device "
+        "copies that are not host pointers (omptarget.cpp processAttachEntries, ATTACH "
+        "map type, llvm-project PR #149036; clang PR #153683 emits it)",
+        "fixed_upstream_usm_attach.c"),
 )}
 
 _REGIONS_16 = {(0, False): "Entering OpenMP data region",
@@ -414,7 +427,7 @@ LIBOMPTARGET_16 = RuntimeProfile(
     new_entry_points=frozenset(),
     dropped_entry_points=frozenset(),
     fixed_upstream=("partial-struct-padding", "struct-copy-over-attached-pointer",
-                    "always-pointer-member-reattach"))
+                    "always-pointer-member-reattach", "usm-attach-over-host-pointer"))
 
 #: ``libomp5-19`` / ``libomp-19-dev`` 19.1.7 (unpacked into .cache/llvm19)
 LIBOMPTARGET_19 = RuntimeProfile(
@@ -430,7 +443,7 @@ LIBOMPTARGET_19 = RuntimeProfile(
     new_entry_points=_NEW_19,
     dropped_entry_points=frozenset(),
     fixed_upstream=("struct-copy-over-attached-pointer",
-                    "always-pointer-member-reattach"))
+                    "always-pointer-member-reattach", "usm-attach-over-host-pointer"))
 
 #: ``libomp-22-dev`` / ``liboffload-22`` 22.1.8 (unpacked into .cache/liboffload22)
 LIBOMPTARGET_22 = RuntimeProfile(
