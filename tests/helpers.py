@@ -147,3 +147,20 @@ def build_wrapped_host_plugin(dest, name: str, wrapper: str, renamed=()) -> str:
     subprocess.run([cc, "-shared", "-fPIC", *objs, str(dest / "wrap.c"), "-o", str(out),
                     "-ldl", "-lpthread"], check=True, capture_output=True, timeout=300)
     return str(out)
+
+
+#: a plugin of the LLVM ABI whose init_plugin dereferences NULL (a crash on first use)
+SEGV_IN_INIT_PLUGIN = """
+#include <stdint.h>
+int32_t __tgt_rtl_init_plugin(void) { volatile int *p = 0; return *p; }
+int32_t __tgt_rtl_is_valid_binary(void *img) { return 1; }
+int32_t __tgt_rtl_number_of_devices(void) { return 1; }
+int32_t __tgt_rtl_init_device(int32_t d) { return 0; }
+void *__tgt_rtl_load_binary(int32_t d, void *img) { return 0; }
+void *__tgt_rtl_data_alloc(int32_t d, int64_t n, void *h, int32_t k) { return 0; }
+int32_t __tgt_rtl_data_submit(int32_t d, void *t, void *h, int64_t n) { return 1; }
+int32_t __tgt_rtl_data_retrieve(int32_t d, void *h, void *t, int64_t n) { return 1; }
+int32_t __tgt_rtl_data_delete(int32_t d, void *t, int32_t k) { return 1; }
+int32_t __tgt_rtl_launch_kernel(int32_t d, void *e, void **a, int64_t *o, void *k,
+                                void *i) { return 1; }
+"""

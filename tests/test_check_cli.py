@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import build_shared, build_wrapped_host_plugin
+from helpers import SEGV_IN_INIT_PLUGIN, build_shared, build_wrapped_host_plugin
 
 
 def _cli(*args, timeout=600, cwd=None):
@@ -216,3 +216,17 @@ def test_a_full_tmpdir_is_the_environment_not_the_plugin(tmp_path):
     assert cp.returncode == 1, cp.stdout + cp.stderr
     assert "STOPPED  environment: the temporary directory" in cp.stdout, cp.stdout
     assert "FINDING" not in cp.stdout and "Traceback" not in cp.stderr, cp.stderr
+
+
+def test_a_child_that_crashes_counts_the_sequence_it_died_in(tmp_path):
+    """The child dies before writing its result: the sequences it reported started are
+    the ones run (it said 'ran 0 sequences' above a crash in the first one)."""
+    so = build_shared(tmp_path, "libomptarget.rtl.segv.so", SEGV_IN_INIT_PLUGIN)
+    cp = _cli(so, "--max-examples", "3", "--steps", "2", "--no-shrink", "--json",
+              cwd=tmp_path)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    res = json.loads(cp.stdout)
+    assert [f["kind"] for f in res["findings"]] == ["crash"], res
+    assert res["examples"] == 1, res
+    cp = _cli(so, "--max-examples", "3", "--steps", "2", "--no-shrink", cwd=tmp_path)
+    assert "ran      1 sequence of up to 2 steps" in cp.stdout, cp.stdout

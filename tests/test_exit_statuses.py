@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import build_shared
+from helpers import SEGV_IN_INIT_PLUGIN, build_shared
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CLI = [sys.executable, "-m", "offload_shim.cli"]
@@ -62,27 +62,11 @@ def _not_registered_library(tmp: Path) -> str:
                         "-Wl,--unresolved-symbols=ignore-all")
 
 
-_SEGV_IN_INIT = """
-#include <stdint.h>
-int32_t __tgt_rtl_init_plugin(void) { volatile int *p = 0; return *p; }
-int32_t __tgt_rtl_is_valid_binary(void *img) { return 1; }
-int32_t __tgt_rtl_number_of_devices(void) { return 1; }
-int32_t __tgt_rtl_init_device(int32_t d) { return 0; }
-void *__tgt_rtl_load_binary(int32_t d, void *img) { return 0; }
-void *__tgt_rtl_data_alloc(int32_t d, int64_t n, void *h, int32_t k) { return 0; }
-int32_t __tgt_rtl_data_submit(int32_t d, void *t, void *h, int64_t n) { return 1; }
-int32_t __tgt_rtl_data_retrieve(int32_t d, void *h, void *t, int64_t n) { return 1; }
-int32_t __tgt_rtl_data_delete(int32_t d, void *t, int32_t k) { return 1; }
-int32_t __tgt_rtl_launch_kernel(int32_t d, void *e, void **a, int64_t *o, void *k,
-                                void *i) { return 1; }
-"""
-
-
 def _crashing_check_trace(tmp: Path) -> str:
     """A check trace (offload_shim.testing.sequences) of one step, open_runtime with its
     smoke run, against a plugin whose init_plugin dereferences NULL."""
     from offload_shim.testing.sequences import write_trace
-    so = build_shared(tmp, "libomptarget.rtl.segv.so", _SEGV_IN_INIT)
+    so = build_shared(tmp, "libomptarget.rtl.segv.so", SEGV_IN_INIT_PLUGIN)
     return write_trace(tmp / "check.trace", [{"i": 0, "rule": "open_runtime", "args": {},
                                               "smoke": True}],
                        {"kind": "crash", "signal": "SIGSEGV"},

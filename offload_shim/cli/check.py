@@ -136,7 +136,9 @@ def _print_result(r: dict) -> None:
     print(f"plugin   {r['plugin']} ({r['view']})")
     kids = r.get("children", 1)
     seed = "derandomized (no --seed)" if r["seed"] is None else r["seed"]
-    print(f"ran      {r['examples']} sequences of up to {r['steps']} steps, seed {seed}"
+    n = r["examples"]
+    print(f"ran      {n} sequence{'' if n == 1 else 's'} of up to {r['steps']} steps, "
+          f"seed {seed}"
           + (f" ({kids} child processes)" if kids > 1 else ""))
     print("         (every sequence hypothesis started; --max-examples counts only the "
           "valid ones, so this may be more)")
@@ -269,17 +271,19 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                                     env=scope.env(), start_new_session=True)
             scope.track(proc.pid)
             tail: list[str] = []
+            started = [base["examples"]]    # sequences started, as the child reports them
             killed = False
 
-            def pump(proc=proc, tail=tail):
+            def pump(proc=proc, tail=tail, started=started):
                 for line in proc.stdout:
                     line = line.rstrip("\n")
                     if line.startswith("progress "):
+                        try:
+                            started[0] = int(line.split()[1])
+                        except (ValueError, IndexError):
+                            continue
                         if progress:
-                            try:
-                                progress(int(line.split()[1]))
-                            except (ValueError, IndexError):
-                                pass
+                            progress(started[0])
                     else:
                         tail.append(line)
                         del tail[:-40]
@@ -306,7 +310,10 @@ def run_check(path: str, abi: str | None = None, *, max_examples: int = 200, ste
                 pass
             except (OSError, ValueError):      # cut short: a full TMPDIR, a kill
                 child = {}
-            base["examples"] += child.get("examples", 0)
+            # a child that died without its result ran the sequences it reported started
+            # (the one it died in included)
+            base["examples"] = (base["examples"] + child["examples"] if "examples" in child
+                                else max(base["examples"], started[0]))
             n_before = len(base["findings"])
             base["findings"] += child.get("findings", [])
             full = tmpdir_full() if (rc != 0 or not child) and not killed else None
