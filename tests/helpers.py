@@ -149,10 +149,13 @@ def build_wrapped_host_plugin(dest, name: str, wrapper: str, renamed=()) -> str:
     return str(out)
 
 
-#: a plugin of the LLVM ABI whose init_plugin dereferences NULL (a crash on first use)
-SEGV_IN_INIT_PLUGIN = """
-#include <stdint.h>
-int32_t __tgt_rtl_init_plugin(void) { volatile int *p = 0; return *p; }
+def stub_llvm_plugin(init_plugin_body: str) -> str:
+    """C source of a minimal plugin of the LLVM ABI (one device, no memory: every copy and
+    launch fails) whose ``__tgt_rtl_init_plugin`` body is ``init_plugin_body``."""
+    return ("#include <stdint.h>\n#include <stdlib.h>\n"
+            f"int32_t __tgt_rtl_init_plugin(void) {{ {init_plugin_body} }}\n" + """
+int32_t __tgt_rtl_deinit_plugin(void) { return 0; }
+int32_t __tgt_rtl_deinit_device(int32_t d) { return 0; }
 int32_t __tgt_rtl_is_valid_binary(void *img) { return 1; }
 int32_t __tgt_rtl_number_of_devices(void) { return 1; }
 int32_t __tgt_rtl_init_device(int32_t d) { return 0; }
@@ -163,4 +166,8 @@ int32_t __tgt_rtl_data_retrieve(int32_t d, void *h, void *t, int64_t n) { return
 int32_t __tgt_rtl_data_delete(int32_t d, void *t, int32_t k) { return 1; }
 int32_t __tgt_rtl_launch_kernel(int32_t d, void *e, void **a, int64_t *o, void *k,
                                 void *i) { return 1; }
-"""
+""")
+
+
+#: a plugin of the LLVM ABI whose init_plugin dereferences NULL (a crash on first use)
+SEGV_IN_INIT_PLUGIN = stub_llvm_plugin("volatile int *p = 0; return *p;")

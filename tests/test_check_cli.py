@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from helpers import SEGV_IN_INIT_PLUGIN, build_shared, build_wrapped_host_plugin
+from helpers import (SEGV_IN_INIT_PLUGIN, build_shared, build_wrapped_host_plugin,
+                     stub_llvm_plugin)
 
 
 def _cli(*args, timeout=600, cwd=None):
@@ -76,23 +77,7 @@ def test_probe_misuse_nextgen16_crash_is_a_row(nextgen16):
     assert rows["load_binary_garbage"]["outcome"] == "error (NULL)"
 
 
-_EXIT_IN_INIT = r"""
-#include <stdint.h>
-#include <stdlib.h>
-int32_t __tgt_rtl_init_plugin(void) { exit(0); }
-int32_t __tgt_rtl_deinit_plugin(void) { return 0; }
-int32_t __tgt_rtl_deinit_device(int32_t d) { return 0; }
-int32_t __tgt_rtl_is_valid_binary(void *img) { return 1; }
-int32_t __tgt_rtl_number_of_devices(void) { return 1; }
-int32_t __tgt_rtl_init_device(int32_t d) { return 0; }
-void *__tgt_rtl_load_binary(int32_t d, void *img) { return 0; }
-void *__tgt_rtl_data_alloc(int32_t d, int64_t n, void *h, int32_t k) { return 0; }
-int32_t __tgt_rtl_data_submit(int32_t d, void *t, void *h, int64_t n) { return 1; }
-int32_t __tgt_rtl_data_retrieve(int32_t d, void *h, void *t, int64_t n) { return 1; }
-int32_t __tgt_rtl_data_delete(int32_t d, void *t, int32_t k) { return 1; }
-int32_t __tgt_rtl_launch_kernel(int32_t d, void *e, void **a, int64_t *o, void *k,
-                                void *i) { return 1; }
-"""
+_EXIT_IN_INIT = stub_llvm_plugin("exit(0);")
 
 
 def test_the_first_sequence_always_registers_and_initialises(tmp_path):

@@ -133,10 +133,18 @@ def output_file_problem(path: str, option: str) -> str | None:
         return f"{option} {path}: no directory {parent}"
     if os.path.lexists(path):
         return None if os.access(path, os.W_OK) else f"{option} {path}: not writable"
+    why = _cannot_create(path)
+    return why and f"{option} {path}: {why}"
+
+
+def _cannot_create(path: str) -> str | None:
+    """Why no file can be created at ``path`` (which does not exist), or None; the file
+    made to find out is removed again."""
+    import os
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        return f"{option} {path}: {exc.strerror or exc}"
+        return exc.strerror or str(exc)
     os.close(fd)
     os.unlink(path)
     return None
@@ -152,14 +160,8 @@ def output_dir_problem(path: str, option: str) -> str | None:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         return f"{option} {path}: {exc.strerror or exc}"
-    probe = os.path.join(path, f".offload-shim-probe.{os.getpid()}")
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        return f"{option} {path}: {exc.strerror or exc}"
-    os.close(fd)
-    os.unlink(probe)
-    return None
+    why = _cannot_create(os.path.join(path, f".offload-shim-probe.{os.getpid()}"))
+    return why and f"{option} {path}: {why}"
 
 
 class ProgressBar:
