@@ -171,6 +171,18 @@ def test_run_passes_the_programs_signal_through_without_a_line_of_its_own(tmp_pa
                                                                           out, err)
 
 
+def test_run_passes_sigkill_through(tmp_path):
+    """A program that dies of SIGKILL (the OOM killer, ``kill -9``) ends ``run`` by
+    SIGKILL, as after ``exec``: SIGKILL's disposition cannot be set (``signal.signal``
+    raises EINVAL), which once made ``run`` say "cannot execute PROG: Invalid argument"
+    and exit 126 after the program had run."""
+    killed = ["sh", "-c", "echo before; kill -KILL $$; echo after"]
+    ref = subprocess.run(killed, capture_output=True, text=True, timeout=60)
+    ours = _cli("run", *killed, cwd=tmp_path, timeout=120)
+    assert ref.returncode == ours.returncode == -signal.SIGKILL, (ref, ours)
+    assert ours.stdout == ref.stdout == "before\n" and ours.stderr == ref.stderr == ""
+
+
 # -- what the user named must be usable --------------------------------------------------
 
 def test_info_exits_nonzero_when_a_named_plugin_is_unusable(tmp_path, bundled_path):

@@ -275,10 +275,15 @@ def run_program(argv: list[str], env: dict, *, executable: str | None = None) ->
         sig = -rc
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in _UNCATCHABLE:        # (their disposition cannot be set: EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)          # die the way the program did
     return rc
 
+
+#: signals whose disposition is always the default: ``signal.signal`` refuses them
+#: (EINVAL, POSIX sigaction), and ``os.kill`` ends this process by them as it is
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 
 #: reset to SIG_DFL in a program ``run_program`` starts: the launcher's own
 #: handlers and ignores (SIGINT/SIGQUIT ignored while waiting; Python's SIGPIPE and
