@@ -690,6 +690,32 @@ def test_copy_offsets_and_sizes_land_where_asked(bundled_path, ctl):
         dev.free(p)
 
 
+def test_pointers_are_index_ints_and_free_refuses_other_types(bundled_path, ctl):
+    """Device pointers, offsets and sizes take any ``operator.index`` type (a NumPy
+    integer works, docs/usage.md "Plugins"), not only ``int`` subclasses; ``free`` of a
+    float, str or bool is a TypeError (it once raised "Unknown format code 'x'" for
+    1.5 and silently did nothing for 0.0 or ""), with no plugin call; ``free(0)`` and
+    ``free(None)`` (NULL) stay no-ops."""
+    np = pytest.importorskip("numpy")
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        p = dev.alloc(16)
+        dev.submit(np.uint64(p), bytes(range(16)), offset=np.int64(0), nbytes=np.int32(16))
+        back = bytearray(8)
+        dev.retrieve(back, np.int64(p), offset=np.int64(8))
+        assert back == bytes(range(8, 16))
+        n_free = ctl.call_count("__tgt_rtl_data_delete")
+        for bad in (1.5, 0.0, "", float(p), True):
+            with pytest.raises(TypeError, match="^device pointer must be an int"):
+                dev.free(bad)
+        dev.free(0)
+        dev.free(None)
+        assert ctl.call_count("__tgt_rtl_data_delete") == n_free
+        assert dev.allocations == (1, 16)
+        dev.free(np.uint64(p))
+        assert dev.allocations == (0, 0)
+
+
 def test_kernel_arguments_and_host_addresses_are_64_bit_ints(bundled_path):
     """Kernel arguments and offsets may be any value of 64 bits, signed or not
     (-2**63 .. 2**64-1; checked before the kernel is looked up, so an unknown kernel
