@@ -353,3 +353,22 @@ def test_replay_refuses_bad_input(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:")
     proc = _shim("replay", str(path), "--policy", "first-fit")
     assert proc.returncode == 2
+
+
+def test_replay_refuses_capacity_zero_and_names_a_missing_plugin(tmp_path):
+    """``--capacity 0`` once replayed an unlimited device (the bundled plugin's
+    capacity 0 is "no limit") and passed the --plugin check: refused now, one line;
+    a ``--plugin`` that does not exist is named as the plugin's problem, not the
+    trace's ("TRACE: plugin not found")."""
+    path = _trace(tmp_path, [("a", 0x1000, 8), ("f", 0x1000)])
+    with pytest.raises(ValueError, match="capacity must be > 0"):
+        replay(path, ("exact",), capacity=0)
+    with pytest.raises(ValueError, match="bundled"):
+        replay(path, ("exact",), plugin="/x.so", capacity=0)
+    proc = _shim("replay", str(path), "--capacity", "0")
+    assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:") \
+        and "--capacity" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    proc = _shim("replay", str(path), "--plugin", str(tmp_path / "libnope.so"))
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("offload-shim: error: cannot start the runtime: ") \
+        and "libnope.so" in proc.stderr and f"{path}:" not in proc.stderr, proc.stderr

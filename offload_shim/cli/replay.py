@@ -53,14 +53,14 @@ def cmd_replay(args) -> int:
         res = replay(trace, policies, plugin=args.plugin, threshold=args.threshold,
                      latency=latency, capacity=args.capacity, threads=not args.no_threads)
         res["trace"] = args.trace
+    except OffloadError as exc:         # before OSError: PluginNotFoundError is both
+        error(f"cannot start the runtime: {exc}")
+        return 2
     except OSError as exc:
         error(f"{args.trace}: {exc.strerror or exc}")
         return 2
     except (TraceError, ValueError) as exc:
         error(str(exc))
-        return 2
-    except OffloadError as exc:
-        error(f"cannot start the runtime: {exc}")
         return 2
     if args.json:
         print(json.dumps(res))
@@ -146,7 +146,7 @@ def _replay_check(args, trace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    from .common import nonnegative_int
+    from .common import nonnegative_int, positive_int
     from ..trace.replay import POLICIES
     p = subparsers.add_parser(
         "replay", help="re-issue a trace of `run --record` on a plugin under pool "
@@ -163,7 +163,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--latency-ns", metavar="ALLOC[,FREE]",
                    help="bundled plugin: busy-wait this long in every allocation and free "
                         "(a GPU driver's cost)")
-    p.add_argument("--capacity", type=nonnegative_int, default=None, metavar="BYTES",
+    p.add_argument("--capacity", type=positive_int, default=None, metavar="BYTES",
                    help="bundled plugin: device capacity (allocations beyond it fail: "
                         "out-of-memory events)")
     p.add_argument("--no-threads", action="store_true",
