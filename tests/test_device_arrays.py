@@ -231,6 +231,38 @@ def test_numpy_asarray_views_on_host_memory_and_copies_when_asked(dev):
     assert dev.exported_views == 0
 
 
+@pytest.mark.parametrize("src", [
+    np.array(["2020-01-01", "2021-02-03", "NaT"], dtype="M8[D]"),
+    np.array([[5, -7]], dtype="m8[ns]"),
+    np.array(3, dtype="m8[s]"),
+    np.zeros(2, dtype=[("x", "i4"), ("y", "f8")]),
+    np.arange(3, dtype=">i4"),
+], ids=["datetime64", "timedelta64-2d", "timedelta64-0d", "structured", "big-endian"])
+def test_dtypes_without_dlpack_round_trip_and_numpy_asarray_copies(dev, src):
+    """Fixed-size dtypes DLPack cannot name still go to the device and back (docs/
+    usage.md "Device memory as arrays"): ``datetime64``/``timedelta64`` export no
+    buffer (``memoryview`` raises "cannot include dtype 'M'"), which once failed
+    ``asarray``, ``get`` and ``set`` and ``Device.submit``/``retrieve`` of such a NumPy
+    array; ``numpy.asarray`` of such an array raised BufferError and now copies
+    (``copy=False`` says why it cannot view)."""
+    a = dev.asarray(src)
+    assert a.dtype == src.dtype and a.shape == src.shape
+    assert np.array_equal(a.get(), src, equal_nan=src.dtype.kind in "mM")
+    a.set(src[::-1].copy() if src.ndim == 1 else src)
+    back = np.asarray(a)
+    assert back.dtype == src.dtype and addr(back) != a.ptr and dev.exported_views == 0
+    with pytest.raises(ValueError, match="has no DLPack data type.*copy=False"):
+        np.asarray(a, copy=False)
+    p = dev.alloc(src.nbytes)
+    dev.submit(p, src)
+    out = np.empty_like(src)
+    dev.retrieve(out, p)
+    assert out.tobytes() == src.tobytes()
+    dev.free(p)
+    del a, back
+    assert books(dev) == BALANCED
+
+
 def test_dlpack_options(dev):
     a = dev.asarray(np.arange(8.0))
     c = np.from_dlpack(a, copy=True)            # a copy on the device, held by c alone

@@ -85,7 +85,10 @@ def host_view(buf, writable: bool) -> tuple[int, int, object]:
     if isinstance(buf, (int, str)):
         raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
                         f"ctypes array), not {type(buf).__name__}")
-    mv = memoryview(buf)
+    try:
+        mv = memoryview(buf)
+    except ValueError:
+        mv = _numpy_bytes(buf)
     if not mv.c_contiguous:
         raise ValueError("host buffer must be C-contiguous")
     n = mv.nbytes
@@ -99,6 +102,20 @@ def host_view(buf, writable: bool) -> tuple[int, int, object]:
     flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
     arr = (ctypes.c_char * n).from_buffer(flat)
     return ctypes.addressof(arr), n, arr
+
+
+def _numpy_bytes(arr) -> memoryview:
+    """The bytes of a NumPy array that exports no buffer: ``datetime64`` and
+    ``timedelta64`` have no PEP 3118 format, so ``memoryview`` raises ValueError
+    ("cannot include dtype 'M' in a buffer") although the memory is plain fixed-size
+    items.  A C-contiguous array is viewed as ``uint8`` (no copy); anything else that
+    is not a buffer re-raises memoryview's error."""
+    dtype, flags = getattr(arr, "dtype", None), getattr(arr, "flags", None)
+    if dtype is None or flags is None or getattr(dtype, "kind", None) not in ("M", "m"):
+        return memoryview(arr)                  # raises the original error
+    if not flags.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    return memoryview(arr.reshape(-1).view("u1"))
 
 
 __all__ += ["host_view"]
