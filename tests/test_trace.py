@@ -194,6 +194,28 @@ def test_record_replaces_only_an_earlier_trace(tmp_path):
     assert read_trace(empty).complete
 
 
+def test_record_and_report_on_one_file_are_refused_before_the_program(tmp_path):
+    """``run --report F --record F`` (or a link to F) once ran the program and left F
+    holding the report only: the trace it had streamed was replaced, silently.  Now
+    one line, exit 2, before the program runs; the file is untouched."""
+    exe = _built("map_to_from.c")
+    trace = tmp_path / "t.jsonl"
+    link = tmp_path / "link.json"
+    for report, record in ((trace, trace), (tmp_path / "." / "t.jsonl", trace)):
+        proc = _shim("run", "--report", str(report), "--record", str(record), exe)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert proc.stderr.startswith("offload-shim: error: --report") \
+            and "same file" in proc.stderr and len(proc.stderr.splitlines()) == 1
+        assert not trace.exists()
+    proc = _shim("run", "--record", str(trace), exe)
+    assert proc.returncode == 0 and read_trace(trace).complete
+    os.link(trace, link)
+    before = trace.read_bytes()
+    proc = _shim("run", "--report", str(link), "--record", str(trace), exe)
+    assert proc.returncode == 2 and "same file" in proc.stderr, proc.stderr
+    assert trace.read_bytes() == before
+
+
 def test_a_program_that_never_offloads_leaves_an_empty_trace(tmp_path):
     proc, trace = _record(tmp_path, "/bin/true")
     assert proc.returncode == 0
