@@ -476,6 +476,35 @@ def test_corrupt_images():
         osh.OffloadImage(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\xff" * 100, [osh.HostEntry("k")])
 
 
+def test_a_global_entry_larger_than_its_symbol_is_refused(bundled_path):
+    """An entry list written by hand that declares a global larger than the image's
+    symbol (``osh_scale`` holds 8 bytes) was accepted: ``submit`` to the global then
+    wrote the declared size past it and killed the interpreter (SIGSEGV with 16 MiB).
+    Refused when the image is built (InvalidImageError naming both sizes); a smaller
+    size, a flagged entry and a trusted image (compiler tables) are left alone."""
+    sample = osh.OffloadImage.sample()
+    assert [(e.name, e.size) for e in sample.entries if e.size] == [("osh_scale", 8)]
+
+    def with_size(n, flags=0):
+        return [osh.HostEntry(e.name, n if e.size else 0, flags if e.size else 0,
+                              e.num_args) for e in sample.entries]
+    with pytest.raises(osh.InvalidImageError, match="'osh_scale' declares 16777216 bytes "
+                       "but the image's symbol 'osh_scale' holds 8"):
+        osh.OffloadImage(sample.data, with_size(1 << 24))
+    with pytest.raises(osh.InvalidImageError, match="declares 9 bytes"):
+        osh.OffloadImage(sample.data, with_size(9))
+    osh.OffloadImage(sample.data, with_size(1 << 24), trusted=True)
+    osh.OffloadImage(sample.data, with_size(16, flags=1))
+    small = osh.OffloadImage(sample.data, with_size(4))
+    with osh.Runtime([bundled_path]) as rt:
+        rt.register_image(small)
+        dev = rt.devices[0]
+        g = dev.global_address("osh_scale")
+        with pytest.raises(ValueError, match="exceeds the 4-byte block"):
+            dev.submit(g, bytearray(8))
+        dev.submit(g, bytearray(4))
+
+
 def test_truncated_image_refused_in_python(sample_path):
     data = open(sample_path, "rb").read()
     with pytest.raises(osh.InvalidImageError, match="truncated"):
