@@ -814,8 +814,16 @@ def test_typed_errors_for_lookups_and_arguments(bundled_path):
 def test_bad_pool_options_fail_at_construction(bundled_path):
     with pytest.raises(ValueError):
         osh.Runtime([bundled_path], pool={"policy": "bogus"})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^unknown pool option\(s\) \['no_such_option'\] "
+                       r"\(options: .*\bpolicy\b.*\bthreshold\b"):
         osh.Runtime([bundled_path], pool={"no_such_option": 1})
+    # a policy name where the dict goes once died in dict() ("dictionary update
+    # sequence element #0 has length 1; 2 is required"), a ValueError about nothing
+    # the caller wrote; MemoryManager.__init__'s own TypeError named no option list
+    with pytest.raises(TypeError, match="^pool must be a dict of MemoryManager options"):
+        osh.Runtime([bundled_path], pool="binned")
+    with pytest.raises(TypeError, match="^pool option names must be str"):
+        osh.Runtime([bundled_path], pool={1: 2})
     osh.Runtime([bundled_path], pool={"policy": "binned", "cache_limit": 1 << 20}).close()
 
 
