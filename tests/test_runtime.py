@@ -256,8 +256,13 @@ def test_two_images_accumulate(bundled_path):
         dev.launch("scale_by_global", [y, 1], image=i1)
         dev.retrieve(got, y)
         assert got[0] == 6.0
-        with pytest.raises(osh.KernelNotFoundError):
+        with pytest.raises(osh.KernelNotFoundError, match="image 'libosh_sample_kernels.so' "
+                           "has no kernel 'no_such_kernel' \\(its kernels: vec_add, axpy"):
             dev.launch("no_such_kernel", [], image=i1)
+        # an image this device has not loaded is named as such (the message once said
+        # "no loaded image has a kernel 'increment' (kernels: ..., increment, ...)")
+        with pytest.raises(osh.KernelNotFoundError, match="is not loaded on this device"):
+            dev.launch("increment", [p, 1], image=osh.OffloadImage.sample())
         # offsets are added to the arguments (TgtOffsets): n = 0 + 1
         dev.launch("increment", [p, 0], image=i1, offsets=[0, 1])
         # unloading one image keeps the other's kernels of the same name

@@ -422,7 +422,17 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
             with self._launch_cv:
                 cands = self._kernels.get(kernel, [])
                 if image is not None:
+                    if image.id not in self._images:
+                        raise KernelNotFoundError(
+                            f"{self.label}: image {image.name!r} is not loaded on this "
+                            f"device (not registered with its runtime, or unregistered)",
+                            device=self.label)
                     cands = [c for c in cands if c[2] is image]
+                    if not cands:
+                        own = [e.name for e in image.entries if e.is_kernel]
+                        raise KernelNotFoundError(
+                            f"{self.label}: image {image.name!r} has no kernel {kernel!r} "
+                            f"(its kernels: {', '.join(own) or 'none'})", device=self.label)
                 if not cands:
                     raise KernelNotFoundError(
                         f"{self.label}: no loaded image has a kernel {kernel!r} "
