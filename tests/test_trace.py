@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,38 @@ def test_record_and_report_on_one_file_are_refused_before_the_program(tmp_path):
     proc = _shim("run", "--report", str(link), "--record", str(trace), exe)
     assert proc.returncode == 2 and "same file" in proc.stderr, proc.stderr
     assert trace.read_bytes() == before
+
+
+def test_a_forked_child_writes_its_own_trace_file(tmp_path):
+    """A program that forks after its runtime started hands the child the recorder
+    and the trace's descriptor: the child's lines (its own device_init, allocations at
+    the same addresses as the parent's, its end) went into the parent's trace, where
+    replay took them for another thread of one process.  The child now writes
+    ``TRACE.<pid>`` (docs/trace-format.md) with a header naming ``forked_from``."""
+    path = tmp_path / "t.jsonl"
+    w = TraceWriter(path, {"argv": ["prog"]}, exclusive=True)
+    w.event({"op": "alloc", "size": 64, "ptr": 0x1000, "hit": False, "block": 64,
+             "dev": "d:0"})
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:                                         # the child: as a C fork() would
+        try:
+            w.event({"op": "alloc", "size": 8, "ptr": 0x1000, "hit": False, "block": 8,
+                     "dev": "d:0"})
+            w.close({"status": 0})
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    w.event({"op": "free", "size": 64, "ptr": 0x1000, "hit": False, "dev": "d:0"})
+    w.close({"status": 0})
+    mine = read_trace(path)
+    assert mine.header["pid"] == parent and mine.complete
+    assert [(e["op"], e.get("size")) for e in mine.events] == [("alloc", 64), ("free", 64)]
+    assert {e["tid"] for e in mine.events} == {threading.get_native_id()}
+    child = read_trace(f"{path}.{pid}")
+    assert child.header["pid"] == pid and child.header["forked_from"] == parent
+    assert child.header["argv"] == ["prog"] and child.complete
+    assert [(e["op"], e.get("size")) for e in child.events] == [("alloc", 8)]
 
 
 def test_a_program_that_never_offloads_leaves_an_empty_trace(tmp_path):
