@@ -113,12 +113,14 @@ def _program(tmp_path: Path, case: str) -> str:
     elif case == "no-shebang":                 # ENOEXEC: execvp hands it to /bin/sh
         p.write_text("echo ran \"$1\"\n")
         p.chmod(0o755)
+    elif case == "empty-name":                 # once a ValueError traceback (posix_spawnp)
+        return ""
     return str(p)
 
 
 RUN_START = {"not-executable": 126, "directory": 126, "symlink-loop": 126,
              "not-a-directory": 126, "missing": 127, "missing-in-path": 127,
-             "bad-interpreter": 127, "no-shebang": 0}
+             "bad-interpreter": 127, "no-shebang": 0, "empty-name": 127}
 
 
 @pytest.mark.parametrize("case", sorted(RUN_START))
@@ -135,7 +137,7 @@ def test_run_of_a_program_that_cannot_start_exits_like_env(tmp_path, case):
     if RUN_START[case]:
         lines = ours.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in ours.stderr, ours.stderr
-        assert lines[0].startswith(f"offload-shim run: cannot execute {prog}: "), lines
+        assert lines[0].startswith(f"offload-shim run: cannot execute {prog or repr(prog)}: "), lines
     else:
         assert ours.stdout == "ran arg\n"
 

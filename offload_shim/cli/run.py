@@ -269,6 +269,10 @@ def cmd_run(args) -> int:
         print(f"offload-shim run: {exc}", file=sys.stderr)
         return 2
     prog = args.program
+    if not prog:                # (posix_spawnp raises ValueError for an empty name)
+        print("offload-shim run: cannot execute '': No such file or directory",
+              file=sys.stderr)
+        return 127              # as env '' and the shells
     if os.sep not in prog:
         import shutil
         prog = shutil.which(prog) or prog
