@@ -137,7 +137,8 @@ def test_run_of_a_program_that_cannot_start_exits_like_env(tmp_path, case):
     if RUN_START[case]:
         lines = ours.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in ours.stderr, ours.stderr
-        assert lines[0].startswith(f"offload-shim run: cannot execute {prog or repr(prog)}: "), lines
+        shown = prog or repr(prog)
+        assert lines[0].startswith(f"offload-shim run: cannot execute {shown}: "), lines
     else:
         assert ours.stdout == "ran arg\n"
 
