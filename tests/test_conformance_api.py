@@ -243,6 +243,19 @@ def test_compare_feeds_both_runs_the_same_stdin_file(tmp_path):
             and len(r.stderr.splitlines()) == 1, r.stderr
 
 
+def test_compare_runs_a_script_without_shebang_as_run_does(tmp_path):
+    """A script without ``#!`` (ENOEXEC) is run by /bin/sh under ``offload-shim run``
+    (as execvp and the shells do); compare once gave up on it ("cannot run ...: Exec
+    format error", exit 2) instead of comparing the two runs."""
+    script = tmp_path / "plain.sh"
+    script.write_text('echo ran "$1"\n')
+    script.chmod(0o755)
+    r = _run("compare", "--json", str(script), "x")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout)
+    assert got["reference"]["stdout"] == ["ran x"] == got["offload_shim"]["stdout"]
+
+
 def test_outcome_normalises_addresses_and_keeps_only_diagnostics():
     from offload_shim.cli.compare import Outcome
     o = Outcome.from_output(-6, "p=0x7ffd1234 q=0xABC\n",

@@ -336,9 +336,20 @@ def cmd_compare(args) -> int:
     if bad:
         print(f"offload-shim: error: {bad}", file=sys.stderr)
         return 2
+    import errno
+
+    def both(argv):
+        return compare(argv, plugins=args.plugin, bundled=args.bundled,
+                       policy=args.policy, timeout=args.timeout, stdin=args.stdin)
     try:
-        c = compare([prog, *args.args], plugins=args.plugin, bundled=args.bundled,
-                    policy=args.policy, timeout=args.timeout, stdin=args.stdin)
+        try:
+            c = both([prog, *args.args])
+        except OSError as exc:
+            if exc.errno != errno.ENOEXEC:
+                raise
+            # a script without #!: /bin/sh runs it, as execvp, the shells and
+            # offload-shim run do (cmd_run)
+            c = both(["/bin/sh", prog, *args.args])
     except (OSError, RuntimeError) as exc:
         print(f"offload-shim: error: cannot run {args.program}: {exc}", file=sys.stderr)
         return 2
