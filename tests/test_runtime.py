@@ -832,6 +832,25 @@ def test_bad_pool_options_fail_at_construction(bundled_path):
     osh.Runtime([bundled_path], pool={"policy": "binned", "cache_limit": 1 << 20}).close()
 
 
+def test_plugins_of_one_name_give_their_devices_distinct_labels(classic16, llvm14,
+                                                                 bundled_path):
+    """The LLVM 16 classic and LLVM 14 x86_64 plugins are both named ``x86_64``: their
+    devices were both ``x86_64:0``..., so ``close()``'s leak report (keyed by label)
+    kept one of two leaking devices and every message was ambiguous.  Alike names
+    get the plugin's generation; a plugin of a unique name keeps its plain label."""
+    with osh.Runtime([str(classic16), str(llvm14), bundled_path]) as rt:
+        labels = [d.label for d in rt.devices]
+        assert len(set(labels)) == len(labels), labels
+        assert "x86_64[llvm16-classic]:0" in labels and "x86_64[llvm14]:0" in labels
+        assert "osh_hostplugin:0" in labels
+        a = rt.device(0, plugin="x86_64")
+        b = next(d for d in rt.devices if d.label == "x86_64[llvm14]:0")
+        a.alloc(100)
+        b.alloc(200)
+        report = rt.close()
+    assert report == {"x86_64[llvm16-classic]:0": (1, 100), "x86_64[llvm14]:0": (1, 200)}
+
+
 def test_runtime_dropped_without_close_is_torn_down_at_exit(bundled_path):
     r = run_child(f"""
         import atexit, gc

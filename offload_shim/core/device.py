@@ -130,10 +130,13 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
 
     def __init__(self, plugin, index: int, *, pool_options: dict | None = None,
                  images: Callable[[], list] = _no_images,
-                 check_open: Callable[[], None] = _always_open, pinned=None):
+                 check_open: Callable[[], None] = _always_open, pinned=None,
+                 label: str | None = None):
         self.plugin = plugin
         self.index = index
-        self.label = f"{plugin.name}:{index}"
+        # ``<plugin name>:<index>``; a runtime passes ``label`` when two of its plugins
+        # share a name (Runtime._plugin_labels)
+        self.label = label or f"{plugin.name}:{index}"
         self._images_to_load = images
         self._check_open = check_open
         self._pinned = pinned

@@ -201,7 +201,8 @@ class Runtime:
             if self._devices is not None:
                 return
             devices = []
-            for p in self._plugins:
+            names = _plugin_labels(self._plugins)
+            for p, name in zip(self._plugins, names):
                 if p not in self._acquired:
                     p.acquire()
                     self._acquired.append(p)
@@ -209,7 +210,8 @@ class Runtime:
                     devices.append(Device(
                         p, i, pool_options=self._pool_options,
                         images=functools.partial(self.accepted_images, p),
-                        check_open=self._check_open, pinned=self._pinned))
+                        check_open=self._check_open, pinned=self._pinned,
+                        label=f"{name}:{i}"))
             self._devices = devices
 
     @property
@@ -455,6 +457,24 @@ def check_native_dir() -> None:
             raise ValueError(f"OFFLOAD_SHIM_NATIVE_DIR={native!r}: no {PLUGIN_FILENAME} "
                              f"there (the folder of the bundled native libraries; unset it "
                              f"to use the installed ones)")
+
+
+def _plugin_labels(plugins) -> list[str]:
+    """The name each plugin's devices are labelled with (``<name>:<index>``): its
+    ``name``, or, when another plugin of the runtime has the same name (the LLVM 14
+    and LLVM 16 classic x86_64 plugins are both ``x86_64``), ``name[generation]``,
+    then ``#k`` for plugins still alike.  Labels key ``close()``'s leak report and
+    every message: two devices may not share one."""
+    from collections import Counter
+    count = Counter(p.name for p in plugins)
+    first = [p.name if count[p.name] == 1 else f"{p.name}[{p.generation}]" for p in plugins]
+    again = Counter(first)
+    seen: Counter = Counter()
+    out = []
+    for name in first:
+        seen[name] += 1
+        out.append(name if again[name] == 1 else f"{name}#{seen[name]}")
+    return out
 
 
 #: MemoryManager options every device sets itself (refused in ``pool=``)
