@@ -423,6 +423,10 @@ def test_replay_refuses_capacity_zero_and_names_a_missing_plugin(tmp_path):
     proc = _shim("replay", str(path), "--capacity", "0")
     assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:") \
         and "--capacity" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    # 'bundled' names the bundled plugin, as for check traces and `check bundled`
+    proc = _shim("replay", str(path), "--plugin", "bundled", "--capacity", "4096", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["plugin"] == "bundled"
     proc = _shim("replay", str(path), "--plugin", str(tmp_path / "libnope.so"))
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("offload-shim: error: cannot start the runtime: ") \

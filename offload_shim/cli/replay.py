@@ -41,6 +41,7 @@ def cmd_replay(args) -> int:
         return _replay_check(args, trace)
     policies = POLICIES if args.compare_policies or not args.policy else tuple(
         dict.fromkeys(args.policy))
+    plugin = None if args.plugin == "bundled" else args.plugin   # as check traces take it
     latency = None
     if args.latency_ns:
         try:
@@ -50,7 +51,7 @@ def cmd_replay(args) -> int:
             error(f"--latency-ns: expected ALLOC_NS[,FREE_NS], got {args.latency_ns!r}")
             return 2
     try:
-        res = replay(trace, policies, plugin=args.plugin, threshold=args.threshold,
+        res = replay(trace, policies, plugin=plugin, threshold=args.threshold,
                      latency=latency, capacity=args.capacity, threads=not args.no_threads)
         res["trace"] = args.trace
     except OffloadError as exc:         # before OSError: PluginNotFoundError is both
@@ -152,7 +153,8 @@ def register_cli(subparsers) -> None:
         "replay", help="re-issue a trace of `run --record` on a plugin under pool "
         "policies; time, peak memory, hit rate, fragmentation, OOM side by side")
     p.add_argument("trace", help="trace file written by offload-shim run --record")
-    p.add_argument("--plugin", help="plugin path (default: the bundled host plugin)")
+    p.add_argument("--plugin", help="plugin path (default, or 'bundled': the bundled host "
+                   "plugin)")
     p.add_argument("--policy", action="append", choices=POLICIES,
                    help="pool policy to replay (repeatable; default: all four; none = "
                         "no pool)")
