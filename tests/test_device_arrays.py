@@ -273,6 +273,9 @@ def test_dlpack_options(dev):
     assert addr(np.from_dlpack(a, device="cpu")) == a.ptr
     with pytest.raises(BufferError, match="stream"):
         a.__dlpack__(stream=1)
+    for bad in ("1.0", (1,), [1, 0], (1.0, 0)):   # once "'>=' not supported between ..."
+        with pytest.raises(TypeError, match="max_version must be None or a"):
+            a.__dlpack__(max_version=bad)
     with pytest.raises(BufferError, match="DLPack device"):
         a.__dlpack__(dl_device=(2, 0))
     with pytest.raises(BufferError, match="DLPack data type"):

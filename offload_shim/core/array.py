@@ -497,7 +497,13 @@ class DeviceArray:
         the capsule dies unconsumed).  Raises BufferError (a dtype DLPack cannot
         express: not native byte order, or not bool/int/uint/float/complex;
         ``copy=False`` where a copy is needed; another ``dl_device``; no DLPack
-        device), LifecycleError (after :meth:`free` or the device's teardown)."""
+        device), TypeError (a ``max_version`` that is not a pair of ints),
+        LifecycleError (after :meth:`free` or the device's teardown)."""
+        if max_version is not None and not (
+                isinstance(max_version, tuple) and len(max_version) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
+            raise TypeError(f"max_version must be None or a (major, minor) tuple of ints "
+                            f"(the Array API's __dlpack__), not {max_version!r}")
         here = self.__dlpack_device__()
         if dl_device is not None:
             dl_device = tuple(dl_device)
