@@ -438,6 +438,24 @@ def test_an_array_of_a_deinitialised_device_never_frees_the_new_pool_s_blocks(de
     assert dev.pool.stats.live_blocks == 4
 
 
+def test_a_device_array_or_a_list_given_as_host_buffer_is_named(dev):
+    """``Device.submit(p, devarray)`` / ``retrieve(devarray, p)`` and a list said only
+    "memoryview: a bytes-like object is required, not 'DeviceArray'"; the message now
+    names what a host buffer is and, for a device array, how to copy it."""
+    a = dev.asarray(np.arange(4.0))
+    p = dev.alloc(32)
+    with pytest.raises(TypeError, match=r"^expected a buffer object .*not DeviceArray "
+                       r"\(a device array: .*get\(\)/set\(\), or give its \.ptr"):
+        dev.submit(p, a)
+    with pytest.raises(TypeError, match="not DeviceArray"):
+        dev.retrieve(a, p)
+    with pytest.raises(TypeError, match=r"^expected a buffer object .*not list$"):
+        dev.submit(p, [1.0, 2.0])
+    dev.free(p)
+    del a
+    assert books(dev) == BALANCED
+
+
 def test_device_free_of_an_array_s_block_is_refused(dev):
     """``Device.free(a.ptr)`` would leave the array (and its views) dangling."""
     a = dev.asarray(np.arange(8.0))

@@ -77,18 +77,28 @@ def read_bytes(addr: int, size: int) -> bytes:
 __all__ += ["bytes_address", "new_buffer", "read_bytes"]
 
 
+_NOT_A_BUFFER = ("expected a buffer object (bytearray, array.array, numpy array, ctypes "
+                 "array), not {}")
+
+
 def host_view(buf, writable: bool) -> tuple[int, int, object]:
     """``(address, nbytes, keepalive)`` of a C-contiguous buffer-protocol object
     (``(0, 0, None)`` when empty); a read-only buffer is copied unless
     ``writable`` is asked for.  Raises TypeError (an int or str, or a read-only
-    buffer with ``writable``), ValueError (not C-contiguous)."""
+    buffer with ``writable``; anything that is not a buffer), ValueError (not
+    C-contiguous)."""
     if isinstance(buf, (int, str)):
-        raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
-                        f"ctypes array), not {type(buf).__name__}")
+        raise TypeError(_NOT_A_BUFFER.format(type(buf).__name__))
     try:
         mv = memoryview(buf)
     except ValueError:
         mv = _numpy_bytes(buf)
+    except TypeError:
+        hint = ""
+        if hasattr(buf, "__dlpack__") and hasattr(buf, "ptr"):
+            hint = (" (a device array: its memory is on the device -- copy with its "
+                    "get()/set(), or give its .ptr where a device pointer goes)")
+        raise TypeError(_NOT_A_BUFFER.format(type(buf).__name__) + hint) from None
     if not mv.c_contiguous:
         raise ValueError("host buffer must be C-contiguous")
     n = mv.nbytes
