@@ -328,6 +328,9 @@ def test_bad_option_is_one_line_naming_it_exit_2(capsys, args, option):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and option in err and "Traceback" not in err
+    if option == "--workloads":         # every workload offered, the process ones too
+        from offload_shim.bench.cli import PROCESS_WORKLOADS, WORKLOADS
+        assert err.rstrip().endswith(f"(choose from {', '.join(WORKLOADS + PROCESS_WORKLOADS)})")
 
 
 def test_out_naming_an_existing_file_is_refused_before_running(capsys, tmp_path):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -115,7 +116,8 @@ def prog():
 def test_compare_agrees_on_a_program(prog):
     r = _run("compare", str(prog.exe), "partial")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.startswith("same: exit status -6, stdout and diagnostics agree")
+    assert r.stdout.startswith("same: exit status -6 (killed by SIGABRT), stdout and "
+                               "diagnostics agree")
     assert "explicit extension not allowed" not in r.stdout      # the short form
     r = _run("compare", "--full", str(prog.exe), "partial")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -219,6 +221,39 @@ def test_compare_bad_input():
     assert r.returncode == 2 and "no such program" in r.stderr
     r = _run("compare", "--plugin", "/nonexistent.so", "/bin/true")
     assert r.returncode == 2 and "--plugin" in r.stderr
+
+
+def test_compare_feeds_both_runs_the_same_stdin_file(tmp_path):
+    """``--stdin FILE``: both runs read FILE from its start (compare's own stdin is
+    never passed on: ``compare PROG < input`` compared two runs that read nothing and
+    said "same"); a file that cannot be read twice is refused in one line."""
+    src = tmp_path / "in.txt"
+    src.write_text("one\ntwo\n")
+    r = _run("compare", "--json", "--stdin", str(src), "/bin/cat")
+    got = json.loads(r.stdout)
+    assert r.returncode == 0 and got["verdict"] == "same", r.stdout + r.stderr
+    assert got["reference"]["stdout"] == ["one", "two"] == got["offload_shim"]["stdout"]
+    r = _run("compare", "--json", "/bin/cat", input="piped\n")
+    assert json.loads(r.stdout)["reference"]["stdout"] == []       # not passed on
+    r = _run("compare", "--stdin", os.devnull, "/bin/cat")
+    assert r.returncode == 0, r.stderr
+    for bad in (tmp_path / "none.txt", tmp_path):
+        r = _run("compare", "--stdin", str(bad), "/bin/cat")
+        assert r.returncode == 2 and r.stderr.startswith("offload-shim: error: --stdin") \
+            and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_compare_runs_a_script_without_shebang_as_run_does(tmp_path):
+    """A script without ``#!`` (ENOEXEC) is run by /bin/sh under ``offload-shim run``
+    (as execvp and the shells do); compare once gave up on it ("cannot run ...: Exec
+    format error", exit 2) instead of comparing the two runs."""
+    script = tmp_path / "plain.sh"
+    script.write_text('echo ran "$1"\n')
+    script.chmod(0o755)
+    r = _run("compare", "--json", str(script), "x")
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout)
+    assert got["reference"]["stdout"] == ["ran x"] == got["offload_shim"]["stdout"]
 
 
 def test_outcome_normalises_addresses_and_keeps_only_diagnostics():

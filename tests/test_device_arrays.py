@@ -231,6 +231,38 @@ def test_numpy_asarray_views_on_host_memory_and_copies_when_asked(dev):
     assert dev.exported_views == 0
 
 
+@pytest.mark.parametrize("src", [
+    np.array(["2020-01-01", "2021-02-03", "NaT"], dtype="M8[D]"),
+    np.array([[5, -7]], dtype="m8[ns]"),
+    np.array(3, dtype="m8[s]"),
+    np.zeros(2, dtype=[("x", "i4"), ("y", "f8")]),
+    np.arange(3, dtype=">i4"),
+], ids=["datetime64", "timedelta64-2d", "timedelta64-0d", "structured", "big-endian"])
+def test_dtypes_without_dlpack_round_trip_and_numpy_asarray_copies(dev, src):
+    """Fixed-size dtypes DLPack cannot name still go to the device and back (docs/
+    usage.md "Device memory as arrays"): ``datetime64``/``timedelta64`` export no
+    buffer (``memoryview`` raises "cannot include dtype 'M'"), which once failed
+    ``asarray``, ``get`` and ``set`` and ``Device.submit``/``retrieve`` of such a NumPy
+    array; ``numpy.asarray`` of such an array raised BufferError and now copies
+    (``copy=False`` says why it cannot view)."""
+    a = dev.asarray(src)
+    assert a.dtype == src.dtype and a.shape == src.shape
+    assert np.array_equal(a.get(), src, equal_nan=src.dtype.kind in "mM")
+    a.set(src[::-1].copy() if src.ndim == 1 else src)
+    back = np.asarray(a)
+    assert back.dtype == src.dtype and addr(back) != a.ptr and dev.exported_views == 0
+    with pytest.raises(ValueError, match="has no DLPack data type.*copy=False"):
+        np.asarray(a, copy=False)
+    p = dev.alloc(src.nbytes)
+    dev.submit(p, src)
+    out = np.empty_like(src)
+    dev.retrieve(out, p)
+    assert out.tobytes() == src.tobytes()
+    dev.free(p)
+    del a, back
+    assert books(dev) == BALANCED
+
+
 def test_dlpack_options(dev):
     a = dev.asarray(np.arange(8.0))
     c = np.from_dlpack(a, copy=True)            # a copy on the device, held by c alone
@@ -241,6 +273,9 @@ def test_dlpack_options(dev):
     assert addr(np.from_dlpack(a, device="cpu")) == a.ptr
     with pytest.raises(BufferError, match="stream"):
         a.__dlpack__(stream=1)
+    for bad in ("1.0", (1,), [1, 0], (1.0, 0)):   # once "'>=' not supported between ..."
+        with pytest.raises(TypeError, match="max_version must be None or a"):
+            a.__dlpack__(max_version=bad)
     with pytest.raises(BufferError, match="DLPack device"):
         a.__dlpack__(dl_device=(2, 0))
     with pytest.raises(BufferError, match="DLPack data type"):
@@ -401,6 +436,24 @@ def test_an_array_of_a_deinitialised_device_never_frees_the_new_pool_s_blocks(de
     for n in new:
         assert dev.pool.size_of(n.ptr, None) == 128 and (n.ptr != old_ptr or n.freed is False)
     assert dev.pool.stats.live_blocks == 4
+
+
+def test_a_device_array_or_a_list_given_as_host_buffer_is_named(dev):
+    """``Device.submit(p, devarray)`` / ``retrieve(devarray, p)`` and a list said only
+    "memoryview: a bytes-like object is required, not 'DeviceArray'"; the message now
+    names what a host buffer is and, for a device array, how to copy it."""
+    a = dev.asarray(np.arange(4.0))
+    p = dev.alloc(32)
+    with pytest.raises(TypeError, match=r"^expected a buffer object .*not DeviceArray "
+                       r"\(a device array: .*get\(\)/set\(\), or give its \.ptr"):
+        dev.submit(p, a)
+    with pytest.raises(TypeError, match="not DeviceArray"):
+        dev.retrieve(a, p)
+    with pytest.raises(TypeError, match=r"^expected a buffer object .*not list$"):
+        dev.submit(p, [1.0, 2.0])
+    dev.free(p)
+    del a
+    assert books(dev) == BALANCED
 
 
 def test_device_free_of_an_array_s_block_is_refused(dev):

@@ -256,8 +256,13 @@ def test_two_images_accumulate(bundled_path):
         dev.launch("scale_by_global", [y, 1], image=i1)
         dev.retrieve(got, y)
         assert got[0] == 6.0
-        with pytest.raises(osh.KernelNotFoundError):
+        with pytest.raises(osh.KernelNotFoundError, match="image 'libosh_sample_kernels.so' "
+                           "has no kernel 'no_such_kernel' \\(its kernels: vec_add, axpy"):
             dev.launch("no_such_kernel", [], image=i1)
+        # an image this device has not loaded is named as such (the message once said
+        # "no loaded image has a kernel 'increment' (kernels: ..., increment, ...)")
+        with pytest.raises(osh.KernelNotFoundError, match="is not loaded on this device"):
+            dev.launch("increment", [p, 1], image=osh.OffloadImage.sample())
         # offsets are added to the arguments (TgtOffsets): n = 0 + 1
         dev.launch("increment", [p, 0], image=i1, offsets=[0, 1])
         # unloading one image keeps the other's kernels of the same name
@@ -476,6 +481,35 @@ def test_corrupt_images():
         osh.OffloadImage(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\xff" * 100, [osh.HostEntry("k")])
 
 
+def test_a_global_entry_larger_than_its_symbol_is_refused(bundled_path):
+    """An entry list written by hand that declares a global larger than the image's
+    symbol (``osh_scale`` holds 8 bytes) was accepted: ``submit`` to the global then
+    wrote the declared size past it and killed the interpreter (SIGSEGV with 16 MiB).
+    Refused when the image is built (InvalidImageError naming both sizes); a smaller
+    size, a flagged entry and a trusted image (compiler tables) are left alone."""
+    sample = osh.OffloadImage.sample()
+    assert [(e.name, e.size) for e in sample.entries if e.size] == [("osh_scale", 8)]
+
+    def with_size(n, flags=0):
+        return [osh.HostEntry(e.name, n if e.size else 0, flags if e.size else 0,
+                              e.num_args) for e in sample.entries]
+    with pytest.raises(osh.InvalidImageError, match="'osh_scale' declares 16777216 bytes "
+                       "but the image's symbol 'osh_scale' holds 8"):
+        osh.OffloadImage(sample.data, with_size(1 << 24))
+    with pytest.raises(osh.InvalidImageError, match="declares 9 bytes"):
+        osh.OffloadImage(sample.data, with_size(9))
+    osh.OffloadImage(sample.data, with_size(1 << 24), trusted=True)
+    osh.OffloadImage(sample.data, with_size(16, flags=1))
+    small = osh.OffloadImage(sample.data, with_size(4))
+    with osh.Runtime([bundled_path]) as rt:
+        rt.register_image(small)
+        dev = rt.devices[0]
+        g = dev.global_address("osh_scale")
+        with pytest.raises(ValueError, match="exceeds the 4-byte block"):
+            dev.submit(g, bytearray(8))
+        dev.submit(g, bytearray(4))
+
+
 def test_truncated_image_refused_in_python(sample_path):
     data = open(sample_path, "rb").read()
     with pytest.raises(osh.InvalidImageError, match="truncated"):
@@ -690,6 +724,32 @@ def test_copy_offsets_and_sizes_land_where_asked(bundled_path, ctl):
         dev.free(p)
 
 
+def test_pointers_are_index_ints_and_free_refuses_other_types(bundled_path, ctl):
+    """Device pointers, offsets and sizes take any ``operator.index`` type (a NumPy
+    integer works, docs/usage.md "Plugins"), not only ``int`` subclasses; ``free`` of a
+    float, str or bool is a TypeError (it once raised "Unknown format code 'x'" for
+    1.5 and silently did nothing for 0.0 or ""), with no plugin call; ``free(0)`` and
+    ``free(None)`` (NULL) stay no-ops."""
+    np = pytest.importorskip("numpy")
+    with osh.Runtime([bundled_path]) as rt:
+        dev = rt.devices[0]
+        p = dev.alloc(16)
+        dev.submit(np.uint64(p), bytes(range(16)), offset=np.int64(0), nbytes=np.int32(16))
+        back = bytearray(8)
+        dev.retrieve(back, np.int64(p), offset=np.int64(8))
+        assert back == bytes(range(8, 16))
+        n_free = ctl.call_count("__tgt_rtl_data_delete")
+        for bad in (1.5, 0.0, "", float(p), True):
+            with pytest.raises(TypeError, match="^device pointer must be an int"):
+                dev.free(bad)
+        dev.free(0)
+        dev.free(None)
+        assert ctl.call_count("__tgt_rtl_data_delete") == n_free
+        assert dev.allocations == (1, 16)
+        dev.free(np.uint64(p))
+        assert dev.allocations == (0, 0)
+
+
 def test_kernel_arguments_and_host_addresses_are_64_bit_ints(bundled_path):
     """Kernel arguments and offsets may be any value of 64 bits, signed or not
     (-2**63 .. 2**64-1; checked before the kernel is looked up, so an unknown kernel
@@ -759,9 +819,36 @@ def test_typed_errors_for_lookups_and_arguments(bundled_path):
 def test_bad_pool_options_fail_at_construction(bundled_path):
     with pytest.raises(ValueError):
         osh.Runtime([bundled_path], pool={"policy": "bogus"})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"^unknown pool option\(s\) \['no_such_option'\] "
+                       r"\(options: .*\bpolicy\b.*\bthreshold\b"):
         osh.Runtime([bundled_path], pool={"no_such_option": 1})
+    # a policy name where the dict goes once died in dict() ("dictionary update
+    # sequence element #0 has length 1; 2 is required"), a ValueError about nothing
+    # the caller wrote; MemoryManager.__init__'s own TypeError named no option list
+    with pytest.raises(TypeError, match="^pool must be a dict of MemoryManager options"):
+        osh.Runtime([bundled_path], pool="binned")
+    with pytest.raises(TypeError, match="^pool option names must be str"):
+        osh.Runtime([bundled_path], pool={1: 2})
     osh.Runtime([bundled_path], pool={"policy": "binned", "cache_limit": 1 << 20}).close()
+
+
+def test_plugins_of_one_name_give_their_devices_distinct_labels(classic16, llvm14,
+                                                                 bundled_path):
+    """The LLVM 16 classic and LLVM 14 x86_64 plugins are both named ``x86_64``: their
+    devices were both ``x86_64:0``..., so ``close()``'s leak report (keyed by label)
+    kept one of two leaking devices and every message was ambiguous.  Alike names
+    get the plugin's generation; a plugin of a unique name keeps its plain label."""
+    with osh.Runtime([str(classic16), str(llvm14), bundled_path]) as rt:
+        labels = [d.label for d in rt.devices]
+        assert len(set(labels)) == len(labels), labels
+        assert "x86_64[llvm16-classic]:0" in labels and "x86_64[llvm14]:0" in labels
+        assert "osh_hostplugin:0" in labels
+        a = rt.device(0, plugin="x86_64")
+        b = next(d for d in rt.devices if d.label == "x86_64[llvm14]:0")
+        a.alloc(100)
+        b.alloc(200)
+        report = rt.close()
+    assert report == {"x86_64[llvm16-classic]:0": (1, 100), "x86_64[llvm14]:0": (1, 200)}
 
 
 def test_runtime_dropped_without_close_is_torn_down_at_exit(bundled_path):

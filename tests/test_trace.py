@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,60 @@ def test_record_replaces_only_an_earlier_trace(tmp_path):
     assert read_trace(empty).complete
 
 
+def test_record_and_report_on_one_file_are_refused_before_the_program(tmp_path):
+    """``run --report F --record F`` (or a link to F) once ran the program and left F
+    holding the report only: the trace it had streamed was replaced, silently.  Now
+    one line, exit 2, before the program runs; the file is untouched."""
+    exe = _built("map_to_from.c")
+    trace = tmp_path / "t.jsonl"
+    link = tmp_path / "link.json"
+    for report, record in ((trace, trace), (tmp_path / "." / "t.jsonl", trace)):
+        proc = _shim("run", "--report", str(report), "--record", str(record), exe)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert proc.stderr.startswith("offload-shim: error: --report") \
+            and "same file" in proc.stderr and len(proc.stderr.splitlines()) == 1
+        assert not trace.exists()
+    proc = _shim("run", "--record", str(trace), exe)
+    assert proc.returncode == 0 and read_trace(trace).complete
+    os.link(trace, link)
+    before = trace.read_bytes()
+    proc = _shim("run", "--report", str(link), "--record", str(trace), exe)
+    assert proc.returncode == 2 and "same file" in proc.stderr, proc.stderr
+    assert trace.read_bytes() == before
+
+
+def test_a_forked_child_writes_its_own_trace_file(tmp_path):
+    """A program that forks after its runtime started hands the child the recorder
+    and the trace's descriptor: the child's lines (its own device_init, allocations at
+    the same addresses as the parent's, its end) went into the parent's trace, where
+    replay took them for another thread of one process.  The child now writes
+    ``TRACE.<pid>`` (docs/trace-format.md) with a header naming ``forked_from``."""
+    path = tmp_path / "t.jsonl"
+    w = TraceWriter(path, {"argv": ["prog"]}, exclusive=True)
+    w.event({"op": "alloc", "size": 64, "ptr": 0x1000, "hit": False, "block": 64,
+             "dev": "d:0"})
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:                                         # the child: as a C fork() would
+        try:
+            w.event({"op": "alloc", "size": 8, "ptr": 0x1000, "hit": False, "block": 8,
+                     "dev": "d:0"})
+            w.close({"status": 0})
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    w.event({"op": "free", "size": 64, "ptr": 0x1000, "hit": False, "dev": "d:0"})
+    w.close({"status": 0})
+    mine = read_trace(path)
+    assert mine.header["pid"] == parent and mine.complete
+    assert [(e["op"], e.get("size")) for e in mine.events] == [("alloc", 64), ("free", 64)]
+    assert {e["tid"] for e in mine.events} == {threading.get_native_id()}
+    child = read_trace(f"{path}.{pid}")
+    assert child.header["pid"] == pid and child.header["forked_from"] == parent
+    assert child.header["argv"] == ["prog"] and child.complete
+    assert [(e["op"], e.get("size")) for e in child.events] == [("alloc", 8)]
+
+
 def test_a_program_that_never_offloads_leaves_an_empty_trace(tmp_path):
     proc, trace = _record(tmp_path, "/bin/true")
     assert proc.returncode == 0
@@ -353,3 +408,26 @@ def test_replay_refuses_bad_input(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:")
     proc = _shim("replay", str(path), "--policy", "first-fit")
     assert proc.returncode == 2
+
+
+def test_replay_refuses_capacity_zero_and_names_a_missing_plugin(tmp_path):
+    """``--capacity 0`` once replayed an unlimited device (the bundled plugin's
+    capacity 0 is "no limit") and passed the --plugin check: refused now, one line;
+    a ``--plugin`` that does not exist is named as the plugin's problem, not the
+    trace's ("TRACE: plugin not found")."""
+    path = _trace(tmp_path, [("a", 0x1000, 8), ("f", 0x1000)])
+    with pytest.raises(ValueError, match="capacity must be > 0"):
+        replay(path, ("exact",), capacity=0)
+    with pytest.raises(ValueError, match="bundled"):
+        replay(path, ("exact",), plugin="/x.so", capacity=0)
+    proc = _shim("replay", str(path), "--capacity", "0")
+    assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:") \
+        and "--capacity" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    # 'bundled' names the bundled plugin, as for check traces and `check bundled`
+    proc = _shim("replay", str(path), "--plugin", "bundled", "--capacity", "4096", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["plugin"] == "bundled"
+    proc = _shim("replay", str(path), "--plugin", str(tmp_path / "libnope.so"))
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("offload-shim: error: cannot start the runtime: ") \
+        and "libnope.so" in proc.stderr and f"{path}:" not in proc.stderr, proc.stderr

@@ -113,12 +113,14 @@ def _program(tmp_path: Path, case: str) -> str:
     elif case == "no-shebang":                 # ENOEXEC: execvp hands it to /bin/sh
         p.write_text("echo ran \"$1\"\n")
         p.chmod(0o755)
+    elif case == "empty-name":                 # once a ValueError traceback (posix_spawnp)
+        return ""
     return str(p)
 
 
 RUN_START = {"not-executable": 126, "directory": 126, "symlink-loop": 126,
              "not-a-directory": 126, "missing": 127, "missing-in-path": 127,
-             "bad-interpreter": 127, "no-shebang": 0}
+             "bad-interpreter": 127, "no-shebang": 0, "empty-name": 127}
 
 
 @pytest.mark.parametrize("case", sorted(RUN_START))
@@ -135,7 +137,8 @@ def test_run_of_a_program_that_cannot_start_exits_like_env(tmp_path, case):
     if RUN_START[case]:
         lines = ours.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in ours.stderr, ours.stderr
-        assert lines[0].startswith(f"offload-shim run: cannot execute {prog}: "), lines
+        shown = prog or repr(prog)
+        assert lines[0].startswith(f"offload-shim run: cannot execute {shown}: "), lines
     else:
         assert ours.stdout == "ran arg\n"
 
@@ -169,6 +172,18 @@ def test_run_passes_the_programs_signal_through_without_a_line_of_its_own(tmp_pa
             proc.wait()
     assert proc.returncode == 7 and out == "got TERM\n" and err == "", (proc.returncode,
                                                                           out, err)
+
+
+def test_run_passes_sigkill_through(tmp_path):
+    """A program that dies of SIGKILL (the OOM killer, ``kill -9``) ends ``run`` by
+    SIGKILL, as after ``exec``: SIGKILL's disposition cannot be set (``signal.signal``
+    raises EINVAL), which once made ``run`` say "cannot execute PROG: Invalid argument"
+    and exit 126 after the program had run."""
+    killed = ["sh", "-c", "echo before; kill -KILL $$; echo after"]
+    ref = subprocess.run(killed, capture_output=True, text=True, timeout=60)
+    ours = _cli("run", *killed, cwd=tmp_path, timeout=120)
+    assert ref.returncode == ours.returncode == -signal.SIGKILL, (ref, ours)
+    assert ours.stdout == ref.stdout == "before\n" and ours.stderr == ref.stderr == ""
 
 
 # -- what the user named must be usable --------------------------------------------------

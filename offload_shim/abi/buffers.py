@@ -77,15 +77,28 @@ def read_bytes(addr: int, size: int) -> bytes:
 __all__ += ["bytes_address", "new_buffer", "read_bytes"]
 
 
+_NOT_A_BUFFER = ("expected a buffer object (bytearray, array.array, numpy array, ctypes "
+                 "array), not {}")
+
+
 def host_view(buf, writable: bool) -> tuple[int, int, object]:
     """``(address, nbytes, keepalive)`` of a C-contiguous buffer-protocol object
     (``(0, 0, None)`` when empty); a read-only buffer is copied unless
     ``writable`` is asked for.  Raises TypeError (an int or str, or a read-only
-    buffer with ``writable``), ValueError (not C-contiguous)."""
+    buffer with ``writable``; anything that is not a buffer), ValueError (not
+    C-contiguous)."""
     if isinstance(buf, (int, str)):
-        raise TypeError(f"expected a buffer object (bytearray, array.array, numpy array, "
-                        f"ctypes array), not {type(buf).__name__}")
-    mv = memoryview(buf)
+        raise TypeError(_NOT_A_BUFFER.format(type(buf).__name__))
+    try:
+        mv = memoryview(buf)
+    except ValueError:
+        mv = _numpy_bytes(buf)
+    except TypeError:
+        hint = ""
+        if hasattr(buf, "__dlpack__") and hasattr(buf, "ptr"):
+            hint = (" (a device array: its memory is on the device -- copy with its "
+                    "get()/set(), or give its .ptr where a device pointer goes)")
+        raise TypeError(_NOT_A_BUFFER.format(type(buf).__name__) + hint) from None
     if not mv.c_contiguous:
         raise ValueError("host buffer must be C-contiguous")
     n = mv.nbytes
@@ -99,6 +112,20 @@ def host_view(buf, writable: bool) -> tuple[int, int, object]:
     flat = mv.cast("B") if (mv.ndim != 1 or mv.format != "B") else mv
     arr = (ctypes.c_char * n).from_buffer(flat)
     return ctypes.addressof(arr), n, arr
+
+
+def _numpy_bytes(arr) -> memoryview:
+    """The bytes of a NumPy array that exports no buffer: ``datetime64`` and
+    ``timedelta64`` have no PEP 3118 format, so ``memoryview`` raises ValueError
+    ("cannot include dtype 'M' in a buffer") although the memory is plain fixed-size
+    items.  A C-contiguous array is viewed as ``uint8`` (no copy); anything else that
+    is not a buffer re-raises memoryview's error."""
+    dtype, flags = getattr(arr, "dtype", None), getattr(arr, "flags", None)
+    if dtype is None or flags is None or getattr(dtype, "kind", None) not in ("M", "m"):
+        return memoryview(arr)                  # raises the original error
+    if not flags.c_contiguous:
+        raise ValueError("host buffer must be C-contiguous")
+    return memoryview(arr.reshape(-1).view("u1"))
 
 
 __all__ += ["host_view"]

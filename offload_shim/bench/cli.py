@@ -64,7 +64,8 @@ def _check_args(args) -> tuple:
             raise UsageError(f"--workloads: unknown workload {w!r} "
                              f"(choose from {', '.join(WORKLOADS + PROCESS_WORKLOADS)})")
     if not wls:
-        raise UsageError(f"--workloads: no workload given (choose from {', '.join(WORKLOADS)})")
+        raise UsageError(f"--workloads: no workload given (choose from "
+                         f"{', '.join(WORKLOADS + PROCESS_WORKLOADS)})")
     for opt, v in (("--latency-alloc-ns", args.latency_alloc_ns),
                    ("--latency-free-ns", args.latency_free_ns)):
         if not 0 <= v <= MAX_LATENCY_NS:

@@ -2,9 +2,11 @@
 under ``offload-shim run``, and say whether the two agree.
 
     offload-shim compare [--plugin P ...] [--bundled] [--policy P] [--timeout S]
-                         [--full | --json] PROGRAM [ARGS...]
+                         [--stdin FILE] [--full | --json] PROGRAM [ARGS...]
 
-The reference run is the program as it is (the libomptarget it links, e.g. LLVM 16's
+Both runs read an empty standard input (``/dev/null``), or the file ``--stdin FILE``
+from its start: compare's own stdin is never passed on (one stream cannot be read
+twice).  The reference run is the program as it is (the libomptarget it links, e.g. LLVM 16's
 with the Debian host plugins); the other run is the same command under
 ``offload-shim run`` (:func:`offload_shim.cli.run.run_environment`).  The two agree when
 the exit status, stdout and the runtime's diagnostic lines on stderr
@@ -136,8 +138,9 @@ class Outcome:
 
 
 def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
-                isolated: bool = False) -> Outcome:
-    """Run ``argv`` (stdin empty, stdout/stderr captured through pipes) and return its
+                isolated: bool = False, stdin: str | None = None) -> Outcome:
+    """Run ``argv`` (stdin empty, or read from the file ``stdin``; stdout/stderr
+    captured through pipes) and return its
     :class:`Outcome` (``status == "timeout"`` when it ran past ``timeout`` seconds and
     was killed).  ``isolated``: as :func:`offload_shim.plugins.isolation.run_child` --
     a session of its own and a private ``TMPDIR``; whatever ends it (its exit, the
@@ -149,13 +152,18 @@ def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
     if isolated:
         from ..safety.children import run_child
         try:
-            p = run_child(list(argv), env=env, timeout=timeout, cwd=cwd)
+            p = run_child(list(argv), env=env, timeout=timeout, cwd=cwd, stdin=stdin)
         except subprocess.TimeoutExpired as exc:
             return Outcome.from_output("timeout", exc.stdout or "", exc.stderr or "")
         return Outcome.from_output(p.returncode, p.stdout, p.stderr)
     try:
-        p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                           env=env, timeout=timeout, cwd=cwd)
+        if stdin is None:
+            p = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
+                               env=env, timeout=timeout, cwd=cwd)
+        else:
+            with open(stdin, "rb") as source:
+                p = subprocess.run(list(argv), stdin=source, capture_output=True,
+                                   env=env, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if exc.stdout else ""
         err = exc.stderr.decode(errors="replace") if exc.stderr else ""
@@ -165,7 +173,7 @@ def run_outcome(argv, *, env=None, timeout: float = 120.0, cwd=None,
 
 
 def run_shim_outcome(argv, *, env: dict, timeout: float = 120.0, cwd=None,
-                     isolated: bool = False) -> Outcome:
+                     isolated: bool = False, stdin: str | None = None) -> Outcome:
     """:func:`run_outcome` of a run under ``offload-shim run`` (``env`` made by
     :func:`offload_shim.cli.run.run_environment`) with its report (``--report``)
     written to a file of this process's temporary directory and removed afterwards:
@@ -178,7 +186,8 @@ def run_shim_outcome(argv, *, env: dict, timeout: float = 120.0, cwd=None,
     try:
         opts["report"] = path
         env = dict(env, OFFLOAD_SHIM_RUN_OPTIONS=json.dumps(opts))
-        out = run_outcome(argv, env=env, timeout=timeout, cwd=cwd, isolated=isolated)
+        out = run_outcome(argv, env=env, timeout=timeout, cwd=cwd, isolated=isolated,
+                          stdin=stdin)
         try:
             with open(path) as f:
                 report = json.load(f)
@@ -280,18 +289,37 @@ class Comparison:
 
 
 def compare(argv, *, env=None, plugins=(), bundled=False, policy=None,
-            timeout: float = 120.0, isolated: bool = True) -> Comparison:
+            timeout: float = 120.0, isolated: bool = True,
+            stdin: str | None = None) -> Comparison:
     """Run ``argv`` as is and under ``offload-shim run``; ``env`` is the base
     environment of both (default: this process's); ``timeout``: seconds per run;
+    ``stdin``: a file both runs read as their standard input (default: empty);
     ``isolated``: see :func:`run_outcome` (``offload-shim compare`` leaves nothing
     behind, also when interrupted).  The ``offload-shim run`` run writes its report
     (:func:`run_shim_outcome`): :attr:`Comparison.known`."""
     base = dict(os.environ if env is None else env)
-    ref = run_outcome(argv, env=base, timeout=timeout, isolated=isolated)
+    ref = run_outcome(argv, env=base, timeout=timeout, isolated=isolated, stdin=stdin)
     got = run_shim_outcome(argv, env=shim_environment(plugins=plugins, bundled=bundled,
                                                       policy=policy, base=base),
-                           timeout=timeout, isolated=isolated)
+                           timeout=timeout, isolated=isolated, stdin=stdin)
     return Comparison(list(argv), ref, got)
+
+
+def _stdin_problem(path: str) -> str | None:
+    """Why ``--stdin PATH`` cannot feed both runs the same bytes, or None: it must be a
+    readable regular file or /dev/null (a pipe or terminal would be read up by the
+    first run)."""
+    import stat
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) and os.path.realpath(path) != os.devnull:
+            return (f"--stdin {path}: not a regular file (both runs read it from the "
+                    f"start: a pipe, a device or a directory cannot be read twice)")
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"--stdin {path}: {exc.strerror or exc}"
+    return None
 
 
 def cmd_compare(args) -> int:
@@ -303,12 +331,25 @@ def cmd_compare(args) -> int:
         print(f"offload-shim: error: {args.program}: no such program", file=sys.stderr)
         return 2
     bad = check_plugins(args.plugin)
+    if not bad and args.stdin is not None:
+        bad = _stdin_problem(args.stdin)
     if bad:
         print(f"offload-shim: error: {bad}", file=sys.stderr)
         return 2
+    import errno
+
+    def both(argv):
+        return compare(argv, plugins=args.plugin, bundled=args.bundled,
+                       policy=args.policy, timeout=args.timeout, stdin=args.stdin)
     try:
-        c = compare([prog, *args.args], plugins=args.plugin, bundled=args.bundled,
-                    policy=args.policy, timeout=args.timeout)
+        try:
+            c = both([prog, *args.args])
+        except OSError as exc:
+            if exc.errno != errno.ENOEXEC:
+                raise
+            # a script without #!: /bin/sh runs it, as execvp, the shells and
+            # offload-shim run do (cmd_run)
+            c = both(["/bin/sh", prog, *args.args])
     except (OSError, RuntimeError) as exc:
         print(f"offload-shim: error: cannot run {args.program}: {exc}", file=sys.stderr)
         return 2
@@ -355,6 +396,9 @@ def register_cli(subparsers) -> None:
     p.add_argument("--timeout", type=positive_float, default=120.0, metavar="SEC",
                    help="seconds each of the two runs may take (default 120); a run "
                         "past it is killed and the command exits 1")
+    p.add_argument("--stdin", metavar="FILE", default=None,
+                   help="a file both runs read as their standard input (default: "
+                        "empty, /dev/null; compare's own stdin is not passed on)")
     p.add_argument("--json", action="store_true",
                    help="print both runs and the verdict as one JSON object on stdout")
     p.add_argument("--full", action="store_true",

@@ -41,6 +41,7 @@ def cmd_replay(args) -> int:
         return _replay_check(args, trace)
     policies = POLICIES if args.compare_policies or not args.policy else tuple(
         dict.fromkeys(args.policy))
+    plugin = None if args.plugin == "bundled" else args.plugin   # as check traces take it
     latency = None
     if args.latency_ns:
         try:
@@ -50,17 +51,17 @@ def cmd_replay(args) -> int:
             error(f"--latency-ns: expected ALLOC_NS[,FREE_NS], got {args.latency_ns!r}")
             return 2
     try:
-        res = replay(trace, policies, plugin=args.plugin, threshold=args.threshold,
+        res = replay(trace, policies, plugin=plugin, threshold=args.threshold,
                      latency=latency, capacity=args.capacity, threads=not args.no_threads)
         res["trace"] = args.trace
+    except OffloadError as exc:         # before OSError: PluginNotFoundError is both
+        error(f"cannot start the runtime: {exc}")
+        return 2
     except OSError as exc:
         error(f"{args.trace}: {exc.strerror or exc}")
         return 2
     except (TraceError, ValueError) as exc:
         error(str(exc))
-        return 2
-    except OffloadError as exc:
-        error(f"cannot start the runtime: {exc}")
         return 2
     if args.json:
         print(json.dumps(res))
@@ -146,13 +147,14 @@ def _replay_check(args, trace) -> int:
 
 
 def register_cli(subparsers) -> None:
-    from .common import nonnegative_int
+    from .common import nonnegative_int, positive_int
     from ..trace.replay import POLICIES
     p = subparsers.add_parser(
         "replay", help="re-issue a trace of `run --record` on a plugin under pool "
         "policies; time, peak memory, hit rate, fragmentation, OOM side by side")
     p.add_argument("trace", help="trace file written by offload-shim run --record")
-    p.add_argument("--plugin", help="plugin path (default: the bundled host plugin)")
+    p.add_argument("--plugin", help="plugin path (default, or 'bundled': the bundled host "
+                   "plugin)")
     p.add_argument("--policy", action="append", choices=POLICIES,
                    help="pool policy to replay (repeatable; default: all four; none = "
                         "no pool)")
@@ -163,7 +165,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--latency-ns", metavar="ALLOC[,FREE]",
                    help="bundled plugin: busy-wait this long in every allocation and free "
                         "(a GPU driver's cost)")
-    p.add_argument("--capacity", type=nonnegative_int, default=None, metavar="BYTES",
+    p.add_argument("--capacity", type=positive_int, default=None, metavar="BYTES",
                    help="bundled plugin: device capacity (allocations beyond it fail: "
                         "out-of-memory events)")
     p.add_argument("--no-threads", action="store_true",

@@ -253,7 +253,11 @@ def cmd_run(args) -> int:
     if not bad and (record is not None or args.report is not None):
         from .common import output_file_problem  # before the program: not after its work
         bad = ((record is not None and output_file_problem(record, "--record"))
-               or (args.report is not None and output_file_problem(args.report, "--report")))
+               or (args.report is not None and output_file_problem(args.report, "--report"))
+               or (record is not None and args.report is not None
+                   and _same_file(record, args.report)
+                   and f"--report {args.report} and --record {record} name the same "
+                       f"file (the report would replace the trace)"))
     if bad:
         _error(bad)
         return 2
@@ -265,6 +269,10 @@ def cmd_run(args) -> int:
         print(f"offload-shim run: {exc}", file=sys.stderr)
         return 2
     prog = args.program
+    if not prog:                # (posix_spawnp raises ValueError for an empty name)
+        print("offload-shim run: cannot execute '': No such file or directory",
+              file=sys.stderr)
+        return 127              # as env '' and the shells
     if os.sep not in prog:
         import shutil
         prog = shutil.which(prog) or prog
@@ -286,6 +294,18 @@ def cmd_run(args) -> int:
         print(f"offload-shim run: cannot execute {args.program}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 127 if exc.errno == errno.ENOENT else 126
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file: the same real path, or (both
+    existing) the same inode (a hard link)."""
+    import os
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _recorded(record, status: int) -> int:

@@ -73,6 +73,13 @@ __all__ = ["DeviceArray", "kDLCPU", "kDLCUDA", "new_empty", "new_asarray"]
 _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
 
+def _dlpack_dtype(dt) -> bool:
+    """Whether DLPack can name the NumPy dtype ``dt``: bool/int/uint/float/complex in
+    native byte order, not structured, no sub-array."""
+    return (dt.kind in _DL_CODE and dt.isnative and dt.fields is None
+            and dt.subdtype is None)
+
+
 #: live DLPack exports: manager_ctx key -> (block, (managed tensor, shape, strides)); the
 #: entry keeps the structures the consumer reads alive until the export ends
 _EXPORTS: dict[int, tuple] = {}
@@ -447,17 +454,20 @@ class DeviceArray:
     def __array__(self, dtype=None, copy=None):
         """``numpy.asarray(devarray)``: on a host-memory device a view of the device
         memory (an export: it holds the memory as ``numpy.from_dlpack`` does) unless a
-        copy is asked for (``copy=True``) or ``dtype`` differs; on other devices a copy
+        copy is asked for (``copy=True``), ``dtype`` differs or DLPack cannot name the
+        array's dtype (datetime, structured, non-native byte order); else a copy
         (:meth:`get`).  ``copy=False`` where a copy is needed raises ValueError (NumPy 2
         ``__array__`` protocol)."""
         want = None if dtype is None else numpy.dtype(dtype)
         cast = want is not None and want != self._dtype
-        if self.host_memory and not copy and not cast:
+        viewable = _dlpack_dtype(self._dtype)
+        if self.host_memory and not copy and not cast and viewable:
             return numpy.from_dlpack(self)
         if copy is False:
+            why = ("a cast" if cast else "device memory" if not self.host_memory
+                   else f"dtype {self._dtype} has no DLPack data type")
             raise ValueError(f"{self._block.device.label}: numpy.asarray of this device array "
-                             f"needs a copy ({'a cast' if cast else 'device memory'}) but "
-                             f"copy=False")
+                             f"needs a copy ({why}) but copy=False")
         out = self.get()
         return out.astype(want, copy=False) if cast else out
 
@@ -487,7 +497,13 @@ class DeviceArray:
         the capsule dies unconsumed).  Raises BufferError (a dtype DLPack cannot
         express: not native byte order, or not bool/int/uint/float/complex;
         ``copy=False`` where a copy is needed; another ``dl_device``; no DLPack
-        device), LifecycleError (after :meth:`free` or the device's teardown)."""
+        device), TypeError (a ``max_version`` that is not a pair of ints),
+        LifecycleError (after :meth:`free` or the device's teardown)."""
+        if max_version is not None and not (
+                isinstance(max_version, tuple) and len(max_version) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
+            raise TypeError(f"max_version must be None or a (major, minor) tuple of ints "
+                            f"(the Array API's __dlpack__), not {max_version!r}")
         here = self.__dlpack_device__()
         if dl_device is not None:
             dl_device = tuple(dl_device)
@@ -509,9 +525,9 @@ class DeviceArray:
         if here[0] == kDLCPU and stream is not None:
             raise BufferError(f"stream must be None for a kDLCPU export, not {stream!r}")
         dt = self._dtype
-        code = _DL_CODE.get(dt.kind)
-        if code is None or not dt.isnative or dt.fields is not None or dt.subdtype is not None:
+        if not _dlpack_dtype(dt):
             raise BufferError(f"dtype {dt} has no DLPack data type")
+        code = _DL_CODE[dt.kind]
         b = self._block
         dev = b.device
         self._check_usable()

@@ -130,10 +130,13 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
 
     def __init__(self, plugin, index: int, *, pool_options: dict | None = None,
                  images: Callable[[], list] = _no_images,
-                 check_open: Callable[[], None] = _always_open, pinned=None):
+                 check_open: Callable[[], None] = _always_open, pinned=None,
+                 label: str | None = None):
         self.plugin = plugin
         self.index = index
-        self.label = f"{plugin.name}:{index}"
+        # ``<plugin name>:<index>``; a runtime passes ``label`` when two of its plugins
+        # share a name (Runtime._plugin_labels)
+        self.label = label or f"{plugin.name}:{index}"
         self._images_to_load = images
         self._check_open = check_open
         self._pinned = pinned
@@ -422,7 +425,17 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
             with self._launch_cv:
                 cands = self._kernels.get(kernel, [])
                 if image is not None:
+                    if image.id not in self._images:
+                        raise KernelNotFoundError(
+                            f"{self.label}: image {image.name!r} is not loaded on this "
+                            f"device (not registered with its runtime, or unregistered)",
+                            device=self.label)
                     cands = [c for c in cands if c[2] is image]
+                    if not cands:
+                        own = [e.name for e in image.entries if e.is_kernel]
+                        raise KernelNotFoundError(
+                            f"{self.label}: image {image.name!r} has no kernel {kernel!r} "
+                            f"(its kernels: {', '.join(own) or 'none'})", device=self.label)
                 if not cands:
                     raise KernelNotFoundError(
                         f"{self.label}: no loaded image has a kernel {kernel!r} "

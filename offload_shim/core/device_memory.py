@@ -20,6 +20,8 @@ are :class:`~.compiled.CompiledCodeForms`.
 
 from __future__ import annotations
 
+import operator
+
 from ..abi.buffers import host_view as _host_view, new_buffer
 from ..errors import LifecycleError, UnknownPointerError
 from .device_state import READY as _READY, DeviceState, check_size as _check_size
@@ -27,12 +29,26 @@ from .device_state import READY as _READY, DeviceState, check_size as _check_siz
 __all__ = ["DeviceMemory"]
 
 
+def _as_int(v, what: str) -> int:
+    """``v`` as an ``int`` through ``operator.index`` (a NumPy integer works, docs/usage.md
+    "Plugins"); TypeError naming ``what`` for anything else, ``bool`` and ``float``
+    included."""
+    if type(v) is int:
+        return v
+    if isinstance(v, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}") from None
+
+
 def _copy_size(host_len: int, offset, nbytes) -> int:
     """Bytes to copy: ``nbytes`` (default: the whole host buffer), checked
     against the host buffer so the plugin never reads or writes past it."""
-    for name, v in (("offset", offset), ("nbytes", nbytes)):
-        if v is not None and (type(v) is not int and (not isinstance(v, int) or isinstance(v, bool))):
-            raise TypeError(f"{name} must be an int (bytes), not {type(v).__name__}")
+    offset = _as_int(offset, "offset")
+    if nbytes is not None:
+        nbytes = _as_int(nbytes, "nbytes")
     if offset < 0:
         raise ValueError(f"negative offset {offset}")
     if nbytes is None:
@@ -81,7 +97,8 @@ class DeviceMemory:
         return self._pool.allocate(size)
 
     def free(self, ptr: int) -> None:
-        """Free a pointer returned by :meth:`alloc`.  ``0`` is a no-op.
+        """Free a pointer returned by :meth:`alloc`.  ``0`` (and ``None``) is a no-op;
+        any other non-int (``operator.index``: a NumPy integer works) raises TypeError.
         Raises UnknownPointerError for a pointer not live on this device
         (never handed out, already freed, or drained by a ``deinit`` that ran
         concurrently), before the plugin sees it; LifecycleError after close,
@@ -98,6 +115,9 @@ class DeviceMemory:
 
         The block of a :class:`~offload_shim.core.array.DeviceArray` is refused
         (UnknownPointerError): it is freed with the array (``DeviceArray.free``)."""
+        if ptr is None:                         # NULL, as the memory manager takes it
+            return
+        ptr = _as_int(ptr, "device pointer")
         if not ptr:
             return
         if self._array_blocks and ptr in self._array_blocks:
@@ -182,10 +202,7 @@ class DeviceMemory:
         return len(live), sum(n for _, n in live)
 
     def _check_range(self, tgt: int, nbytes: int) -> None:
-        if type(tgt) is not int:
-            if isinstance(tgt, bool) or not isinstance(tgt, int):
-                raise TypeError(f"device pointer must be an int, not {type(tgt).__name__}")
-            tgt = int(tgt)
+        tgt = _as_int(tgt, "device pointer")
         size = self._pool.size_of(tgt, None)
         if size is None:
             size = self._globals.get(tgt)
@@ -203,6 +220,7 @@ class DeviceMemory:
         defaults to the whole host buffer and may not exceed it.  Raises
         UnknownPointerError, ValueError (range outside the device block or the
         host buffer), TypeError (non-int offset/nbytes), LifecycleError."""
+        tgt, offset = _as_int(tgt, "device pointer"), _as_int(offset, "offset")
         addr, n, keep = _host_view(host, writable=False)
         n = _copy_size(n, offset, nbytes)
         self._enter()
@@ -219,6 +237,7 @@ class DeviceMemory:
     def retrieve(self, host, tgt: int, *, offset: int = 0, nbytes: int | None = None) -> None:
         """Copy device -> host (``data_retrieve``/``dev2host``) into the
         writable buffer ``host``.  Same rules as :meth:`submit`."""
+        tgt, offset = _as_int(tgt, "device pointer"), _as_int(offset, "offset")
         addr, n, keep = _host_view(host, writable=True)
         n = _copy_size(n, offset, nbytes)
         self._enter()

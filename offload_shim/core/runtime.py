@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ..plugins import discovery
 from ..safety import leftovers
@@ -102,6 +102,9 @@ class Runtime:
         self._serial = next(_serials)
         self._lock = threading.RLock()
         self._closed = False
+        if pool is not None and not isinstance(pool, Mapping):
+            raise TypeError(f"pool must be a dict of MemoryManager options (e.g. "
+                            f"{{'policy': 'binned'}}), not {type(pool).__name__}")
         self._pool_options = dict(pool or {})
         if self._pool_options:
             _check_pool_options(self._pool_options)
@@ -198,7 +201,8 @@ class Runtime:
             if self._devices is not None:
                 return
             devices = []
-            for p in self._plugins:
+            names = _plugin_labels(self._plugins)
+            for p, name in zip(self._plugins, names):
                 if p not in self._acquired:
                     p.acquire()
                     self._acquired.append(p)
@@ -206,7 +210,8 @@ class Runtime:
                     devices.append(Device(
                         p, i, pool_options=self._pool_options,
                         images=functools.partial(self.accepted_images, p),
-                        check_open=self._check_open, pinned=self._pinned))
+                        check_open=self._check_open, pinned=self._pinned,
+                        label=f"{name}:{i}"))
             self._devices = devices
 
     @property
@@ -454,12 +459,35 @@ def check_native_dir() -> None:
                              f"to use the installed ones)")
 
 
+def _plugin_labels(plugins) -> list[str]:
+    """The name each plugin's devices are labelled with (``<name>:<index>``): its
+    ``name``, or, when another plugin of the runtime has the same name (the LLVM 14
+    and LLVM 16 classic x86_64 plugins are both ``x86_64``), ``name[generation]``,
+    then ``#k`` for plugins still alike.  Labels key ``close()``'s leak report and
+    every message: two devices may not share one."""
+    from collections import Counter
+    count = Counter(p.name for p in plugins)
+    first = [p.name if count[p.name] == 1 else f"{p.name}[{p.generation}]" for p in plugins]
+    again = Counter(first)
+    seen: Counter = Counter()
+    out = []
+    for name in first:
+        seen[name] += 1
+        out.append(name if again[name] == 1 else f"{name}#{seen[name]}")
+    return out
+
+
+#: MemoryManager options every device sets itself (refused in ``pool=``)
+_DEVICE_SET_POOL_OPTIONS = frozenset({"device_label", "poison", "strict", "guard",
+                                      "backend_key"})
+
+
 def _check_pool_options(options: dict) -> None:
     """Refuse bad ``pool=`` options now, not at each device's first use:
     build (and drain) a throwaway MemoryManager with them.  Raises TypeError
     (unknown keyword) or ValueError (bad value), as MemoryManager does."""
     from ..memory import MemoryManager
-    reserved = {"device_label", "poison", "strict", "guard", "backend_key"} & set(options)
+    reserved = _DEVICE_SET_POOL_OPTIONS & set(options)
     if reserved:
         raise TypeError(f"pool options {sorted(reserved)} are set by the device itself")
     log = options.get("event_log")
@@ -477,8 +505,23 @@ def _check_pool_options(options: dict) -> None:
     # is read when a device initialises, not here
     checked.setdefault("debug", "")
     checked.setdefault("threshold", 8192)
-    MemoryManager(lambda size: 0, lambda ptr: None, poison=lambda p, n: None,
-                  **checked).drain()
+    bad = [k for k in checked if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"pool option names must be str, not {bad[0]!r}")
+    try:
+        mm = MemoryManager(lambda size: 0, lambda ptr: None, poison=lambda p, n: None,
+                           **checked)
+    except TypeError as exc:
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        import inspect
+        known = sorted(n for n in inspect.signature(MemoryManager).parameters
+                       if n not in _DEVICE_SET_POOL_OPTIONS | {"backend_alloc",
+                                                               "backend_free"})
+        unknown = sorted(set(checked) - set(known))
+        raise TypeError(f"unknown pool option(s) {unknown} (options: "
+                        f"{', '.join(known)})") from None
+    mm.drain()
 
 
 def _is_bundled_path(item) -> bool:

@@ -582,3 +582,29 @@ def offload_entries(data: bytes) -> list[ElfEntry]:
         raise InvalidImageError(f"corrupt ELF image: {exc}") from None
     except (ValueError, struct.error) as exc:
         raise InvalidImageError(f"corrupt offload entry table: {exc}") from None
+
+
+def symbol_sizes(data: bytes, names) -> dict[str, int]:
+    """``{name: st_size}`` of the defined data symbols (``STT_OBJECT``) among ``names``
+    in the image's ``.dynsym`` and ``.symtab`` (pyelftools); a name with no such
+    symbol is left out.  What the device side of a global holds: a plugin copies a
+    global entry's host-table ``size`` bytes to or from the symbol's address (LLVM 16
+    ``DeviceTy::submitData`` of a global, GCC ``gomp_map_vars`` of a ``declare target``
+    variable), so a larger declared size writes past the symbol.  Raises
+    InvalidImageError for a corrupt ELF."""
+    want = set(names)
+    out: dict[str, int] = {}
+    if not want:
+        return out
+    elf, ELFError = _elffile(data)
+    try:
+        for sec in elf.iter_sections():
+            if sec["sh_type"] not in ("SHT_DYNSYM", "SHT_SYMTAB"):
+                continue
+            for sym in sec.iter_symbols():
+                if (sym.name in want and sym["st_info"]["type"] == "STT_OBJECT"
+                        and sym["st_shndx"] != "SHN_UNDEF"):
+                    out[sym.name] = max(out.get(sym.name, 0), int(sym["st_size"]))
+    except ELFError as exc:
+        raise InvalidImageError(f"corrupt ELF image: {exc}") from None
+    return out

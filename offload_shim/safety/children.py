@@ -148,10 +148,10 @@ def _signals_deferred():
 
 def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
               merge_stderr: bool = False, scope: ChildScope | None = None,
-              cwd: str | None = None) -> subprocess.CompletedProcess:
+              cwd: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``
     that leaves nothing behind: the child runs in a session of its own with
-    stdin from /dev/null and a private ``TMPDIR`` (``scope``, default a new
+    stdin from /dev/null (or the file ``stdin``, opened here: OSError) and a private ``TMPDIR`` (``scope``, default a new
     :class:`ChildScope`); whatever ends the wait -- the child's exit, the
     ``timeout`` (TimeoutExpired is raised, as ``subprocess.run`` does),
     KeyboardInterrupt, a SIGTERM turned into an exception -- its process group
@@ -162,6 +162,7 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
     own = scope is None
     sc = ChildScope() if own else scope
     proc = None
+    source = subprocess.DEVNULL if stdin is None else open(stdin, "rb")
     try:
         if own:
             sc.__enter__()
@@ -169,7 +170,7 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
         # handlers wait instead, so that an interrupt cannot land between the fork and
         # the assignment of ``proc``, which would leave the child running unknown)
         with _signals_deferred():
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(cmd, stdin=source, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT if merge_stderr
                                     else subprocess.PIPE,
                                     text=True, errors="replace", env=sc.env(env), cwd=cwd,
@@ -193,6 +194,8 @@ def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None 
                 sc.stop_strays()
         if own:
             sc.cleanup()
+        if stdin is not None:
+            source.close()
 
 
 def _drain(proc, wait_s: float = 5.0) -> tuple[str, str]:
@@ -275,10 +278,15 @@ def run_program(argv: list[str], env: dict, *, executable: str | None = None) ->
         sig = -rc
         sys.stdout.flush()
         sys.stderr.flush()
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in _UNCATCHABLE:        # (their disposition cannot be set: EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)          # die the way the program did
     return rc
 
+
+#: signals whose disposition is always the default: ``signal.signal`` refuses them
+#: (EINVAL, POSIX sigaction), and ``os.kill`` ends this process by them as it is
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 
 #: reset to SIG_DFL in a program ``run_program`` starts: the launcher's own
 #: handlers and ignores (SIGINT/SIGQUIT ignored while waiting; Python's SIGPIPE and

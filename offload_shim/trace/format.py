@@ -113,13 +113,42 @@ class TraceWriter:
                 self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
         else:
             self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
+        self._base = os.fspath(path)
+        self._pid = os.getpid()
+        self._header = dict(header or {})
         self._lock = threading.Lock()
         self._local = threading.local()
         self.lines = 0
+        self._head()
+
+    def _head(self, **extra) -> None:
         head = {"op": "trace", "format": FORMAT, "version": VERSION, "clock": "monotonic",
                 "pid": os.getpid(), "t_ns": time.monotonic_ns()}
-        head.update(header or {})
+        head.update(self._header)
+        head.update(extra)
         self.event(head)
+
+    def _forked(self) -> None:
+        """(``_lock`` held.)  This process is a ``fork`` of the one that opened the
+        trace (a program that forks after its runtime started: the child inherits the
+        recorder and the descriptor): its lines go to ``<path>.<pid>`` with a header
+        of its own (``forked_from``), never into the parent's file, whose lines would
+        mix two processes' threads and addresses."""
+        parent, self._pid = self._pid, os.getpid()
+        self._fd = -1                       # the parent's descriptor: left to it
+        self.path = f"{self._base}.{self._pid}"
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                               | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return                          # the child's lines are dropped, as after close
+        self.lines = 0
+        head = {"op": "trace", "format": FORMAT, "version": VERSION, "clock": "monotonic",
+                "pid": self._pid, "t_ns": time.monotonic_ns(),
+                "tid": threading.get_native_id()}
+        head.update(self._header)
+        head["forked_from"] = parent
+        self._write_locked(encode(head).encode("utf-8"), 1)
 
     def event(self, ev: dict) -> None:
         """Write one event (a dict with ``op``; ``tid`` and ``t_ns`` are added when
@@ -166,13 +195,20 @@ class TraceWriter:
         """Write complete lines (``text`` ends with a newline)."""
         data = text.encode("utf-8")
         with self._lock:
-            fd = self._fd
-            if fd < 0:
+            if self._fd < 0:
                 return                              # closed: late events are dropped
-            while data:
-                n = os.write(fd, data)
-                data = data[n:]
-            self.lines += text.count("\n")
+            if os.getpid() != self._pid:
+                self._forked()
+                if self._fd < 0:
+                    return
+            self._write_locked(data, text.count("\n"))
+
+    def _write_locked(self, data: bytes, lines: int) -> None:
+        fd = self._fd
+        while data:
+            n = os.write(fd, data)
+            data = data[n:]
+        self.lines += lines
 
     def flush(self) -> None:
         """Nothing is buffered (the file-object face of the memory manager's log)."""
@@ -192,7 +228,8 @@ class TraceWriter:
         self.event(ev)
         with self._lock:
             fd, self._fd = self._fd, -1
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 _STR: dict = {}          # str -> its JSON text (labels, names, ops: few distinct)

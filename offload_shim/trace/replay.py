@@ -70,13 +70,14 @@ def replay(trace, policies=POLICIES, *, plugin=None, threshold=None, latency=Non
 
     ``threshold``: bytes (None: the recorded pool's, from the trace's first ``config``
     event, else 8192).  ``latency``: ``(alloc_ns, free_ns)``; ``capacity``: bytes
-    per device (both only for the bundled plugin).  Returns ``{"trace": path,
+    per device, > 0 (both only for the bundled plugin, whose capacity 0 means no
+    limit: 0 is refused rather than replayed as an unlimited device).  Returns ``{"trace": path,
     "plugin", "threshold", "recorded": {"allocs", "frees", "copies", "launches",
     "bytes", "threads", "constructs", "complete", "truncated"}, "policies": [one dict
     per policy, module doc]}``.
 
     Raises ``ValueError`` (an unknown policy, ``latency``/``capacity`` with another
-    plugin, a negative value), :class:`~offload_shim.trace.format.TraceError` (not a
+    plugin, a negative value, capacity 0), :class:`~offload_shim.trace.format.TraceError` (not a
     trace, or a trace of ``offload-shim check``), ``OSError``, and the runtime's errors for a plugin that cannot be
     loaded."""
     from ..memory.policies import waste_bound
@@ -95,13 +96,13 @@ def replay(trace, policies=POLICIES, *, plugin=None, threshold=None, latency=Non
             raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(POLICIES)}")
     if not policies:
         raise ValueError("no policy to replay")
-    if (latency or capacity) and plugin is not None:
+    if (latency or capacity is not None) and plugin is not None:
         raise ValueError("latency and capacity are emulated by the bundled host plugin "
                          "only (no --plugin)")
     if latency is not None and (len(latency) != 2 or min(latency) < 0):
         raise ValueError(f"latency must be (alloc_ns, free_ns) >= 0, got {latency!r}")
-    if capacity is not None and capacity < 0:
-        raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
+    if capacity is not None and capacity <= 0:    # (the plugin's 0 is "no limit")
+        raise ValueError(f"capacity must be > 0 bytes, got {capacity}")
     if threshold is None:
         cfg = next((e for e in trace.events if e["op"] == "config"), None)
         threshold = int(cfg.get("threshold", 8192)) if cfg else 8192
