@@ -22,6 +22,7 @@ from offload_shim.safety import isolation
 from offload_shim.plugins.loader import load_plugin
 
 from conftest import LLVM16
+from helpers import build_wrapped_host_plugin
 from helpers import run_child
 
 LIBOMPTARGET16 = LLVM16 / "libomptarget.so.16"
@@ -385,26 +386,18 @@ def test_demo_and_check_parents_never_load_the_plugin(tmp_path):
     """A plugin whose destructor crashes: ``demo``'s and ``check``'s own exit status is
     theirs (1: the plugin's rows say what happened), never the plugin's SIGSEGV -- the
     parents read the plugin's views in a child and never load it themselves."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("needs a C compiler")
-    native = Path(__file__).resolve().parent.parent / "native"
-    dtor = tmp_path / "dtor.c"
-    dtor.write_text("#include <signal.h>\n"
-                    "__attribute__((destructor)) static void bye(void) { raise(SIGSEGV); }\n")
-    lib = tmp_path / "libomptarget.rtl.dtor.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-fvisibility=hidden", f"-I{native}",
-                    str(native / "host_plugin.c"), str(native / "host_plugin_ol.c"), str(dtor),
-                    "-o", str(lib), "-ldl", "-lpthread"], check=True, capture_output=True,
-                   timeout=300)
+    lib = build_wrapped_host_plugin(
+        tmp_path, "libomptarget.rtl.dtor.so",
+        "#include <signal.h>\n"
+        "__attribute__((destructor)) static void bye(void) { raise(SIGSEGV); }\n")
     base = [sys.executable, "-P", "-m", "offload_shim.cli"]
     demo = subprocess.run([*base, "demo", "--no-system", str(lib)], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, cwd=tmp_path)
     assert demo.returncode == 1, (demo.returncode, demo.stdout[-2000:], demo.stderr[-2000:])
     assert "crashed (SIGSEGV)" in demo.stdout
     check = subprocess.run([*base, "check", str(lib), "--abi", "llvm", "--max-examples", "2",
                             "--steps", "3", "--json"], capture_output=True, text=True,
-                           timeout=600)
+                           timeout=600, cwd=tmp_path)    # its trace goes there, not tests/
     assert check.returncode == 1, (check.returncode, check.stderr[-2000:])
     kinds = {(f["kind"], f.get("signal")) for f in json.loads(check.stdout)["findings"]}
     assert kinds == {("crash", "SIGSEGV")}, kinds
