@@ -122,6 +122,28 @@ def _leave_nothing_behind():
         shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def _stray_candidates() -> set[Path]:
+    """The files directly in the checkout's root and in tests/ (where a command run by a
+    test without its own working directory writes its default outputs), dot files
+    (caches, coverage) excepted."""
+    return {p for d in (_REPO, _REPO / "tests") for p in d.iterdir()
+            if p.is_file() and not p.name.startswith(".")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _repository_stays_as_it_was():
+    """No test leaves a file in the checkout (a check's default trace was once written
+    into tests/ by a test that ran the command without a working directory of its own,
+    and committed)."""
+    before = _stray_candidates()
+    yield
+    new = sorted(str(p.relative_to(_REPO)) for p in _stray_candidates() - before)
+    assert not new, f"tests left files in the checkout: {new}"
+
+
 @pytest.fixture(autouse=True)
 def _bundled_plugin_stays_clean(request):
     """After every test: no new contract violation in the bundled plugin and
