@@ -192,9 +192,9 @@ def test_free_of_a_pointer_that_is_not_an_int_is_refused(dev, bad):
     table and was cached as the key: the block came back out of alloc as a float and
     ctypes refused it at close.  Now a TypeError, and the block stays live."""
     a = dev.alloc(64)
-    with pytest.raises(TypeError, match="ptr must be an int"):
+    with pytest.raises(TypeError, match="device pointer must be an int"):   # Device.free
         dev.free(bad(a))
-    with pytest.raises(TypeError, match="ptr must be an int"):
+    with pytest.raises(TypeError, match="ptr must be an int"):      # the memory manager's
         dev.free_many([bad(a)])
     assert dev.allocations[0] == 1
     dev.free(a)
