@@ -188,6 +188,17 @@ class ExportedMemoryError(LifecycleError):
         self.views = views
 
 
+class RuntimeInUseError(LifecycleError):
+    """``Runtime.close`` refused because something routes work to the runtime and must
+    end first: an active :func:`~offload_shim.interpose` (compiled code's next target
+    region would reach closed devices).  ``.user`` names it.  Nothing was torn
+    down; leave the ``with interpose(rt)`` block (``Interposer.close()``) first."""
+
+    def __init__(self, message: str, *, user: str = "", **kw):
+        super().__init__(message, **kw)
+        self.user = user
+
+
 class PluginCallError(OffloadError):
     """An entry point returned a failure code."""
 

@@ -272,3 +272,39 @@ def test_mapping_table_lookup_rules():
     assert not a.should_remove(False, False) and a.should_remove(False, True)
     t.remove(a)
     assert t.entries == [b]
+
+
+def test_runtime_close_refused_while_interposed(libs):
+    """rt.close() inside `with interpose(rt)`: RuntimeInUseError, nothing torn down,
+    the next region still runs (it used to abort the process: the device was gone and
+    the construct failed as under mandatory); after the block the close goes through.
+    An interposer left active at exit (a generator suspended in its block) is closed
+    before its runtime: the process exits 0."""
+    code = f"""
+import offload_shim as osh
+rt = osh.Runtime([], bundled=True)
+with osh.interpose(rt) as ip:
+    lib = ip.load_library({libs['offload']!r})
+    first = lib.call("osh_region_saxpy")
+    dev = ip.devices[0]
+    try:
+        rt.close()
+        raise SystemExit("close went through")
+    except osh.RuntimeInUseError as exc:
+        assert isinstance(exc, osh.LifecycleError) and exc.user == "an active interposer"
+        assert "interpose" in str(exc)
+    assert not rt.closed and dev.initialized
+    assert lib.call("osh_region_saxpy") == first
+assert rt.close() == {{}} and rt.closed
+rt2 = osh.Runtime([], bundled=True)
+def regions():
+    with osh.interpose(rt2) as ip2:
+        yield ip2.load_library({libs['offload']!r}).call("osh_region_saxpy")
+held = regions()
+assert next(held) == first
+print("OK", flush=True)
+"""
+    proc = run_child(code)
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stdout
+    assert "Libomptarget" not in proc.stderr and "Traceback" not in proc.stderr

@@ -27,6 +27,7 @@ from ..plugins import discovery
 from ..safety import leftovers
 from .device import Device, DeviceState
 from ..errors import (DeviceNotFoundError, ExportedMemoryError, ImageNotRegisteredError,
+                      RuntimeInUseError,
                      InvalidImageError, LifecycleError, OffloadError, PluginLoadError)
 from .images import ImageRegistry, OffloadImage
 from ..plugins.loader import load_plugin, loaded_plugins
@@ -46,6 +47,7 @@ def _close_all_at_exit() -> None:
     """atexit: close every live runtime (libgomp gomp_target_fini), newest first."""
     for rt in sorted(list(_LIVE), key=lambda r: -r._serial):
         try:
+            rt._close_users()
             rt.close()
         except ExportedMemoryError as exc:
             # views of device arrays still alive at exit: the process's end frees
@@ -102,6 +104,7 @@ class Runtime:
         self._serial = next(_serials)
         self._lock = threading.RLock()
         self._closed = False
+        self._users: list = []              # (name, object with close()): _attach_user
         if pool is not None and not isinstance(pool, Mapping):
             raise TypeError(f"pool must be a dict of MemoryManager options (e.g. "
                             f"{{'policy': 'binned'}}), not {type(pool).__name__}")
@@ -182,7 +185,7 @@ class Runtime:
             return
         try:
             self.close()
-        except ExportedMemoryError as refused:
+        except (ExportedMemoryError, RuntimeInUseError) as refused:
             # the block's own exception is the one to see; views of device arrays that
             # it left alive keep the runtime open (the exit hook closes it)
             log.info("%r stays open: %s", self, refused)
@@ -340,6 +343,28 @@ class Runtime:
         return self.accepted_images(device.plugin)
 
     # -- teardown ---------------------------------------------------------------------
+    def _attach_user(self, name: str, user) -> None:
+        """``user`` (with a ``close()``) routes work to this runtime until
+        :meth:`_detach_user`: :meth:`close` refuses meanwhile (RuntimeInUseError), the
+        exit hook closes it first.  ``name`` says what it is in the error."""
+        with self._lock:
+            self._check_open()
+            self._users.append((name, user))
+
+    def _detach_user(self, user) -> None:
+        with self._lock:
+            self._users = [(n, u) for n, u in self._users if u is not user]
+
+    def _close_users(self) -> None:
+        """The exit hook: close what still routes work here, newest first, so that the
+        runtime's own close is not refused (a ``with interpose(rt)`` block left open at
+        exit: a generator suspended inside it, a thread)."""
+        for _name, user in reversed(list(self._users)):
+            try:
+                user.close()
+            except Exception as exc:  # noqa: BLE001 - at exit; close() reports the rest
+                log.warning("offload_shim: error while closing %s at exit: %s", _name, exc)
+
     def close(self) -> dict[str, tuple[int, int]]:
         """Tear down in order (D120089, D130712): per initialised device drain the pool
         (allocations still held are reported and freed), unload images,
@@ -352,7 +377,19 @@ class Runtime:
         down, while exported views of device arrays are live (DLPack, NumPy views,
         ``__cuda_array_interface__`` readers: :mod:`offload_shim.core.array`): the
         drain would free memory under them.  Views that only a reference cycle keeps
-        are collected first (``gc.collect``)."""
+        are collected first (``gc.collect``).
+
+        Refused with RuntimeInUseError (a LifecycleError), before anything is torn
+        down, while an :func:`~offload_shim.interpose` of this runtime is active: compiled
+        code's next target region would find its devices gone (the plugin reports
+        the device not ready, and libomptarget 16's ``handleTargetOutcome`` aborts the
+        process).  Leave the ``with interpose(rt)`` block first."""
+        with self._lock:
+            if self._users and not self._closed:
+                name = self._users[-1][0]
+                raise RuntimeInUseError(
+                    f"{self!r} is in use by {name}: leave the `with interpose(rt)` "
+                    "block (Interposer.close()) before closing the runtime", user=name)
         if any(d.exported_views for d in self._devices or ()):
             import gc
             gc.collect()

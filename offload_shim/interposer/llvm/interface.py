@@ -330,6 +330,7 @@ class Interposer(PluginManager, OffloadPolicy):
                 self._bridge.uninstall()
                 self.gomp.uninstall()
                 self._closed = True
+        self.runtime._detach_user(self)
         with _active_lock:
             if _active is self:
                 _active = None
@@ -347,6 +348,7 @@ class Interposer(PluginManager, OffloadPolicy):
         self._bridge.keep_plugins()
         self._bridge.uninstall()
         self.gomp.uninstall(close_device=False)
+        self.runtime._detach_user(self)
         with _active_lock:
             if _active is self:
                 _active = None
@@ -523,7 +525,13 @@ def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = Fa
                         profile=profile)
         _active = ip
     try:
-        ip._install()
+        # Runtime.close() refuses while this is active (RuntimeInUseError)
+        runtime._attach_user("an active interposer", ip)
+        try:
+            ip._install()
+        except BaseException:
+            runtime._detach_user(ip)
+            raise
     except BaseException:
         with _active_lock:
             _active = None
