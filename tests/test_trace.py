@@ -408,6 +408,10 @@ def test_replay_refuses_bad_input(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("offload-shim: error:")
     proc = _shim("replay", str(path), "--policy", "first-fit")
     assert proc.returncode == 2
+    # both: which was meant? (--compare-policies used to win silently)
+    proc = _shim("replay", str(path), "--policy", "exact", "--compare-policies")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 \
+        and "not allowed with" in proc.stderr and proc.stdout == "", proc.stderr
 
 
 def test_replay_refuses_capacity_zero_and_names_a_missing_plugin(tmp_path):

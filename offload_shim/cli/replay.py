@@ -11,7 +11,8 @@ plugin (or ``--plugin``) in a child process (:func:`replay_check_trace`): the ou
 says how the sequence ended and whether that is the failure recorded; exit status 1
 when it fails, 0 when it passes; the pool options do not apply (exit status 2).
 
-Without ``--policy`` (or with ``--compare-policies``) all four policies are replayed.
+Without ``--policy`` (or with ``--compare-policies``, which excludes ``--policy``: exit
+status 2) all four policies are replayed.
 ``--json`` prints ``{"recorded": {"allocs", "frees", "launches", "bytes", ...},
 "policies": [{"policy": "exact", ...}, ...]}``.  Exit status 0; 1 when a re-issued
 operation failed (other than out of memory, which is reported); 2 for bad input (not
@@ -155,11 +156,13 @@ def register_cli(subparsers) -> None:
     p.add_argument("trace", help="trace file written by offload-shim run --record")
     p.add_argument("--plugin", help="plugin path (default, or 'bundled': the bundled host "
                    "plugin)")
-    p.add_argument("--policy", action="append", choices=POLICIES,
-                   help="pool policy to replay (repeatable; default: all four; none = "
-                        "no pool)")
-    p.add_argument("--compare-policies", action="store_true",
-                   help="replay every policy (exact, binned, best-fit, none)")
+    which = p.add_mutually_exclusive_group()    # both: which one was meant? (exit 2)
+    which.add_argument("--policy", action="append", choices=POLICIES,
+                       help="pool policy to replay (repeatable; default: all four; none "
+                            "= no pool)")
+    which.add_argument("--compare-policies", action="store_true",
+                       help="replay every policy (exact, binned, best-fit, none); not "
+                            "with --policy")
     p.add_argument("--threshold", type=nonnegative_int, default=None, metavar="N",
                    help="pool threshold in bytes (default: the recorded pool's)")
     p.add_argument("--latency-ns", metavar="ALLOC[,FREE]",
