@@ -68,7 +68,6 @@ _bind_lock = threading.Lock()
 
 
 def _bind(ended) -> None:
-    global _lib, _ended_cb, _new
     with _bind_lock:
         if _lib is None:
             _bind_locked(ended)

@@ -19,7 +19,7 @@ import ctypes
 import os
 import struct
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64,
-                    c_size_t, c_uint32, c_uint64, c_void_p)
+                    c_uint32, c_uint64, c_void_p)
 
 from . import libc as _libc
 

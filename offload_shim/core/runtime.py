@@ -471,7 +471,6 @@ def check_environment() -> None:
     :func:`offload_shim.plugins.discovery.check_env_paths`).  Front ends call it
     before starting any work, so a bad setting is a configuration error, not a
     failure of the plugin."""
-    import os
     from ..memory.config import read_threshold_env, resolve_debug
     from ..memory.pinned import resolve_policy
     read_threshold_env()

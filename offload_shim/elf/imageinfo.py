@@ -229,7 +229,6 @@ def _describe(path, data: bytes) -> dict:
     errors propagate."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.relocation import RelocationSection
     from elftools.elf.sections import SymbolTableSection
     need = 64 if data[4:5] == b"\x02" else 52       # Elf64_Ehdr / Elf32_Ehdr
     if len(data) < need:
