@@ -250,6 +250,21 @@ def test_offload_binary_parser_rejects_garbage():
 
 # -- the mapping table on its own (no native code) -------------------------------------
 
+def test_dec_dyn_is_should_remove_then_dec():
+    """``MapEntry.dec_dyn`` (the cheap path's end of a reference in one call) answers
+    and counts exactly as ``should_remove(False)`` followed by ``dec(False)``, for
+    every dynamic and hold count, infinite ones included."""
+    from offload_shim.interposer import MapEntry as _Entry
+    inf = float("inf")
+    for dyn in (0, 1, 2, 3, inf):
+        for hold in (0, 1, 2, inf):
+            a = _Entry(1, 1, 2, 1, 1, dyn, hold)
+            b = _Entry(1, 1, 2, 1, 1, dyn, hold)
+            last = a.should_remove(False, False)
+            a.dec(False)
+            assert (b.dec_dyn(), b.dyn, b.hold) == (last, a.dyn, a.hold), (dyn, hold)
+
+
 def test_mapping_table_lookup_rules():
     from offload_shim.interposer import MapEntry as _Entry, MappingTable
     t = MappingTable()

@@ -430,14 +430,31 @@ class KernelLauncher:
         return (dev._state is _READY and dev.init_count == self._init_count
                 and dev._images.get(self._image_id) is self._rec)
 
-    def __call__(self, args: list, offsets: list) -> None:
-        dev = self._dev
+    def fits(self, args: list, offsets: list) -> bool:
+        """Whether ``args``/``offsets`` are ``nargs`` ints each and fit in 64 bits
+        (what :meth:`__call__` checks; :meth:`run` takes them without the check)."""
         if len(args) != self.nargs or len(offsets) != self.nargs:
-            raise ValueError(f"{dev.label}: {self.nargs} arguments and offsets expected")
-        if self.nargs and (min(args) < -(1 << 63) or max(args) >= 1 << 64
-                           or min(offsets) < -(1 << 63) or max(offsets) >= 1 << 64):
+            return False
+        return not self.nargs or (min(args) >= -(1 << 63) and max(args) < 1 << 64
+                                  and min(offsets) >= -(1 << 63)
+                                  and max(offsets) < 1 << 64)
+
+    def __call__(self, args: list, offsets: list) -> None:
+        if not self.fits(args, offsets):
+            dev = self._dev
+            if len(args) != self.nargs or len(offsets) != self.nargs:
+                raise ValueError(f"{dev.label}: {self.nargs} arguments and offsets "
+                                 "expected")
             raise ValueError(f"{dev.label}: a kernel argument or offset does not fit in "
                              "64 bits")
+        self.run(args, offsets)
+
+    def run(self, args: list, offsets: list) -> None:
+        """The launch of :meth:`__call__` for arguments a caller checked once with
+        :meth:`fits` and launches again unchanged (compiled code's replayed regions:
+        ``interposer/llvm/plan_target.py``); values that do not fit are undefined
+        behaviour here."""
+        dev = self._dev
         dev._enter()
         try:
             rec = self._rec

@@ -150,16 +150,25 @@ def guard(fn, on_error, fail: int = _abi.CB_FAIL):
             rc = fn(*args)
             return _abi.CB_OK if rc is None else int(rc)
         except BaseException as exc:  # noqa: BLE001 - must not propagate into C
-            msg = f"offload_shim interposer: {fn.__name__}: {type(exc).__name__}: {exc}"
-            log.error("%s", msg)
-            try:
-                rc = on_error(msg)
-            except BaseException:  # noqa: BLE001
-                rc = None
-            return fail if rc is None else int(rc)
+            return guarded_failure(fn.__name__, exc, on_error, fail)
     wrapper.__name__ = fn.__name__
     return wrapper
 
 
+def guarded_failure(name: str, exc: BaseException, on_error, fail: int) -> int:
+    """What a :func:`guard`-ed callback ``name`` returns to C when it raised ``exc``:
+    the exception logged and handed to ``on_error(message)``, whose int result (or
+    ``fail``) is the return code.  For callbacks that inline :func:`guard`'s wrapper
+    (the construct callback, ``Interposer._construct_callback``)."""
+    msg = f"offload_shim interposer: {name}: {type(exc).__name__}: {exc}"
+    log.error("%s", msg)
+    try:
+        rc = on_error(msg)
+    except BaseException:  # noqa: BLE001
+        rc = None
+    return fail if rc is None else int(rc)
+
+
 __all__ = ["Bridge", "CALL_COUNTERS", "INTERPOSER_FILENAME", "call_counts", "guard",
+           "guarded_failure",
            "interposer_path", "load_interposer"]

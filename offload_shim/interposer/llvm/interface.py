@@ -33,7 +33,7 @@ from ...abi import interposer as _abi
 from ...abi.interposer import CB_FAIL, CB_OK
 from ...errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
-from ..bridge import Bridge, guard
+from ..bridge import Bridge, guard, guarded_failure
 from ..gomp.target import GompSide
 from ..library import LoadedLibrary, open_library
 from .mapping import TGT_DEFAULT, TGT_DISABLED, TGT_MANDATORY, MapEntry, MapError
@@ -231,8 +231,7 @@ class Interposer(PluginManager, OffloadPolicy):
             "target_memcpy": guard(live(self._on_memcpy, CB_FAIL), plain),
             "target_is_present": guard(live(self._on_is_present, 0), plain, fail=0),
             "num_devices": guard(live(self.num_devices, 0), plain, fail=0),
-            "construct": guard(live(self.fast.on_construct, CB_FAIL, _closed_construct),
-                               construct),
+            "construct": self._construct_callback(),
             "api": guard(live(self._on_api, CB_FAIL), plain),
         })
         self.gomp.install(self._bridge.lib)
@@ -289,6 +288,33 @@ class Interposer(PluginManager, OffloadPolicy):
                         self._calls_cv.notify_all()
         call.__name__ = getattr(fn, "__name__", "callback")
         return call
+
+    def _construct_callback(self):
+        """The ``construct`` callback: ``guard(_while_open(fast.on_construct, CB_FAIL,
+        _closed_construct), _construct_error)`` in one Python frame instead of three
+        (it runs once per construct: docs/interpose.md "Cost per construct")."""
+        calls = self._calls
+        get_ident = threading.get_ident
+        serve = self.fast.on_construct
+        on_error = self._construct_error
+
+        def construct(addr):
+            try:
+                me = get_ident()
+                calls.append(me)
+                try:
+                    if self._closing and (self._closed or self._closer != me):
+                        return _closed_construct(addr)
+                    rc = serve(addr)
+                finally:
+                    calls.remove(me)
+                    if self._closing:
+                        with self._calls_cv:
+                            self._calls_cv.notify_all()
+                return CB_OK if rc is None else int(rc)
+            except BaseException as exc:  # noqa: BLE001 - must not propagate into C
+                return guarded_failure("on_construct", exc, on_error, CB_FAIL)
+        return construct
 
     def _wait_for_calls(self) -> None:
         """Wait until no other thread is inside a callback (:meth:`close`)."""

@@ -80,6 +80,16 @@ class MapEntry:
             return False
         return this != _INF if after_reset else this == 1
 
+    def dec_dyn(self) -> bool:
+        """``decShouldRemove`` and the decrement of the dynamic count in one call (the
+        end of a construct without ``delete``): whether it dropped the last reference."""
+        dyn = self.dyn
+        if dyn == _INF:
+            return False
+        last = dyn == 1 and self.hold <= 0
+        self.dyn = dyn - 1 if dyn > 0 else 0
+        return last
+
     @staticmethod
     def count_str(n) -> str:
         return "INF" if n == _INF else str(int(n))

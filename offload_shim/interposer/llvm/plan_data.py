@@ -153,16 +153,13 @@ def end(v, n: int, plan, dm) -> bool:
                 return False
             items.append((ent, hp, size, frm))
         for ent, hp, size, frm in items:
-            if ent.should_remove(False, False):
-                ent.dec(False)
+            if ent.dec_dyn():
                 ent.ends += 1
                 counted.append(ent)
                 if frm and size > 0:
                     back.append((ent.alloc, ent.tgt + (hp - ent.begin), hp, size))
                 if ent not in doomed:
                     doomed.append(ent)
-            else:
-                ent.dec(False)
         if counted and not back:
             # nothing to copy back: the rows go now, in the same hold of the lock
             ptrs = []

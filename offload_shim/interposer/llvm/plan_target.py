@@ -171,7 +171,8 @@ def target(v, n: int, plan, dm, got, failed):
             # the same arguments and no row inserted or removed since a construct of
             # this plan had them: its look-ups find the same rows (MappingTable.version)
             _t, _ver, found, tgts, fresh, present, prep = rp
-            tgts = list(tgts)
+            if fresh is not None:
+                tgts = list(tgts)           # the new rows' places filled in below
             for ent in present:
                 if ent.pending:                 # another thread is preparing it
                     return None
@@ -211,8 +212,11 @@ def target(v, n: int, plan, dm, got, failed):
             prep = None if fresh is None else _prepare(maps, fresh)
             if len(replay) >= MAX_REPLAYS:
                 replay.clear()
-            replay[key] = (table, table.version, found, tuple(tgts), fresh,
+            tt = tuple(tgts)
+            replay[key] = (table, table.version, found, tt, fresh,
                            tuple(e for e in found if e is not None), prep)
+            if fresh is None:
+                tgts = tt                   # the replays' own tuple (plan.args: `is`)
         if fresh is not None:
             rec = _new(_Reservation)         # __init__ without its call (hot path)
             rec.v = v
@@ -261,8 +265,10 @@ def target(v, n: int, plan, dm, got, failed):
             finally:
                 lock.release()
     pa = plan.args.get(key)                 # launch arguments made for these words
-    if pa is not None and pa[0] == tgts and pa[1] is implicit:
-        args, offsets = pa[2], pa[3]        # (read only: the launcher copies them)
+    if pa is not None and (pa[0] is tgts or pa[0] == tgts) and pa[1] is implicit:
+        # (read only: the launcher copies them; checked once by KernelLauncher.fits;
+        # `is`: a replayed construct without new rows has the replay's own tuple)
+        args, offsets, run = pa[2], pa[3], launch.run
     else:
         args = list(implicit)
         offsets = [0] * len(args)
@@ -273,11 +279,13 @@ def target(v, n: int, plan, dm, got, failed):
             else:
                 args.append(tgts[k])
                 offsets.append(v[HEAD + i] - v[a0 + i])
-        if len(plan.args) >= MAX_REPLAYS:
-            plan.args.clear()
-        plan.args[key] = (tgts, implicit, args, offsets)
+        run = launch                        # checks the values (ValueError)
+        if launch.fits(args, offsets):
+            if len(plan.args) >= MAX_REPLAYS:
+                plan.args.clear()
+            plan.args[key] = (tgts, implicit, args, offsets)
     try:
-        launch(args, offsets)
+        run(args, offsets)
     except BaseException as exc:
         # the general code leaves the construct's rows mapped (no targetDataEnd):
         # the new rows enter the table and own their blocks from now on
@@ -298,14 +306,11 @@ def target(v, n: int, plan, dm, got, failed):
                 ent = found[k]
                 if ent is None:
                     continue
-                if ent.should_remove(False, False):
-                    ent.dec(False)
+                if ent.dec_dyn():
                     ent.ends += 1
                     if removed is None:
                         removed = []
                     removed.append((k, ent))
-                else:
-                    ent.dec(False)
             if rec is not None:
                 rec.phase = ENDING
                 if rec.entries is not None:
