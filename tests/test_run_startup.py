@@ -293,3 +293,16 @@ def test_the_maps_line_reading_finds_what_the_pattern_finds(parts, end):
     line = "7f00-7f01 r-xp 00000000 08:01 123 " + "".join(parts) + end
     m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
     assert _libomptarget_in_maps_line(line) == ((int(m.group(2)), m.group(1)) if m else None)
+
+
+@given(st.lists(st.sampled_from(["/tmp/tmpfile_", "aB3x9Z", "abc", "7", "-", " ", "\t", "\n",
+                                 "(deleted)", "/tmp/tmpfile_abcdefg", "\u00e9", "\u2003",
+                                 "7f00-7f01 r-xp 00000000 08:01 123 "]), max_size=9))
+@settings(max_examples=400, deadline=None)
+def test_the_mapped_copies_reading_finds_what_the_pattern_finds(parts):
+    # leftovers.mapped_copies (Runtime.close of every run) reads /proc/PID/maps by hand
+    import re
+    from offload_shim.safety.leftovers import _copies_named_in
+    text = "".join(parts)
+    want = set(re.findall(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", text, re.M))
+    assert _copies_named_in(text) == want, text

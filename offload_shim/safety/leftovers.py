@@ -82,18 +82,16 @@ def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
     return {e.path for e in _listing(SHM_DIR,
                                      lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
-#: the patterns of :func:`dead_kmp_segments` and :func:`mapped_copies`, compiled on first
-#: use (both interpreters of every ``offload-shim run`` import this module, and rarely
-#: need them; ``re``'s compiler is Python)
+#: the pattern of :func:`dead_kmp_segments`, compiled on first use (both interpreters of
+#: every ``offload-shim run`` import this module, and rarely need it; ``re``'s compiler
+#: is Python)
 _PATTERNS: dict = {}
 
 
 def _pattern(name: str):
     pat = _PATTERNS.get(name)
     if pat is None:
-        pat = _PATTERNS[name] = (
-            re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?") if name == "kmp" else
-            re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M))
+        pat = _PATTERNS[name] = re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?")
     return pat
 
 _lock = threading.Lock()
@@ -111,9 +109,27 @@ def mapped_copies(pid: int | str = "self") -> set[str]:
             text = f.read()
     except OSError:
         return set()
-    if "/tmp/tmpfile_" not in text:          # the usual case: skip the line regex
-        return set()
-    return set(_pattern("copy").findall(text))
+    return _copies_named_in(text)
+
+
+def _copies_named_in(maps: str) -> set[str]:
+    """The ``/tmp/tmpfile_XXXXXX`` paths (six letters or digits) that end a line of
+    ``maps`` (a ``/proc/PID/maps`` text: an unlinked file's line ends in ``(deleted)``
+    and is not one), found with ``str.find`` -- the same answer as the pattern
+    ``\\s(/tmp/tmpfile_[A-Za-z0-9]{6})$`` (multi-line; tests/test_run_startup.py compares
+    the two), without compiling it: ``Runtime.close`` of every ``offload-shim run``
+    asks once, and ``re``'s compiler is Python."""
+    out = set()
+    marker = "/tmp/tmpfile_"
+    i = maps.find(marker)
+    while i >= 0:
+        end = i + len(marker) + 6
+        name = maps[i + len(marker):end]
+        if (len(name) == 6 and name.isascii() and name.isalnum() and i > 0
+                and maps[i - 1].isspace() and (end == len(maps) or maps[end] == "\n")):
+            out.add(maps[i:end])
+        i = maps.find(marker, i + 1)
+    return out
 
 
 def unlink_mapped_copies() -> list[str]:
