@@ -451,8 +451,8 @@ def _lease_busy(path: str) -> bool | None:
     (``EAGAIN``); False: neither, or the file is gone; None: the kernel cannot tell
     (leases off in ``/proc/sys/fs/leases-enable``, another user's file, a file system
     without leases): the caller reads ``/proc``."""
+    import _signal as signal        # signal.py without its enums (the launcher's sweep)
     import fcntl
-    import signal
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
