@@ -40,9 +40,10 @@ def _imports_per_interpreter(stderr: str) -> list[set[str]]:
 def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options):  # noqa: F811
     # a first run stores the verdicts of the checks (the session's own verdict cache,
     # conftest.py, starts empty): the start-up measured is the usual one, the second run
+    # -- in the same environment (the plugin verdicts are stored under it)
     cmd = [sys.executable, "-P", "-m", "offload_shim.cli", "run", *options, prog]
-    subprocess.run(cmd, capture_output=True, timeout=300)
     env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    subprocess.run(cmd, capture_output=True, timeout=300, env=env)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 3, r.stderr[-3000:]      # omp_prog's own status, as under libomptarget
     assert "on_device 1" in r.stdout                  # its regions ran on the device
@@ -52,13 +53,17 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options)
     assert "offload_shim.interposer.embed" in embedded       # it did start the runtime
     assert "offload_shim.plugins.plugin" in embedded      # ... and loaded the plugin
     # _hashlib (OpenSSL, ~5 ms): the image's content hash at start-up is the built-in one
+    # re and json (offload_shim.jsontext reads the options and the verdicts): re's
+    # compiler is Python, and json compiles patterns at import
     heavy = {"logging", "pathlib", "urllib.parse", "ipaddress", "dataclasses", "inspect",
-             "typing", "glob", "argparse", "_hashlib"}
+             "typing", "glob", "argparse", "_hashlib", "re", "json"}
     assert not embedded & heavy, sorted(embedded & heavy)
     launcher = tables[0]
     assert "offload_shim.cli.run" in launcher
-    assert not launcher & {"argparse", "logging", "pathlib", "glob"}, \
-        sorted(launcher & {"argparse", "logging", "pathlib", "glob"})
+    # nor (the launcher) signal.py's enums, threading (functools, collections) or re/json
+    light = {"argparse", "logging", "pathlib", "glob", "re", "json", "enum", "signal",
+             "threading"}
+    assert not launcher & light, sorted(launcher & light)
 
 
 # -- start-up does not grow: every module a run imports is one listed here ----------------
@@ -71,23 +76,20 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options)
 #: here with the reason in the commit (``bench --workloads run``'s ``startup`` row
 #: measures what it costs).  ``-m``'s own runpy and importlib parts are not counted.
 LAUNCHER_MODULES = frozenset({
-    "__future__", "_collections", "_functools", "_json", "_operator", "_sha256", "_sre",
-    "_struct", "_weakrefset", "collections", "contextlib", "copyreg", "enum", "errno",
-    "functools", "importlib", "itertools", "json", "json.decoder", "json.encoder",
-    "json.scanner", "keyword", "math", "offload_shim", "offload_shim.cli",
-    "offload_shim.cli.common", "offload_shim.cli.run", "offload_shim.errors",
+    "__future__", "_collections", "_functools", "_json", "_operator", "_sha256", "_struct",
+    "collections", "contextlib", "errno", "functools", "importlib", "itertools", "keyword",
+    "math", "offload_shim", "offload_shim.cli", "offload_shim.cli.common",
+    "offload_shim.cli.run", "offload_shim.errors", "offload_shim.jsontext",
     "offload_shim.safety", "offload_shim.safety.children", "offload_shim.safety.isolation",
-    "offload_shim.safety.leftovers", "offload_shim.safety.verdicts", "operator", "re",
-    "re._casefix", "re._compiler", "re._constants", "re._parser", "reprlib", "signal",
-    "struct", "threading", "types", "warnings",
+    "offload_shim.safety.leftovers", "offload_shim.safety.verdicts", "operator", "reprlib",
+    "struct", "types", "warnings",
 })
 
 EMBEDDED_MODULES = frozenset({
     "__future__", "_bisect", "_collections", "_ctypes", "_functools", "_heapq", "_json",
-    "_operator", "_queue", "_sha256", "_sre", "_struct", "_weakrefset", "array", "atexit",
-    "bisect", "collections", "collections.abc", "contextlib", "copyreg", "ctypes",
-    "ctypes._endian", "enum", "errno", "fcntl", "functools", "heapq", "importlib",
-    "itertools", "json", "json.decoder", "json.encoder", "json.scanner", "keyword", "mmap",
+    "_operator", "_queue", "_sha256", "_struct", "_weakrefset", "array", "atexit", "bisect",
+    "collections", "collections.abc", "contextlib", "ctypes", "ctypes._endian", "enum",
+    "errno", "fcntl", "functools", "heapq", "importlib", "itertools", "keyword", "mmap",
     "offload_shim", "offload_shim.abi", "offload_shim.abi.gomp_interposer",
     "offload_shim.abi.native", "offload_shim.core", "offload_shim.core.compiled",
     "offload_shim.core.device", "offload_shim.core.device_images",
@@ -106,21 +108,20 @@ EMBEDDED_MODULES = frozenset({
     "offload_shim.interposer.llvm.plan_data", "offload_shim.interposer.llvm.plan_target",
     "offload_shim.interposer.llvm.plugin_manager", "offload_shim.interposer.llvm.policy",
     "offload_shim.interposer.llvm.profile", "offload_shim.interposer.llvm.rtl",
-    "offload_shim.interposer.llvm.transfer", "offload_shim.lazylog", "offload_shim.memory",
-    "offload_shim.memory.eviction", "offload_shim.memory.locking",
-    "offload_shim.memory.oom", "offload_shim.memory.ownership",
-    "offload_shim.memory.parking", "offload_shim.memory.pin_backends",
-    "offload_shim.memory.pinned", "offload_shim.memory.pinned_host",
-    "offload_shim.memory.pinned_ranges", "offload_shim.memory.plugin_cache",
-    "offload_shim.memory.policies", "offload_shim.memory.queries",
-    "offload_shim.memory.records", "offload_shim.memory.release",
-    "offload_shim.memory.stats", "offload_shim.plugins", "offload_shim.plugins.discovery",
-    "offload_shim.plugins.llvm", "offload_shim.plugins.loader",
-    "offload_shim.plugins.plugin", "offload_shim.records", "offload_shim.safety",
-    "offload_shim.safety.isolation", "offload_shim.safety.leftovers",
-    "offload_shim.safety.verdicts", "operator", "queue", "re", "re._casefix",
-    "re._compiler", "re._constants", "re._parser", "reprlib", "struct", "threading",
-    "types", "warnings", "weakref"
+    "offload_shim.interposer.llvm.transfer", "offload_shim.jsontext",
+    "offload_shim.lazylog", "offload_shim.memory", "offload_shim.memory.eviction",
+    "offload_shim.memory.locking", "offload_shim.memory.oom",
+    "offload_shim.memory.ownership", "offload_shim.memory.parking",
+    "offload_shim.memory.pin_backends", "offload_shim.memory.pinned",
+    "offload_shim.memory.pinned_host", "offload_shim.memory.pinned_ranges",
+    "offload_shim.memory.plugin_cache", "offload_shim.memory.policies",
+    "offload_shim.memory.queries", "offload_shim.memory.records",
+    "offload_shim.memory.release", "offload_shim.memory.stats", "offload_shim.plugins",
+    "offload_shim.plugins.discovery", "offload_shim.plugins.llvm",
+    "offload_shim.plugins.loader", "offload_shim.plugins.plugin", "offload_shim.records",
+    "offload_shim.safety", "offload_shim.safety.isolation", "offload_shim.safety.leftovers",
+    "offload_shim.safety.verdicts", "operator", "queue", "reprlib", "struct", "threading",
+    "types", "warnings", "weakref",
 })
 
 _DASH_M = {"runpy", "importlib.util", "importlib.machinery", "importlib._abc"}
@@ -293,3 +294,75 @@ def test_the_maps_line_reading_finds_what_the_pattern_finds(parts, end):
     line = "7f00-7f01 r-xp 00000000 08:01 123 " + "".join(parts) + end
     m = re.search(r"(/\S*libomptarget\.so\.(\d+)[.\d]*)$", line.strip())
     assert _libomptarget_in_maps_line(line) == ((int(m.group(2)), m.group(1)) if m else None)
+
+
+@given(st.lists(st.sampled_from(["/tmp/tmpfile_", "aB3x9Z", "abc", "7", "-", " ", "\t", "\n",
+                                 "(deleted)", "/tmp/tmpfile_abcdefg", "\u00e9", "\u2003",
+                                 "7f00-7f01 r-xp 00000000 08:01 123 "]), max_size=9))
+@settings(max_examples=400, deadline=None)
+def test_the_mapped_copies_reading_finds_what_the_pattern_finds(parts):
+    # leftovers.mapped_copies (Runtime.close of every run) reads /proc/PID/maps by hand
+    import re
+    from offload_shim.safety.leftovers import _copies_named_in
+    text = "".join(parts)
+    want = set(re.findall(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", text, re.M))
+    assert _copies_named_in(text) == want, text
+
+
+@given(st.lists(st.sampled_from(["__KMP_REGISTERED_LIB_", "123", "0", "_", "x", "\u0662",
+                                 "\u00b2", "-", " ", "__KMP_REGISTERED_LIB"]), max_size=6))
+@settings(max_examples=400, deadline=None)
+def test_the_kmp_segment_name_reading_finds_what_the_pattern_finds(parts):
+    # leftovers.dead_kmp_segments (the launcher's cleanup after every run) reads by hand
+    import re
+    from offload_shim.safety.leftovers import _kmp_segment_pid
+    name = "".join(parts)
+    m = re.fullmatch(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?", name)
+    assert _kmp_segment_pid(name) == (int(m.group(1)) if m else None), name
+
+
+@given(st.lists(st.sampled_from(["libomptarget.so.", "16", ".1", ".", "1", "x", "\u0662",
+                                 "\u00b2", "libomptarget.so", " "]), max_size=6))
+@settings(max_examples=400, deadline=None)
+def test_the_needed_soname_reading_finds_what_the_pattern_finds(parts):
+    # abi.interposer.libomptarget_needed_by (every registration) reads by hand
+    import re
+    from offload_shim.abi.interposer import _libomptarget_soname_major
+    name = "".join(parts)
+    m = re.fullmatch(r"libomptarget\.so\.(\d+)(?:\.\d+)*", name)
+    assert _libomptarget_soname_major(name) == (int(m.group(1)) if m else None), name
+
+
+# -- offload_shim.jsontext reads and writes what json does ---------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    | st.floats(allow_nan=False, width=32),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+
+
+@given(_JSON_VALUES, st.sampled_from(["", " ", "\n\t", "\r "]), st.sampled_from(["", " \n"]))
+@settings(max_examples=400, deadline=None)
+def test_jsontext_reads_and_writes_what_json_does(value, before, after):
+    import json
+    from offload_shim import jsontext
+    assert jsontext.dumps(value) == json.dumps(value)
+    text = before + json.dumps(value) + after
+    assert jsontext.loads(text) == json.loads(text)
+
+
+@given(st.text(alphabet='{}[]",:0123456789.eE+-tfnrulasNIy \t\n\\x\ufeff', max_size=12))
+@settings(max_examples=400, deadline=None)
+def test_jsontext_refuses_what_json_refuses(text):
+    import json
+    from offload_shim import jsontext
+    try:
+        want = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            jsontext.loads(text)
+        return
+    got = jsontext.loads(text)
+    assert got == want or (got != got and want != want), text    # NaN

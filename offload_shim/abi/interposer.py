@@ -282,12 +282,23 @@ def libomptarget_needed_by(addr: int) -> int | None:
     ``addr`` names in ``DT_NEEDED`` (what a clang-built program or library links:
     ``libomptarget.so.16``, ``.19.1``, ``.22.1``); None when it names none or no
     loaded object holds ``addr``."""
-    import re
     for name in _libc.needed_of(addr) or ():
-        m = re.fullmatch(r"libomptarget\.so\.(\d+)(?:\.\d+)*", name)
-        if m:
-            return int(m.group(1))
+        major = _libomptarget_soname_major(name)
+        if major is not None:
+            return major
     return None
+
+
+def _libomptarget_soname_major(name: str) -> int | None:
+    """N of a ``libomptarget.so.N[.M...]`` name, None for any other: what the pattern
+    ``libomptarget\\.so\\.(\\d+)(?:\\.\\d+)*`` matched in full, read without ``re``
+    (every registration asks; tests/test_run_startup.py compares the two)."""
+    if not name.startswith("libomptarget.so."):
+        return None
+    parts = name[len("libomptarget.so."):].split(".")
+    if not all(p.isdecimal() for p in parts):     # ("" is not: no empty part)
+        return None
+    return int(parts[0])
 
 
 _libomp = None

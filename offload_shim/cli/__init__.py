@@ -18,13 +18,12 @@ and interrupts: :mod:`offload_shim.cli.common`.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
 
-# argparse, subprocess, signal, tempfile, time and array are imported where they are
-# used: `offload-shim run` starts every program through this module (start-up time)
+# argparse, contextlib, json, subprocess, signal, tempfile, time and array are imported
+# where they are used: `offload-shim run` starts every program through this module
+# (start-up time: json pulls in re and enum, contextlib functools and collections)
 from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Terminated, UsageError,
                      install_sigterm, positive_float)
 from .common import error as _error
@@ -177,6 +176,7 @@ sys.stdout.flush()
 
 def _plugin_records_in_child(path: str, source: str, devices: bool,
                              timeout: float | None, init: bool = True) -> list[dict]:
+    import json
     import subprocess
     from ..safety.children import run_child, signal_name
     from ..safety.isolation import PLUGIN_TIMEOUT_S
@@ -214,6 +214,7 @@ def _plugin_records_in_child(path: str, source: str, devices: bool,
 
 
 def cmd_info(args) -> int:
+    import json
     if getattr(args, "image", None):
         # the offload images and entries inside compiled files, without running them
         from ..errors import InvalidImageError
@@ -399,6 +400,7 @@ def cmd_demo(args) -> int:
         except Exception as exc:  # report, as a failed row
             print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
             return 1
+    import json
     import subprocess
     from ..safety.children import run_child, signal_name
     targets = demo_targets(args.plugins, system=not args.no_system, timeout=args.timeout)
@@ -535,6 +537,7 @@ def main(argv=None) -> int:
                 return EXIT_USAGE
         from .run import main_run
         return main_run(argv[1:])
+    import contextlib
     import signal
     args = build_parser().parse_args(argv)
     previous = install_sigterm()
@@ -559,6 +562,8 @@ def main(argv=None) -> int:
 
 
 def _interrupted(what: str) -> None:
-    with contextlib.suppress(Exception):
+    try:
         sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - the one line below matters more
+        pass
     print(f"offload-shim: {what}", file=sys.stderr, flush=True)

@@ -13,19 +13,19 @@ interrupts stop the command's child processes and remove what they left
 from __future__ import annotations
 
 import math
-import signal
 import sys
 
 # argparse is imported on first use (``Parser``, the option types): `offload-shim run`,
-# the start-up of every program it runs, parses its usual command lines without it
+# the start-up of every program it runs, parses its usual command lines without it; and
+# signal too (its enums import enum: start-up)
 
 __all__ = ["UsageError", "Terminated", "error", "positive_int", "positive_float",
            "nonnegative_int", "ProgressBar", "output_file_problem", "output_dir_problem", "install_sigterm", "EXIT_USAGE",
            "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 128 + signal.SIGINT      # 130
-EXIT_TERMINATED = 128 + signal.SIGTERM      # 143
+EXIT_INTERRUPTED = 128 + 2                  # 128 + SIGINT (2 on every POSIX system)
+EXIT_TERMINATED = 128 + 15                  # 128 + SIGTERM (15 on every POSIX system)
 
 
 class UsageError(Exception):
@@ -45,6 +45,7 @@ def _raise_terminated(signum, frame):
 def install_sigterm():
     """Turn SIGTERM into :class:`Terminated` (main thread only); returns the
     previous handler."""
+    import signal
     return signal.signal(signal.SIGTERM, _raise_terminated)
 
 

@@ -20,11 +20,11 @@ the library unregistered cleanly on ``dlclose``.
 
 from __future__ import annotations
 
-import json
 import sys
 
 # argparse is imported by the parsers below only: the usual `offload-shim run` command
-# lines are read by parse_run_fast (start-up of every program run)
+# lines are read by parse_run_fast (start-up of every program run); json only by
+# run-library (the options of a run are written by offload_shim.jsontext)
 
 
 def _error(message: str) -> None:
@@ -72,7 +72,7 @@ def _check_plugins_interruptible(paths) -> "str | int | None":
     once, leaving the probe child running and ``/tmp/osh_child_*`` behind."""
     if not paths:
         return None
-    import signal
+    import _signal as signal     # signal.py without its enums (enum: start-up time)
     from .common import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, _raise_terminated)
     old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -143,6 +143,7 @@ def cmd_run_library(args) -> int:
         ok = out["registered_after_close"] == 0 and not ip.errors
     out["calls"] = call_counts()
     if args.json:
+        import json
         print(json.dumps(out))
     else:
         print(f"plugins: {', '.join(out['plugins']) or 'none'}; devices: {out['devices']}; "
@@ -213,6 +214,7 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     FileNotFoundError (interposer not built), RuntimeError (no shared libpython)."""
     import os                   # os.path, not pathlib: start-up of every run
     import offload_shim
+    from ..jsontext import dumps
     env = dict(os.environ if base is None else base)
     pre = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = str(_interposer_path()) + (":" + pre if pre else "")
@@ -222,7 +224,7 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     here = os.path.dirname(os.path.dirname(os.path.realpath(offload_shim.__file__)))
     paths = [here] + [p for p in sys.path if p and p != here and os.path.isabs(p)]
     env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)
-    env["OFFLOAD_SHIM_RUN_OPTIONS"] = json.dumps(
+    env["OFFLOAD_SHIM_RUN_OPTIONS"] = dumps(
         {"plugins": [os.path.realpath(p) for p in plugins], "bundled": bool(bundled),
          "policy": policy, "report": os.path.realpath(report) if report else None,
          "gomp_host_device": bool(gomp_host_device),
@@ -389,6 +391,17 @@ _RUN_VALUES = {"--plugin": "plugin", "--policy": "policy", "--report": "report",
 _POLICIES = ("disabled", "default", "mandatory")
 
 
+class _RunArgs:
+    """The namespace :func:`parse_run_fast` returns (``types.SimpleNamespace`` without
+    importing ``types``)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __repr__(self) -> str:
+        return f"_RunArgs({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
 def parse_run_fast(argv):
     """The options of ``offload-shim run ARGV...`` read without argparse, for the
     command lines people write: the full option names (``--plugin PATH`` or
@@ -399,9 +412,8 @@ def parse_run_fast(argv):
     dash-led value, a policy not in the choices, no program -- which
     :func:`main_run` then gives to the argparse parser, so every answer and error
     stays argparse's (tests/test_run_startup.py compares the two)."""
-    from types import SimpleNamespace
-    ns = SimpleNamespace(cmd="run", plugin=[], bundled=False, policy=None, report=None,
-                         record=None, gomp_host_device=False, func=cmd_run)
+    ns = _RunArgs(cmd="run", plugin=[], bundled=False, policy=None, report=None,
+                  record=None, gomp_host_device=False, func=cmd_run)
     i = 0
     while i < len(argv):
         tok = argv[i]

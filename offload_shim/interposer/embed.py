@@ -35,7 +35,6 @@ Nothing here runs at import time.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -47,7 +46,10 @@ _lock = threading.Lock()
 def options() -> dict:
     """``OFFLOAD_SHIM_RUN_OPTIONS`` decoded ({} when unset)."""
     raw = os.environ.get("OFFLOAD_SHIM_RUN_OPTIONS", "")
-    return json.loads(raw) if raw else {}
+    if not raw:
+        return {}
+    from ..jsontext import loads        # json.loads without importing json (start-up)
+    return loads(raw)
 
 
 def _policy(opts: dict) -> str:
@@ -221,6 +223,7 @@ _stopped: dict | None = None
 
 def _write_report(report: dict, path: str | None) -> None:
     if path:
+        import json
         try:
             with open(path, "w") as f:
                 json.dump(report, f)

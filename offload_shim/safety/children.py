@@ -13,20 +13,21 @@
 * :func:`stop_child`, :func:`signal_name`, :func:`check_timeout`: the parts.
 
 subprocess and shutil are imported where they are used, and the private folder is
-made without tempfile (:func:`private_dir`): start-up of ``offload-shim run``.
+made without tempfile (:func:`private_dir`): start-up of ``offload-shim run``, whose
+launcher imports this module.  For the same reason it imports neither ``signal`` (whose
+enums import ``enum``: its C half ``_signal`` has every function and number used here),
+``threading`` nor ``contextlib`` (``functools``, ``collections``).
 """
 
 from __future__ import annotations
 
-import contextlib
+import _signal as signal        # signal.py without its enums: see the docstring
 import os
-import signal
 import sys
-import threading
 import time
 
-from .leftovers import (dead_kmp_segments, kmp_segment_files, llvm_copies, process_state,
-                        remove_kmp_segment, sweep)
+from .leftovers import (copies_since, copy_dir_names, dead_kmp_segments, kmp_segment_files,
+                        process_state, remove_kmp_segment, sweep)
 
 __all__ = ["CRASH_SIGNALS", "ChildScope", "check_timeout", "private_dir", "run_child",
            "run_program", "signal_name", "signals_deferred", "stop_child"]
@@ -78,8 +79,9 @@ CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.
 
 def signal_name(rc: int) -> str:
     """``SIGSEGV`` for a child return code of -11."""
+    import signal as _signal_enums
     try:
-        return signal.Signals(-rc).name
+        return _signal_enums.Signals(-rc).name
     except ValueError:
         return f"signal {-rc}"
 
@@ -121,29 +123,37 @@ def check_timeout(value, name: str = "timeout") -> float:
     return float(value)
 
 
-@contextlib.contextmanager
-def _signals_deferred():
+def _off_main_thread() -> bool:
+    """Whether this code runs on a thread other than the main one.  Without
+    ``threading`` imported no thread of ``threading`` exists (the launcher of
+    ``offload-shim run`` never imports it)."""
+    threading = sys.modules.get("threading")
+    return threading is not None and threading.current_thread() is not threading.main_thread()
+
+
+class _signals_deferred:
     """SIGINT and SIGTERM, where Python handlers of this (main) thread take them, are
     noted instead of handled while the block runs, then handled -- by the handlers that
     were installed -- once it has ended (normally or not).  Off the main thread, and for
     a signal ignored or left to its default action, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted: list[int] = []
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        h = signal.getsignal(sig)
-        if callable(h):
-            old[sig] = h
-            signal.signal(sig, lambda signum, frame: noted.append(signum))
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
+
+    def __enter__(self):
+        self.noted: list[int] = []
+        self.old: dict = {}
+        if _off_main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            h = signal.getsignal(sig)
+            if callable(h):
+                self.old[sig] = h
+                signal.signal(sig, lambda signum, frame: self.noted.append(signum))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, h in self.old.items():
             signal.signal(sig, h)
-        for signum in noted:
-            old[signum](signum, None)
+        for signum in self.noted:
+            self.old[signum](signum, None)
 
 
 def run_child(cmd: list[str], *, timeout: float | None = None, env: dict | None = None,
@@ -296,21 +306,22 @@ _DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP
 
 
 
-@contextlib.contextmanager
-def signals_deferred():
-    """Hold SIGINT and SIGTERM back while the block runs (main thread; a
-    no-op elsewhere): a cleanup half done because Ctrl-C landed in it would
-    leave what it was removing.  A signal that arrives meanwhile is delivered
+class signals_deferred:
+    """``with signals_deferred():`` holds SIGINT and SIGTERM back while the block runs
+    (main thread; a no-op elsewhere): a cleanup half done because Ctrl-C landed in it
+    would leave what it was removing.  A signal that arrives meanwhile is delivered
     when the block ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def __enter__(self):
+        self.old = None
+        if not _off_main_thread():
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK,
+                                              {signal.SIGINT, signal.SIGTERM})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
 
 def _tagged_processes(needle: bytes) -> list[int]:
@@ -365,7 +376,7 @@ class ChildScope:
 
     def __enter__(self) -> "ChildScope":
         with signals_deferred():
-            self._before = llvm_copies()
+            self._before = copy_dir_names()
             self._kmp_before = kmp_segment_files()
             self.tmpdir = private_dir(self.prefix)
         return self
@@ -420,7 +431,7 @@ class ChildScope:
                 os.unlink(seg)
             except OSError:
                 pass
-        sweep(llvm_copies() - self._before)
+        sweep(copies_since(self._before))
         if self.tmpdir:
             try:
                 os.rmdir(self.tmpdir)       # the usual case: the children left it empty

@@ -28,12 +28,13 @@ ends the wait (a timeout, Ctrl-C, SIGTERM), and what it leaves removed
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
-import threading
 
 # subprocess and .children are imported where they are used (start-up time of
-# `offload-shim run`, whose embedded runtime reaches load_plugin)
+# `offload-shim run`, whose embedded runtime reaches load_plugin); _thread, not
+# threading (whose Lock it is): `run --plugin` checks its plugins in the launcher
 
 from . import verdicts as _verdicts
 from ..errors import InvalidImageError, LibraryLoadError, PluginDlopenError
@@ -52,7 +53,7 @@ PLUGIN_TIMEOUT_S = 120.0
 
 LDSO_EXIT = 127        # ld.so's _dl_signal_error / assertion exits use 127
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _image_verdicts: dict[str, str | None] = {}        # sha256 -> None (ok) or message
 _plugin_verdicts: dict[tuple[str, int, int, str], tuple[str, str] | None] = {}
 

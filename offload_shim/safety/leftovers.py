@@ -31,16 +31,21 @@ while it ran and that no process of this user still has open or mapped.
 
 from __future__ import annotations
 
+import _thread
 import os
-import re
 import struct
-import threading
 import time
+
+# _thread, not threading (its Lock and get_ident are these): threading imports functools
+# and collections, which the launcher of `offload-shim run` needs not (start-up time)
+# no re: the names are read with str methods (the launcher of `offload-shim run` imports
+# this module; re's compiler is Python)
 
 # shutil and tempfile are imported where they are used (start-up: the plugin layer
 # imports this module)
 
-__all__ = ["LLVM_COPY_GLOB", "WATCHED", "before_load", "llvm_copies", "kmp_segment_files",
+__all__ = ["LLVM_COPY_GLOB", "WATCHED", "before_load", "copies_since", "copy_dir_names",
+           "llvm_copies", "kmp_segment_files",
            "mapped_copies", "unlink_mapped_copies", "unlink_new_copies", "removed_copies", "held",
            "kmp_segments", "remove_kmp_segment", "sweep", "dead_kmp_segments", "process_state"]
 
@@ -78,25 +83,45 @@ def llvm_copies() -> set[str]:
     return {e.path for e in _listing(COPY_DIR, _is_copy)}
 
 
+def copy_dir_names() -> set[str]:
+    """Every name in ``/tmp`` now (:data:`COPY_DIR`; empty when it cannot be read): what
+    :func:`copies_since` needs.  A bare ``os.listdir`` -- no ``DirEntry`` objects, no
+    test per name -- because a busy machine's ``/tmp`` holds thousands of other runs'
+    copies (7,300 here: about 7 ms of CPU against 12 for :func:`llvm_copies`) and a
+    :class:`~offload_shim.safety.children.ChildScope` lists it twice per
+    ``offload-shim run``."""
+    try:
+        return set(os.listdir(COPY_DIR))
+    except OSError:
+        return set()
+
+
+def copies_since(before: set[str]) -> set[str]:
+    """The ``/tmp/tmpfile_XXXXXX`` paths there now whose names were not in ``before``
+    (a :func:`copy_dir_names`): the copies created since (or removed and made again)."""
+    return {os.path.join(COPY_DIR, n) for n in copy_dir_names() - before if _is_copy(n)}
+
+
 def kmp_segment_files() -> set[str]:
     """The libomp registration segments in ``/dev/shm`` now (any process's)."""
     return {e.path for e in _listing(SHM_DIR,
                                      lambda n: n.startswith("__KMP_REGISTERED_LIB_"))}
-#: the patterns of :func:`dead_kmp_segments` and :func:`mapped_copies`, compiled on first
-#: use (both interpreters of every ``offload-shim run`` import this module, and rarely
-#: need them; ``re``'s compiler is Python)
-_PATTERNS: dict = {}
+_KMP_PREFIX = "__KMP_REGISTERED_LIB_"
 
 
-def _pattern(name: str):
-    pat = _PATTERNS.get(name)
-    if pat is None:
-        pat = _PATTERNS[name] = (
-            re.compile(r"__KMP_REGISTERED_LIB_(\d+)(?:_\d+)?") if name == "kmp" else
-            re.compile(r"\s(/tmp/tmpfile_[A-Za-z0-9]{6})$", re.M))
-    return pat
+def _kmp_segment_pid(name: str) -> int | None:
+    """The pid a libomp segment's name gives (``__KMP_REGISTERED_LIB_<pid>`` or
+    ``..._<pid>_<uid>``), None for any other name: what the pattern
+    ``__KMP_REGISTERED_LIB_(\\d+)(?:_\\d+)?`` matched in full (tests/test_run_startup.py
+    compares the two), read without ``re``."""
+    if not name.startswith(_KMP_PREFIX):
+        return None
+    pid, sep, uid = name[len(_KMP_PREFIX):].partition("_")
+    if not pid.isdecimal() or (sep and not uid.isdecimal()):
+        return None
+    return int(pid)
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _removed: list[str] = []
 #: how many of the removed copies' paths :func:`removed_copies` remembers (a long run
 #: loads an image per cycle: the list must not grow with the run)
@@ -111,9 +136,27 @@ def mapped_copies(pid: int | str = "self") -> set[str]:
             text = f.read()
     except OSError:
         return set()
-    if "/tmp/tmpfile_" not in text:          # the usual case: skip the line regex
-        return set()
-    return set(_pattern("copy").findall(text))
+    return _copies_named_in(text)
+
+
+def _copies_named_in(maps: str) -> set[str]:
+    """The ``/tmp/tmpfile_XXXXXX`` paths (six letters or digits) that end a line of
+    ``maps`` (a ``/proc/PID/maps`` text: an unlinked file's line ends in ``(deleted)``
+    and is not one), found with ``str.find`` -- the same answer as the pattern
+    ``\\s(/tmp/tmpfile_[A-Za-z0-9]{6})$`` (multi-line; tests/test_run_startup.py compares
+    the two), without compiling it: ``Runtime.close`` of every ``offload-shim run``
+    asks once, and ``re``'s compiler is Python."""
+    out = set()
+    marker = "/tmp/tmpfile_"
+    i = maps.find(marker)
+    while i >= 0:
+        end = i + len(marker) + 6
+        name = maps[i + len(marker):end]
+        if (len(name) == 6 and name.isascii() and name.isalnum() and i > 0
+                and maps[i - 1].isspace() and (end == len(maps) or maps[end] == "\n")):
+            out.add(maps[i:end])
+        i = maps.find(marker, i + 1)
+    return out
 
 
 def unlink_mapped_copies() -> list[str]:
@@ -408,8 +451,8 @@ def _lease_busy(path: str) -> bool | None:
     (``EAGAIN``); False: neither, or the file is gone; None: the kernel cannot tell
     (leases off in ``/proc/sys/fs/leases-enable``, another user's file, a file system
     without leases): the caller reads ``/proc``."""
+    import _signal as signal        # signal.py without its enums (the launcher's sweep)
     import fcntl
-    import signal
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -556,13 +599,13 @@ def dead_kmp_segments(ignore=frozenset()) -> list[str]:
     out = []
     uid = os.getuid()
     for path in sorted(kmp_segment_files() - set(ignore)):
-        m = _pattern("kmp").fullmatch(os.path.basename(path))
+        pid = _kmp_segment_pid(os.path.basename(path))
         try:
-            if m is None or os.stat(path).st_uid != uid:
+            if pid is None or os.stat(path).st_uid != uid:
                 continue
         except OSError:
             continue
-        if process_state(int(m.group(1))) in ("Z", "X"):          # gone, or a zombie (killed)
+        if process_state(pid) in ("Z", "X"):          # gone, or a zombie (killed)
             out.append(path)
     return out
 

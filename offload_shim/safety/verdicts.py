@@ -37,11 +37,15 @@ info`` shows the directory and its use, ``offload-shim cache clear`` empties it
 
 from __future__ import annotations
 
-import json
 import os
 import stat
+import _thread
 import sys
-import threading
+
+from ..jsontext import dumps as _dumps, loads as _loads   # not json: start-up time
+
+# _thread, not threading (its Lock and get_ident are these): threading imports functools
+# and collections, which the launcher of `offload-shim run` needs not (start-up time)
 
 try:                        # the built-in SHA-256: loads no OpenSSL (start-up time)
     from _sha256 import sha256 as _new_sha256
@@ -54,7 +58,7 @@ except ImportError:         # pragma: no cover - other Pythons (3.12: _sha2)
 CACHE_DIR_VAR = "OFFLOAD_SHIM_CACHE_DIR"
 NO_CACHE_VAR = "OFFLOAD_SHIM_NO_CACHE"
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _fingerprints: dict[tuple[str, ...], str] = {}
 _dir_checked: dict[str, bool] = {}
 _seen: dict[tuple[str, str], dict] = {}        # (directory, key) -> verdict read
@@ -161,7 +165,7 @@ def get(kind: str, modules: tuple[str, ...], content_sha256: str) -> dict | None
     path = os.path.join(d, f"{kind}-{k}.json")
     try:
         with open(path, encoding="utf-8") as f:
-            value = json.load(f)
+            value = _loads(f.read())
     except (OSError, ValueError):
         return None
     if not isinstance(value, dict):
@@ -185,11 +189,11 @@ def put(kind: str, modules: tuple[str, ...], content_sha256: str, value: dict) -
         if not _usable(d, create=True):
             return
         name = f"{kind}-{key(kind, modules, content_sha256)}.json"
-        tmp = os.path.join(d, f".{name}.{os.getpid()}.{threading.get_ident()}")
+        tmp = os.path.join(d, f".{name}.{os.getpid()}.{_thread.get_ident()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f)
+                f.write(_dumps(value))
             os.replace(tmp, os.path.join(d, name))
         except OSError:
             try:
