@@ -168,7 +168,7 @@ def test_a_block_travels_as_one_named_record(policy):
     assert rec.free_list is mm._free[1000] and rec.bucket is not None
     assert rec.free_step == 1000 << 64 and rec.hit_step == rec.free_step + 1
     mm.free(p)
-    assert rec.free_list[p] is rec                      # cached: the same record
+    assert rec.free_list[-1] is rec and rec.ptr == p   # cached: the same record
     q = mm.allocate(1000 if policy == "exact" else 990)  # binned: a request of its class
     assert q == p and mm._live[q] is rec
     assert rec.requested == (1000 if policy == "exact" else 990) and rec.size == 1000

@@ -34,15 +34,20 @@ Tables (all guarded by one lock):
   holds is one :class:`~offload_shim.memory.records.Block` (requested bytes, block
   bytes, its free list, its statistics bucket, the two steps of the accounting word),
   which travels with the block between the tables.
-* ``_free``: ``{block bytes: OrderedDict(ptr: Block)}``, one free list per block size,
-  each ordered from the least to the most recently freed block.  A hit of the exact
-  policy takes the least recently freed block (``popitem(last=False)``), as LLVM's
+* ``_free``: ``{block bytes: deque([Block, ...])}``, one free list per block size,
+  each ordered from the least (left) to the most (right) recently freed block.  A hit
+  of the exact policy takes the least recently freed block (``popleft()``), as LLVM's
   ``MemoryManagerTy`` does (its free lists are ``std::multiset`` objects ordered by
   size: ``insert`` puts a block after the ones of its size, ``find`` returns the first
   of them), so a program that reads device memory before writing it sees what it
   sees under libomptarget; a hit of the binned policy takes the most recently freed
-  one (``popitem()``).  Lists are kept while the manager is open, so a cached free is
-  one store into the list the record names.
+  one (``pop()``).  A cached free is one ``append`` to the list the record names
+  (lists are kept while the manager is open).  A ``deque`` takes and gives back at
+  either end in O(1) whatever its length, without hashing: an ``OrderedDict`` taking
+  at the front and inserting at the back cost 2-3x more per hit+free, and more as the
+  list grew (its dict fills with deleted slots and is rebuilt).  Releasing cached
+  blocks (the cap, ``trim``, the OOM ladders) takes them from the left, the oldest
+  first, as :mod:`.eviction` chooses them.
 * ``_acc``: the accounting word, bytes in use shifted left by
   :data:`~offload_shim.memory.records.SHIFT` bits plus the number of hits (a
   block's ``hit_step`` books the bytes and the hit in one addition); statistics cost
@@ -81,7 +86,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import weakref
-from collections import OrderedDict
+from collections import deque
 
 from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
@@ -243,8 +248,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
-        #: which end of a free list a hit takes (``OrderedDict.popitem``'s ``last``):
-        #: exact, the least recently freed block (LLVM); binned, the most recently freed
+        #: which end of a free list a hit takes: exact, the left (``popleft``: the least
+        #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
 
         self._lock = TokenLock()
@@ -312,8 +317,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
-                ptr, block = fl.popitem(self._newest_first)
-                block.requested = size      # binned: it may have served another request
+                if self._newest_first:
+                    block = fl.pop()
+                    block.requested = size  # it may have served another request
+                else:
+                    block = fl.popleft()    # exact: requested is the size already
+                ptr = block.ptr
                 self._live[ptr] = block
                 self._acc = acc = self._acc + block.hit_step    # bytes in use and the hit
                 if acc > self._peak_acc:
@@ -355,7 +364,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     fl = free.get(size)
                     if not fl:
                         break
-                    ptr, block = fl.popitem(False)
+                    block = fl.popleft()
+                    ptr = block.ptr
                     live[ptr] = block
                     acc += block.hit_step
                     out.append(ptr)
@@ -450,7 +460,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if pooled:
             fl = self._free.get(size)
             if fl is None:
-                fl = self._free[size] = OrderedDict()
+                fl = self._free[size] = deque()
                 if self._index is not None:
                     self._index.add(size)       # binned: a size its class can reuse
         self._held = held = self._held + size
@@ -466,7 +476,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if bc is None:
                 bc = self._buckets[bucket] = BucketCounters(bucket)
             bc.obtained(size)
-        self._live[ptr] = Block(size, size, fl, bc, step + self._hit_unit, step)
+        self._live[ptr] = Block(ptr, size, size, fl, bc, step + self._hit_unit, step)
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
@@ -519,7 +529,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     # a pooled block, no cap/events/poison: cache it (the hot path).
                     # No closed check: drain() empties _live.
                     self._acc -= block.free_step
-                    fl[ptr] = block
+                    fl.append(block)
                     return
                 self._live[ptr] = block     # the other path books it
         finally:
@@ -553,7 +563,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                         live[ptr] = block   # not pooled: the backend frees it, below
                         break
                     acc -= block.free_step
-                    fl[ptr] = block
+                    fl.append(block)
                     done += 1
                 self._acc = acc
             finally:
@@ -567,7 +577,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     def _cache_locked(self, ptr, block):
         """Put a block on its free list (the young end)."""
-        block.free_list[ptr] = block
+        block.free_list.append(block)
         if self._stamps is not None:
             self._clock = c = self._clock + 1
             self._stamps[ptr] = c

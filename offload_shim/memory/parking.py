@@ -127,4 +127,4 @@ class ParkedFrees:
         for ptr in ptrs:
             block = live.pop(ptr, None)
             if block is not None:
-                block.free_list[ptr] = block
+                block.free_list.append(block)
