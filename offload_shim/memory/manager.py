@@ -199,7 +199,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  "_plain", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "__weakref__")
+                 "_closed", "_log", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -264,6 +264,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._ref = weakref.ref(self)
         self._acc = 0                              # the accounting word (module docstring)
         self._hit_unit = 1 if stats else 0
+        #: pooled size -> (hit step, free step): the blocks of a size share the two int
+        #: objects, so an exact hit (which cycles through every cached block of its size)
+        #: reads one warm int instead of one per block from cold memory
+        self._steps = {}
         self._held = 0                             # bytes held from the backend
         # the peak of _acc's high part, low bits all set: hits never pass it
         self._peak_acc = 0
@@ -466,7 +470,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._held = held = self._held + size
         if held > self._peak_held:
             self._peak_held = held
-        step = size << _SHIFT
+        steps = self._steps.get(size) if pooled else None
+        if steps is None:
+            steps = (size << _SHIFT) + self._hit_unit, size << _SHIFT
+            if pooled:
+                self._steps[size] = steps
+        hit_step, step = steps
         self._acc = acc = self._acc + step
         if acc > self._peak_acc:
             self._peak_acc = acc | _HITS
@@ -476,7 +485,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if bc is None:
                 bc = self._buckets[bucket] = BucketCounters(bucket)
             bc.obtained(size)
-        self._live[ptr] = Block(ptr, size, size, fl, bc, step + self._hit_unit, step)
+        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step)
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
