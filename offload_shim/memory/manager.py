@@ -58,7 +58,7 @@ Tables (all guarded by one lock):
 * ``_parcel``: blocks whose free is put off (:mod:`.parking`), or None.
 
 Locking rule (the lock is :class:`~offload_shim.memory.locking.TokenLock`; the hot
-paths take its queue ``_lockq`` directly):
+paths take its token deque ``_lockq`` directly):
 
 * a method whose name ends in ``_locked`` runs with the lock held: it takes no lock,
   waits for nothing and calls nothing outside the manager (no backend, ``poison`` or
@@ -253,7 +253,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._newest_first = policy != "exact"
 
         self._lock = TokenLock()
-        self._lockq = self._lock.queue             # the hot paths take it directly
+        self._lockq = self._lock.tokens            # the hot paths take it directly
         self._live = {}
         self._free = {}
         self._index = self._sizes.index()          # binned: class -> cached sizes
@@ -308,11 +308,15 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             return self._allocate_other(size)
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
-        # lock's queue is used directly (memory/locking.py), given back in finally.  No
+        # lock's token deque is used directly (memory/locking.py), given back in finally
+        # (with a wake-up when a thread sleeps for it).  No
         # closed check: drain() empties the free lists, so afterwards every request
         # misses, and the miss path checks.
         lockq = self._lockq
-        lockq.get()
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not None:
                 self._unpark_locked()
@@ -337,7 +341,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             else:
                 ptr = 0
         finally:
-            lockq.put_nowait(True)  # TOKEN as a constant; put_nowait: METH_O (locking.py)
+            lockq.append(True)      # TOKEN as a constant (LOAD_CONST)
+            if self._lock.waiting:
+                self._lock.wake()
         if ptr:
             self._log.flush()
             return ptr
@@ -356,7 +362,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             free = self._free
             live = self._live
             lockq = self._lockq
-            lockq.get()
+            try:
+                lockq.pop()
+            except IndexError:
+                self._lock.wait_token()
             try:
                 if self._parcel is not None:
                     self._unpark_locked()
@@ -378,7 +387,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
             finally:
-                lockq.put_nowait(TOKEN)
+                lockq.append(TOKEN)
+                if self._lock.waiting:
+                    self._lock.wake()
             if len(out) == len(sizes):
                 return out
         try:
@@ -526,8 +537,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # a float or numpy integer equal to a live pointer would find it in the
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
-        lockq = self._lockq     # see allocate: the lock's queue, inlined
-        lockq.get()
+        lockq = self._lockq     # see allocate: the lock's token deque, inlined
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not None:
                 self._unpark_locked()
@@ -542,7 +556,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     return
                 self._live[ptr] = block     # the other path books it
         finally:
-            lockq.put_nowait(True)  # TOKEN (see allocate)
+            lockq.append(TOKEN)
+            if self._lock.waiting:
+                self._lock.wake()
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
@@ -555,7 +571,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if self._plain:
             live = self._live
             lockq = self._lockq
-            lockq.get()
+            try:
+                lockq.pop()
+            except IndexError:
+                self._lock.wait_token()
             try:
                 if self._parcel is not None:
                     self._unpark_locked()
@@ -576,7 +595,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     done += 1
                 self._acc = acc
             finally:
-                lockq.put_nowait(TOKEN)
+                lockq.append(TOKEN)
+                if self._lock.waiting:
+                    self._lock.wake()
         if done < len(ptrs):
             free = self.free
             for ptr in ptrs[done:]:
