@@ -481,3 +481,57 @@ def test_a_fitting_block_freed_at_any_point_of_the_oom_ladder_is_used(
     assert fb.live == {} and fb.errors == []
     assert_unlocked(mm)
 
+
+
+# -- the lock itself (memory/locking.py): a thread that finds no token sleeps and is woken
+
+
+def test_a_waiter_sleeps_counted_and_gets_the_token_when_it_is_given_back():
+    from offload_shim.memory.locking import TokenLock
+    lock = TokenLock()
+    lock.acquire()
+    got = threading.Event()
+
+    def waiter():
+        with lock:
+            got.set()
+
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    for _ in range(2000):                   # until the waiter is asleep on the condition
+        if lock.waiting:
+            break
+        time.sleep(0.005)
+    assert lock.waiting == 1 and lock.locked() and not got.is_set()
+    lock.release()                          # gives the token back and wakes the waiter
+    t.join(30)
+    assert got.is_set() and not t.is_alive()
+    assert lock.waiting == 0 and not lock.locked()
+    assert lock.acquire(blocking=False) and not lock.acquire(blocking=False)
+    lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
+
+
+def test_many_threads_on_one_lock_lose_no_update_and_no_wake_up():
+    import sys
+
+    from offload_shim.memory.locking import TokenLock
+    lock = TokenLock()
+    count = [0]
+
+    def work(_i):
+        for _ in range(3000):
+            with lock:
+                n = count[0]
+                if n % 97 == 0:
+                    time.sleep(0)           # let another thread find no token
+                count[0] = n + 1
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        _run_threads(8, work)
+    finally:
+        sys.setswitchinterval(old)
+    assert count[0] == 8 * 3000 and lock.waiting == 0 and not lock.locked()

@@ -8,6 +8,9 @@ ladder; the reviewer's "unbounded memory" concern), CuPy ``set_limit`` /
 
 from __future__ import annotations
 
+from collections import deque
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -308,12 +311,17 @@ def test_trim_gives_back_the_tables_of_a_burst():
 # the cache, the ladders' (ptr, released, retries) reported in the OOM error.
 
 
+def _rec(ptr):
+    """A free-list entry as the choosers read it: a record with its ``ptr``."""
+    return SimpleNamespace(ptr=ptr)
+
+
 def _free_lists(blocks):
     """``blocks``: [(ptr, size)] from the least to the most recently freed ->
-    (free lists ``{size: {ptr: None}}`` in that order, stamps ``{ptr: age}``)."""
+    (free lists ``{size: deque of records}`` in that order, stamps ``{ptr: age}``)."""
     free, stamps = {}, {}
     for age, (ptr, size) in enumerate(blocks, 1):
-        free.setdefault(size, {})[ptr] = None
+        free.setdefault(size, deque()).append(_rec(ptr))
         stamps[ptr] = age
     return free, stamps
 
@@ -333,7 +341,7 @@ def test_fewest_oldest_takes_the_largest_while_no_block_covers_the_rest():
 def test_fewest_oldest_one_block_the_oldest_freed_not_the_first_size():
     from offload_shim.memory.eviction import fewest_oldest
     # the 1000-byte list was made first, but the 2000-byte block was freed first
-    free = {1000: {11: None}, 2000: {22: None}, 500: {33: None}}
+    free = {1000: deque([_rec(11)]), 2000: deque([_rec(22)]), 500: deque([_rec(33)])}
     stamps = {22: 1, 11: 2, 33: 3}
     assert fewest_oldest(free, stamps, 500) == [(22, 2000)]
     assert fewest_oldest(free, stamps, 1500) == [(22, 2000)]
@@ -355,7 +363,7 @@ def test_fewest_oldest_against_brute_force(sizes, need):
     assert len(got) == _fewest(sizes, need) and sum(s for _, s in got) >= need
     for size in {s for _, s in got[:-1]}:                     # the oldest of a size first
         taken = [p for p, s in got[:-1] if s == size]
-        assert taken == list(free[size])[:len(taken)]
+        assert taken == [r.ptr for r in free[size]][:len(taken)]
     last_p, last_s = got[-1]
     rest = need - sum(s for _, s in got[:-1])
     used = set(ptrs[:-1])
@@ -415,7 +423,7 @@ def test_oom_ladders_report_released_bytes_and_retries():
 
 def test_largest_first_stops_as_soon_as_the_need_is_met():
     from offload_shim.memory.eviction import largest_first
-    free = {100: {2: None, 3: None}, 300: {1: None}}
+    free = {100: deque([_rec(2), _rec(3)]), 300: deque([_rec(1)])}
     assert largest_first(free, 0) == [] and largest_first(free, -5) == []
     assert largest_first(free, 400) == [(1, 300), (2, 100)]          # exactly: no more
     assert largest_first(free, 399) == [(1, 300), (2, 100)]

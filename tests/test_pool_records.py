@@ -6,7 +6,7 @@ manager over the fake backend.
 * the locking rule of ``memory/manager.py``'s docstring: a method whose name ends in
   ``_locked`` takes no lock and calls neither the backend nor ``poison`` nor the
   guard; no method calls the backend or ``poison`` while it holds the lock (a ``with
-  self._lock`` block, or the hot paths' ``lockq.get()`` ... ``finally: lockq.put``);
+  self._lock`` block, or the hot paths' ``lockq.pop()`` ... ``finally: lockq.append``);
 * one hit path: both policies are the same class, the binned hit sets the record's
   requested size."""
 
@@ -65,15 +65,15 @@ def _locks_taken(fn):
 
 def _held_bodies(fn):
     """The statements run with the lock held: the bodies of ``with self._lock`` and
-    of a ``try`` whose ``finally`` gives the lock's token back (``lockq.put`` or
-    ``lockq.put_nowait``)."""
+    of a ``try`` whose ``finally`` gives the lock's token back (``lockq.append``;
+    ``put``/``put_nowait`` of the queue it once was)."""
     for node in ast.walk(fn):
         if isinstance(node, ast.With) and any(_self_attr(i.context_expr) == "_lock"
                                               for i in node.items):
             yield node.body
         if isinstance(node, ast.Try) and any(
                 isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                and c.func.attr in ("put", "put_nowait") for s in node.finalbody for c in ast.walk(s)):
+                and c.func.attr in ("append", "put", "put_nowait") for s in node.finalbody for c in ast.walk(s)):
             yield node.body
 
 
@@ -168,7 +168,7 @@ def test_a_block_travels_as_one_named_record(policy):
     assert rec.free_list is mm._free[1000] and rec.bucket is not None
     assert rec.free_step == 1000 << 64 and rec.hit_step == rec.free_step + 1
     mm.free(p)
-    assert rec.free_list[p] is rec                      # cached: the same record
+    assert rec.free_list[-1] is rec and rec.ptr == p   # cached: the same record
     q = mm.allocate(1000 if policy == "exact" else 990)  # binned: a request of its class
     assert q == p and mm._live[q] is rec
     assert rec.requested == (1000 if policy == "exact" else 990) and rec.size == 1000

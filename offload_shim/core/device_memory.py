@@ -115,9 +115,10 @@ class DeviceMemory:
 
         The block of a :class:`~offload_shim.core.array.DeviceArray` is refused
         (UnknownPointerError): it is freed with the array (``DeviceArray.free``)."""
-        if ptr is None:                         # NULL, as the memory manager takes it
-            return
-        ptr = _as_int(ptr, "device pointer")
+        if type(ptr) is not int:                # (inlined: one Python frame less a free)
+            if ptr is None:                     # NULL, as the memory manager takes it
+                return
+            ptr = _as_int(ptr, "device pointer")
         if not ptr:
             return
         if self._array_blocks and ptr in self._array_blocks:

@@ -1,8 +1,8 @@
 """Which cached blocks to release: the choice, separate from the releasing.
 
-Each function reads the manager's free lists (``{block size: {ptr:
-record}}``, every list ordered from the least to the most recently freed
-block, as the manager keeps them) and returns ``[(ptr, block size), ...]``
+Each function reads the manager's free lists (``{block size: deque of
+records}``, a record's ``ptr`` its address, every list ordered from the
+least to the most recently freed block, as the manager keeps them) and returns ``[(ptr, block size), ...]``
 to release; the manager takes the blocks out and frees them through the
 backend outside its lock.  Nothing here mutates the lists.
 
@@ -25,9 +25,9 @@ from itertools import islice
 __all__ = ["fewest_oldest", "largest_first"]
 
 
-def _nth(fl: dict, k: int):
+def _nth(fl, k: int):
     """The ``k``-th oldest pointer of a free list."""
-    return next(islice(fl, k, None))
+    return next(islice(fl, k, None)).ptr
 
 
 def fewest_oldest(free: dict, stamps: dict, need: int) -> list:
@@ -76,8 +76,8 @@ def largest_first(free: dict, need: int) -> list:
     if need <= 0:
         return victims
     for size in sorted((s for s, fl in free.items() if fl), reverse=True):
-        for ptr in free[size]:
-            victims.append((ptr, size))
+        for block in free[size]:
+            victims.append((block.ptr, size))
             need -= size
             if need <= 0:
                 return victims

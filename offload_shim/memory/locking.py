@@ -1,69 +1,121 @@
-"""The lock of a memory manager: one token in a :class:`queue.SimpleQueue`.
+"""The lock of a memory manager: one token in a :class:`collections.deque`, waiters
+on a :class:`threading.Condition`.
 
 A cache hit and a cached free each take the manager's lock once around a few
-dict operations that never block.  On CPython 3.11 ``threading.Lock``'s
-``acquire()``/``release()`` pair costs about 60 ns, a sixth of a whole
-alloc+free hit pair: ``acquire`` parses its optional arguments with
-``PyArg_ParseTupleAndKeywords`` on every call.  A ``SimpleQueue`` holding one
-token is a mutex too (``get`` takes the token, blocking while another thread
-holds it; ``put`` gives it back and never blocks), its C methods use the
-faster argument clinic, and the pair costs about half as much
-(docs/benchmarks.md has the measured hit pairs); ``put_nowait`` (one argument:
-``METH_O``) gives the token back without ``put``'s keyword parsing (counted under
-cachegrind: 15 of a hit pair's 8,155 machine instructions).  Waiters block in the
-kernel as with ``threading.Lock``; a ``get`` interrupted while waiting
-(KeyboardInterrupt) takes nothing.
+dict and deque operations that never block.  On CPython 3.11 ``threading.Lock``'s
+``acquire()``/``release()`` pair parses its optional arguments with
+``PyArg_ParseTupleAndKeywords`` on every call, and a one-token
+``queue.SimpleQueue`` (``get``/``put_nowait``, the lock before this one) costs
+about half that; a one-token ``deque``'s ``pop()`` (``METH_NOARGS``) and
+``append(token)`` (``METH_O``) cost about half the queue again (measured side by
+side on the shared 2-core machine, thread CPU time: 52 against 114 ns per
+round trip; docs/benchmarks.md "Issue 29's pool targets").  Both calls are
+atomic: the GIL, and on free-threaded CPython the deque's own per-object lock.
 
-Hot paths use the queue directly::
+Uncontended, taking the lock is ``pop()`` of the token and giving it back is
+``append`` of it plus a read of :attr:`TokenLock.waiting`.  A thread that finds
+no token (``IndexError``) calls :meth:`TokenLock.wait_token`: under the
+condition's lock it counts itself in ``waiting``, tries ``pop()`` again and
+sleeps on the condition (in the kernel, as with ``threading.Lock``) until a
+holder that gives the token back sees ``waiting`` and calls :meth:`TokenLock.wake`.
+No wake-up is lost: the waiter counts itself before its last try, and the
+condition's lock keeps a ``wake`` from slipping between that try and the sleep.
+A waiter interrupted while it sleeps (KeyboardInterrupt) takes nothing and
+passes any wake-up it was given on.
 
-    q.get()
+Hot paths use the deque directly::
+
+    try:
+        tokens.pop()
+    except IndexError:
+        lock.wait_token()
     try:
         ...                 # never blocks
     finally:
-        q.put_nowait(TOKEN)
+        tokens.append(TOKEN)
+        if lock.waiting:
+            lock.wake()
 
-elsewhere :class:`TokenLock` is the context manager over the same queue.
+elsewhere :class:`TokenLock` is the context manager over the same deque.
 """
 
 from __future__ import annotations
 
-import queue
+import threading
+from collections import deque
 
 __all__ = ["TokenLock", "TOKEN"]
 
-#: what the queue holds while the lock is free
+#: what the deque holds while the lock is free
 TOKEN = True
 
 
 class TokenLock:
-    """A non-reentrant mutex over a one-token ``SimpleQueue`` (``queue``).
+    """A non-reentrant mutex: ``tokens``, a ``deque`` holding :data:`TOKEN` while
+    the lock is free, and ``waiting``, the number of threads asleep for it.
     ``with lock:``, and ``acquire``/``release``/``locked`` as in
     ``threading.Lock`` (no timeout)."""
 
-    __slots__ = ("queue",)
+    __slots__ = ("tokens", "waiting", "_cond")
 
     def __init__(self):
-        self.queue = queue.SimpleQueue()
-        self.queue.put(TOKEN)
+        self.tokens = deque((TOKEN,))
+        self.waiting = 0
+        self._cond = threading.Condition(threading.Lock())
+
+    def wait_token(self) -> None:
+        """Take the token, sleeping until a holder gives it back (the slow path of
+        taking the lock, after ``tokens.pop()`` found none)."""
+        cond = self._cond
+        with cond:
+            self.waiting += 1
+            try:
+                while True:
+                    try:
+                        self.tokens.pop()
+                        return
+                    except IndexError:
+                        pass
+                    try:
+                        cond.wait()
+                    except BaseException:
+                        cond.notify()       # the wake-up may have been this one's
+                        raise
+            finally:
+                self.waiting -= 1
+
+    def wake(self) -> None:
+        """Wake one thread asleep in :meth:`wait_token` (the token was given back)."""
+        with self._cond:
+            self._cond.notify()
 
     def __enter__(self):
-        self.queue.get()
+        try:
+            self.tokens.pop()
+        except IndexError:
+            self.wait_token()
         return self
 
     def __exit__(self, *exc):
-        self.queue.put(TOKEN)
+        self.tokens.append(TOKEN)
+        if self.waiting:
+            self.wake()
 
     def acquire(self, blocking: bool = True) -> bool:
         try:
-            self.queue.get(blocking)
-        except queue.Empty:
-            return False
+            self.tokens.pop()
+        except IndexError:
+            if not blocking:
+                return False
+            self.wait_token()
         return True
 
     def release(self) -> None:
-        if not self.queue.empty():
+        if self.tokens:
             raise RuntimeError("release of an unlocked TokenLock")
-        self.queue.put(TOKEN)
+        self.tokens.append(TOKEN)
+        if self.waiting:
+            self.wake()
 
     def locked(self) -> bool:
-        return self.queue.empty()
+        return not self.tokens

@@ -34,15 +34,20 @@ Tables (all guarded by one lock):
   holds is one :class:`~offload_shim.memory.records.Block` (requested bytes, block
   bytes, its free list, its statistics bucket, the two steps of the accounting word),
   which travels with the block between the tables.
-* ``_free``: ``{block bytes: OrderedDict(ptr: Block)}``, one free list per block size,
-  each ordered from the least to the most recently freed block.  A hit of the exact
-  policy takes the least recently freed block (``popitem(last=False)``), as LLVM's
+* ``_free``: ``{block bytes: deque([Block, ...])}``, one free list per block size,
+  each ordered from the least (left) to the most (right) recently freed block.  A hit
+  of the exact policy takes the least recently freed block (``popleft()``), as LLVM's
   ``MemoryManagerTy`` does (its free lists are ``std::multiset`` objects ordered by
   size: ``insert`` puts a block after the ones of its size, ``find`` returns the first
   of them), so a program that reads device memory before writing it sees what it
   sees under libomptarget; a hit of the binned policy takes the most recently freed
-  one (``popitem()``).  Lists are kept while the manager is open, so a cached free is
-  one store into the list the record names.
+  one (``pop()``).  A cached free is one ``append`` to the list the record names
+  (lists are kept while the manager is open).  A ``deque`` takes and gives back at
+  either end in O(1) whatever its length, without hashing: an ``OrderedDict`` taking
+  at the front and inserting at the back cost 2-3x more per hit+free, and more as the
+  list grew (its dict fills with deleted slots and is rebuilt).  Releasing cached
+  blocks (the cap, ``trim``, the OOM ladders) takes them from the left, the oldest
+  first, as :mod:`.eviction` chooses them.
 * ``_acc``: the accounting word, bytes in use shifted left by
   :data:`~offload_shim.memory.records.SHIFT` bits plus the number of hits (a
   block's ``hit_step`` books the bytes and the hit in one addition); statistics cost
@@ -53,7 +58,7 @@ Tables (all guarded by one lock):
 * ``_parcel``: blocks whose free is put off (:mod:`.parking`), or None.
 
 Locking rule (the lock is :class:`~offload_shim.memory.locking.TokenLock`; the hot
-paths take its queue ``_lockq`` directly):
+paths take its token deque ``_lockq`` directly):
 
 * a method whose name ends in ``_locked`` runs with the lock held: it takes no lock,
   waits for nothing and calls nothing outside the manager (no backend, ``poison`` or
@@ -81,7 +86,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import weakref
-from collections import OrderedDict
+from collections import deque
 
 from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
@@ -194,7 +199,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  "_plain", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "__weakref__")
+                 "_closed", "_log", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -243,12 +248,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
-        #: which end of a free list a hit takes (``OrderedDict.popitem``'s ``last``):
-        #: exact, the least recently freed block (LLVM); binned, the most recently freed
+        #: which end of a free list a hit takes: exact, the left (``popleft``: the least
+        #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
 
         self._lock = TokenLock()
-        self._lockq = self._lock.queue             # the hot paths take it directly
+        self._lockq = self._lock.tokens            # the hot paths take it directly
         self._live = {}
         self._free = {}
         self._index = self._sizes.index()          # binned: class -> cached sizes
@@ -259,6 +264,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._ref = weakref.ref(self)
         self._acc = 0                              # the accounting word (module docstring)
         self._hit_unit = 1 if stats else 0
+        #: pooled size -> (hit step, free step): the blocks of a size share the two int
+        #: objects, so an exact hit (which cycles through every cached block of its size)
+        #: reads one warm int instead of one per block from cold memory
+        self._steps = {}
         self._held = 0                             # bytes held from the backend
         # the peak of _acc's high part, low bits all set: hits never pass it
         self._peak_acc = 0
@@ -299,11 +308,15 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             return self._allocate_other(size)
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
-        # lock's queue is used directly (memory/locking.py), given back in finally.  No
+        # lock's token deque is used directly (memory/locking.py), given back in finally
+        # (with a wake-up when a thread sleeps for it).  No
         # closed check: drain() empties the free lists, so afterwards every request
         # misses, and the miss path checks.
         lockq = self._lockq
-        lockq.get()
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not None:
                 self._unpark_locked()
@@ -312,8 +325,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
-                ptr, block = fl.popitem(self._newest_first)
-                block.requested = size      # binned: it may have served another request
+                if self._newest_first:
+                    block = fl.pop()
+                    block.requested = size  # it may have served another request
+                else:
+                    block = fl.popleft()    # exact: requested is the size already
+                ptr = block.ptr
                 self._live[ptr] = block
                 self._acc = acc = self._acc + block.hit_step    # bytes in use and the hit
                 if acc > self._peak_acc:
@@ -324,7 +341,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             else:
                 ptr = 0
         finally:
-            lockq.put_nowait(True)  # TOKEN as a constant; put_nowait: METH_O (locking.py)
+            lockq.append(True)      # TOKEN as a constant (LOAD_CONST)
+            if self._lock.waiting:
+                self._lock.wake()
         if ptr:
             self._log.flush()
             return ptr
@@ -343,7 +362,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             free = self._free
             live = self._live
             lockq = self._lockq
-            lockq.get()
+            try:
+                lockq.pop()
+            except IndexError:
+                self._lock.wait_token()
             try:
                 if self._parcel is not None:
                     self._unpark_locked()
@@ -355,7 +377,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     fl = free.get(size)
                     if not fl:
                         break
-                    ptr, block = fl.popitem(False)
+                    block = fl.popleft()
+                    ptr = block.ptr
                     live[ptr] = block
                     acc += block.hit_step
                     out.append(ptr)
@@ -364,7 +387,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
             finally:
-                lockq.put_nowait(TOKEN)
+                lockq.append(TOKEN)
+                if self._lock.waiting:
+                    self._lock.wake()
             if len(out) == len(sizes):
                 return out
         try:
@@ -450,13 +475,18 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if pooled:
             fl = self._free.get(size)
             if fl is None:
-                fl = self._free[size] = OrderedDict()
+                fl = self._free[size] = deque()
                 if self._index is not None:
                     self._index.add(size)       # binned: a size its class can reuse
         self._held = held = self._held + size
         if held > self._peak_held:
             self._peak_held = held
-        step = size << _SHIFT
+        steps = self._steps.get(size) if pooled else None
+        if steps is None:
+            steps = (size << _SHIFT) + self._hit_unit, size << _SHIFT
+            if pooled:
+                self._steps[size] = steps
+        hit_step, step = steps
         self._acc = acc = self._acc + step
         if acc > self._peak_acc:
             self._peak_acc = acc | _HITS
@@ -466,7 +496,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if bc is None:
                 bc = self._buckets[bucket] = BucketCounters(bucket)
             bc.obtained(size)
-        self._live[ptr] = Block(size, size, fl, bc, step + self._hit_unit, step)
+        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step)
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
@@ -507,8 +537,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # a float or numpy integer equal to a live pointer would find it in the
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
-        lockq = self._lockq     # see allocate: the lock's queue, inlined
-        lockq.get()
+        lockq = self._lockq     # see allocate: the lock's token deque, inlined
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not None:
                 self._unpark_locked()
@@ -519,11 +552,13 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     # a pooled block, no cap/events/poison: cache it (the hot path).
                     # No closed check: drain() empties _live.
                     self._acc -= block.free_step
-                    fl[ptr] = block
+                    fl.append(block)
                     return
                 self._live[ptr] = block     # the other path books it
         finally:
-            lockq.put_nowait(True)  # TOKEN (see allocate)
+            lockq.append(TOKEN)
+            if self._lock.waiting:
+                self._lock.wake()
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
@@ -536,7 +571,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if self._plain:
             live = self._live
             lockq = self._lockq
-            lockq.get()
+            try:
+                lockq.pop()
+            except IndexError:
+                self._lock.wait_token()
             try:
                 if self._parcel is not None:
                     self._unpark_locked()
@@ -553,11 +591,13 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                         live[ptr] = block   # not pooled: the backend frees it, below
                         break
                     acc -= block.free_step
-                    fl[ptr] = block
+                    fl.append(block)
                     done += 1
                 self._acc = acc
             finally:
-                lockq.put_nowait(TOKEN)
+                lockq.append(TOKEN)
+                if self._lock.waiting:
+                    self._lock.wake()
         if done < len(ptrs):
             free = self.free
             for ptr in ptrs[done:]:
@@ -567,7 +607,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     def _cache_locked(self, ptr, block):
         """Put a block on its free list (the young end)."""
-        block.free_list[ptr] = block
+        block.free_list.append(block)
         if self._stamps is not None:
             self._clock = c = self._clock + 1
             self._stamps[ptr] = c

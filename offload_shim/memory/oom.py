@@ -139,8 +139,12 @@ class OutOfMemory:
             fl = self._index.larger(size, self._free)
         if not fl:
             return 0
-        ptr, block = fl.popitem(self._newest_first)
-        block.requested = size
+        if self._newest_first:
+            block = fl.pop()
+            block.requested = size
+        else:
+            block = fl.popleft()
+        ptr = block.ptr
         self._live[ptr] = block
         self._acc = acc = self._acc + block.hit_step
         if acc > self._peak_acc:

@@ -64,7 +64,10 @@ class ParkedFrees:
         if not (self._batch and self._plain):
             return None
         lockq = self._lockq
-        lockq.get()
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not None or self._closed:
                 return None
@@ -89,7 +92,9 @@ class ParkedFrees:
             self._acc -= known.free_step
             return parcel
         finally:
-            lockq.put_nowait(TOKEN)
+            lockq.append(TOKEN)
+            if self._lock.waiting:
+                self._lock.wake()
 
     def reclaim(self, parcel) -> bool:
         """Take back the blocks of ``parcel`` (:meth:`park`) when nothing else used the
@@ -99,7 +104,10 @@ class ParkedFrees:
         pointers accordingly), counted as that many hits.  False: the parcel was void
         (its blocks were freed as parked) and the caller allocates as usual."""
         lockq = self._lockq
-        lockq.get()
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
         try:
             if self._parcel is not parcel:
                 return False
@@ -109,7 +117,9 @@ class ParkedFrees:
                 self._peak_acc = acc | _HITS
             return True
         finally:
-            lockq.put_nowait(TOKEN)
+            lockq.append(TOKEN)
+            if self._lock.waiting:
+                self._lock.wake()
 
     def _settle(self) -> None:
         """Free the parked blocks (:meth:`park`) now, as parked."""
@@ -127,4 +137,4 @@ class ParkedFrees:
         for ptr in ptrs:
             block = live.pop(ptr, None)
             if block is not None:
-                block.free_list[ptr] = block
+                block.free_list.append(block)

@@ -129,7 +129,7 @@ class PoolQueries:
         with self._lock:
             if self._parcel is not None:
                 self._unpark_locked()
-            cached = list(chain.from_iterable(fl.values() for fl in self._free.values()))
+            cached = list(chain.from_iterable(self._free.values()))
             acc = self._acc
             figures = dict(in_use=acc >> _SHIFT, hits=acc & _HITS, held=self._held,
                            peak_in_use=self._peak_acc >> _SHIFT, peak_held=self._peak_held,

@@ -27,14 +27,15 @@ class Block:
     as its tables keep it; the record travels with the block between the tables
     (``_live``, a free list, ``_transit``).
 
+    * ``ptr``: the device address (``int``); a free list holds records, not addresses.
     * ``requested``: bytes the caller asked for.  Under the binned policy a hit hands
       a block to any request of its size class, which then sets it (fewer than
       ``size``); under the exact policy it is always ``size``.
     * ``size``: bytes held from the backend (what the request that obtained the block
       asked for); the key of its free list.
-    * ``free_list``: the free list of ``size``-byte blocks (an ``OrderedDict`` ``{ptr:
-      Block}``, kept while the manager is open), or None for a block that is never
-      cached (above the threshold, pooling off).
+    * ``free_list``: the free list of ``size``-byte blocks (a ``collections.deque`` of
+      records, the least recently freed at the left; kept while the manager is open), or
+      None for a block that is never cached (above the threshold, pooling off).
     * ``bucket``: its :class:`~offload_shim.memory.stats.BucketCounters`, or None with
       ``stats=False``.
     * ``hit_step``: what a hit adds to the accounting word (``size << SHIFT``, plus 1
@@ -44,10 +45,11 @@ class Block:
     Only ``requested`` changes (a binned hit, under the manager's lock).  ``__slots__``:
     a field read is a slot read, as fast on the hit path as a tuple index."""
 
-    __slots__ = ("requested", "size", "free_list", "bucket", "hit_step", "free_step")
+    __slots__ = ("ptr", "requested", "size", "free_list", "bucket", "hit_step", "free_step")
 
-    def __init__(self, requested: int, size: int, free_list, bucket, hit_step: int,
+    def __init__(self, ptr: int, requested: int, size: int, free_list, bucket, hit_step: int,
                  free_step: int):
+        self.ptr = ptr
         self.requested = requested
         self.size = size
         self.free_list = free_list
@@ -56,5 +58,5 @@ class Block:
         self.free_step = free_step
 
     def __repr__(self) -> str:
-        return (f"Block(requested={self.requested}, size={self.size}, "
+        return (f"Block(ptr={self.ptr:#x}, requested={self.requested}, size={self.size}, "
                 f"pooled={self.free_list is not None})")

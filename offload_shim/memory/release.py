@@ -179,7 +179,12 @@ class BlockRelease:
         free, stamps = self._free, self._stamps
         released = 0
         for ptr, size in chosen:
-            block = free[size].pop(ptr)
+            fl = free[size]
+            block = fl.popleft()            # :mod:`.eviction` takes the oldest first
+            if block.ptr != ptr:            # (not the oldest: put it back, find it)
+                fl.appendleft(block)
+                block = next(b for b in fl if b.ptr == ptr)
+                fl.remove(block)
             if stamps is not None:
                 stamps.pop(ptr, None)
             released += size
@@ -194,7 +199,7 @@ class BlockRelease:
         return victims
 
     def _all_cached_locked(self):
-        return [(ptr, size) for size, fl in self._free.items() for ptr in fl]
+        return [(block.ptr, size) for size, fl in self._free.items() for block in fl]
 
     def _release(self, victims) -> int:
         """Free ``(ptr, Block)`` pairs already taken out of the tables
@@ -299,12 +304,8 @@ class BlockRelease:
         """Give back the memory of tables a burst left sparse: a dict keeps
         its table size after deletions, and a hit on a pointer table once
         sized for 100,000 blocks touches more cache lines than one sized for
-        its live blocks.  Free lists emptied by the trim shrink in place
-        (records hold them); the pointer table is copied when it is mostly
-        empty slots."""
-        for fl in self._free.values():
-            if not fl:
-                fl.clear()
+        its live blocks.  The pointer table is copied when it is mostly empty
+        slots (free lists, deques, give their memory back as they shrink)."""
         live = self._live
         if sys.getsizeof(live) > 4096 + 128 * len(live):
             self._live = dict(live)
