@@ -191,7 +191,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     # instance attributes CPython 3.11 gives up shared-key instance dicts and its
     # faster attribute specialisations)
     __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
-                 "_plain", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
+                 "_plain", "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
                  "_closed", "_log", "__weakref__")
@@ -237,9 +237,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._pool_max = threshold if cfg.enabled else 0
         #: a free of a pooled block is one dict store: no cap, no events, no poison
         self._plain = cache_limit is None and log is None and self._poison is None
-        #: allocate_many serves its leading hits in one lock round trip (exact policy,
-        #: no event log)
-        self._batch = log is None and policy == "exact"
+        #: a free of a pooled block caches it and nothing else but its ``free`` event
+        #: (with an event log): free_many's batch and parked frees (:mod:`.parking`)
+        self._cacheable = cache_limit is None and self._poison is None
+        #: allocate_many serves its leading hits in one lock round trip (exact policy;
+        #: with an event log each hit is logged in that round trip)
+        self._batch = policy == "exact"
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
@@ -356,6 +359,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if not fl:
                         break
                     ptr, block = fl.popitem(False)
+                    block.requested = size
                     live[ptr] = block
                     acc += block.hit_step
                     out.append(ptr)
@@ -363,8 +367,16 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     self._acc = acc         # only hits: the last figure is the highest
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
+                    log = self._log
+                    if log is not None:     # the hits' events, in their order
+                        rec = log.record
+                        for ptr in out:
+                            block = live[ptr]
+                            rec("alloc", block.requested, ptr, True, {"block": block.size})
             finally:
                 lockq.put_nowait(TOKEN)
+            if out and self._log is not None:
+                self._log.flush()
             if len(out) == len(sizes):
                 return out
         try:
@@ -508,6 +520,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
         lockq = self._lockq     # see allocate: the lock's queue, inlined
+        logged = False
         lockq.get()
         try:
             if self._parcel is not None:
@@ -515,25 +528,34 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             block = self._live.pop(ptr, None)
             if block is not None:
                 fl = block.free_list
-                if fl is not None and self._plain:
-                    # a pooled block, no cap/events/poison: cache it (the hot path).
-                    # No closed check: drain() empties _live.
+                if fl is not None and self._cacheable:
+                    # a pooled block, no cap/poison: cache it (the hot path; with an
+                    # event log, its event).  No closed check: drain() empties _live.
                     self._acc -= block.free_step
                     fl[ptr] = block
-                    return
-                self._live[ptr] = block     # the other path books it
+                    if self._log is None:
+                        return
+                    self._log.record("free", block.size, ptr, True)
+                    logged = True
+                else:
+                    self._live[ptr] = block     # the other path books it
         finally:
             lockq.put_nowait(True)  # TOKEN (see allocate)
+        if logged:
+            self._log.flush()
+            return
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache
         in: under the exact policy the first one freed is the first a later request
         of its size gets).  The cached frees at the head of the list are done in one
-        lock round trip (no cap, event log or poison), the rest one by one; stops at
-        the first error, which is raised (the errors of :meth:`free`)."""
+        lock round trip (no cap or poison), the rest one by one; stops at
+        the first error, which is raised (the errors of :meth:`free`).  With an event
+        log the batch logs each cached free (``free``, hit) in its round trip."""
         done = 0
-        if self._plain:
+        if self._cacheable:
+            log = self._log
             live = self._live
             lockq = self._lockq
             lockq.get()
@@ -555,9 +577,13 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     acc -= block.free_step
                     fl[ptr] = block
                     done += 1
+                    if log is not None:
+                        log.record("free", block.size, ptr, True)
                 self._acc = acc
             finally:
                 lockq.put_nowait(TOKEN)
+            if done and log is not None:
+                log.flush()
         if done < len(ptrs):
             free = self.free
             for ptr in ptrs[done:]:

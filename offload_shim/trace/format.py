@@ -95,9 +95,9 @@ class TraceWriter:
 
     :meth:`event` writes one event line at once (one ``os.write`` of the whole line:
     nothing is buffered in the process, so a crash or ``SIGKILL`` loses at most the
-    line in flight); :meth:`write` is the text-file face the memory manager's
-    :class:`~offload_shim.memory.events.EventLog` writes its lines through, and
-    :meth:`annotate` stamps its events with the thread that caused them.
+    line in flight); the memory manager's
+    :class:`~offload_shim.memory.events.EventLog` formats its events itself and hands
+    their lines to :meth:`write_line` (:meth:`line`).
     Thread-safe."""
 
     def __init__(self, path, header: dict | None = None, *, exclusive: bool = False):
@@ -170,6 +170,10 @@ class TraceWriter:
             buf.append(text)
         else:
             self.write(text)
+
+    #: :class:`~offload_shim.memory.events.EventLog` hands its lines (formatted by it,
+    #: ``tid`` last) to this
+    write_line = line
 
     def hold(self) -> None:
         """Keep this thread's lines until :meth:`release` (one construct's events go
