@@ -117,7 +117,7 @@ class TraceWriter:
         self._pid = os.getpid()
         self._header = dict(header or {})
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _Held()
         self.lines = 0
         self._head()
 
@@ -165,7 +165,7 @@ class TraceWriter:
     def line(self, text: str) -> None:
         """Write one encoded event line (with its newline), or keep it for
         :meth:`release` while this thread holds."""
-        buf = getattr(self._local, "buf", None)
+        buf = self._local.buf
         if buf is not None:
             buf.append(text)
         else:
@@ -179,7 +179,7 @@ class TraceWriter:
         """Keep this thread's lines until :meth:`release` (one construct's events go
         to the file in one ``write``).  Nests."""
         loc = self._local
-        if getattr(loc, "buf", None) is None:
+        if loc.buf is None:
             loc.buf = []
             loc.depth = 1
         else:
@@ -193,7 +193,23 @@ class TraceWriter:
             return
         buf, loc.buf = loc.buf, None
         if buf:
-            self.write("".join(buf))
+            self._flush_held(buf)
+
+    def _flush_held(self, buf: list) -> None:
+        """Write the lines held (a list of them), in one ``write``."""
+        text = "".join(buf)
+        data = text.encode("utf-8")
+        with self._lock:
+            if self._fd < 0:
+                return                              # closed: late events are dropped
+            if os.getpid() != self._pid:
+                self._forked()
+                if self._fd < 0:
+                    return
+            fd = self._fd
+            while data:
+                data = data[os.write(fd, data):]
+            self.lines += text.count("\n")
 
     def write(self, text: str) -> None:
         """Write complete lines (``text`` ends with a newline)."""
@@ -234,6 +250,14 @@ class TraceWriter:
             fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+class _Held(threading.local):
+    """Per thread: the lines held back (:meth:`TraceWriter.hold`), or None; how
+    deep the holds nest."""
+
+    buf = None
+    depth = 0
 
 
 _STR: dict = {}          # str -> its JSON text (labels, names, ops: few distinct)

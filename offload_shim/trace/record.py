@@ -89,7 +89,7 @@ class Recorder:
                                          "python": sys.version.split()[0]},
                                   exclusive=exclusive)
         self._undo: list = []
-        self._here = threading.local()
+        self._here = _Here()
         self._names: dict = {}              # (plugin id, dev, entry) -> kernel name JSON
         self._labels: dict = {}             # (plugin name, dev) -> label JSON
         self._devices: dict = {}            # (plugin id, dev) -> Device
@@ -246,7 +246,7 @@ class Recorder:
         def launch_line(dev, entry, nargs, t0):
             # the same text as TraceWriter.event({"op": "launch", "dev", "kernel",
             # "nargs", "teams", "threads", "t_ns", "dur_ns", "tid"})
-            c = getattr(here, "construct", None)
+            c = here.construct
             put(f'{{"op":"launch","dev":{self._label(name, dev)},'
                 f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":{nargs},'
                 f'"teams":{c[0] if c else "null"},"threads":{c[1] if c else "null"},'
@@ -256,7 +256,7 @@ class Recorder:
             def launch(dev, entry, args, offsets=None):
                 t0 = now()
                 orig(dev, entry, args, offsets)
-                if not getattr(here, "launcher", False):    # else the launcher logs it
+                if not here.launcher:       # else the launcher logs it
                     launch_line(dev, entry, len(args), t0)
             return launch
 
@@ -269,6 +269,10 @@ class Recorder:
         def launcher(orig):
             def launcher(dev, entry, nargs):
                 run = orig(dev, entry, nargs)
+                # the launch line's fixed part, made once per launcher (the device and
+                # kernel are the launcher's); the same text as launch_line's
+                head = (f'{{"op":"launch","dev":{self._label(name, dev)},'
+                        f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":')
 
                 def launch(args, offsets=None):
                     # a family's default launcher calls Plugin.launch (hooked too)
@@ -278,7 +282,10 @@ class Recorder:
                         run(args, offsets)
                     finally:
                         here.launcher = False
-                    launch_line(dev, entry, len(args), t0)
+                    c = here.construct
+                    put(f'{head}{len(args)},"teams":{c[0] if c else "null"},'
+                        f'"threads":{c[1] if c else "null"},"t_ns":{t0},'
+                        f'"dur_ns":{now() - t0},"tid":{tid()}}}\n')
                 return launch
             return launcher
         self._patch(plugin, "launcher", launcher)
@@ -313,7 +320,6 @@ class Recorder:
         (``_general``): both are wrapped, the frame read after the construct."""
         from ..abi import interposer as _abi
         fast = ip.fast
-        hold, release = self.writer.hold, self.writer.release
         here = self._here
         head, kernel_kind = _abi.FRAME_HEAD, _abi.FRAME_KERNEL
         kinds = {_abi.FRAME_BEGIN: "begin", _abi.FRAME_END: "end",
@@ -342,64 +348,109 @@ class Recorder:
         # the construct line is formatted here (one per construct): the same text as
         # TraceWriter.event({"op", "kind", "device", "n", "maps", "rc", "path", "t_ns",
         # "dur_ns", "teams"/"threads" or "nowait", "tid"}) -- tests/test_trace.py
-        def record(v, kind, rc, t0, path):
-            n = v[_abi.FRAME_N]
-            dev = v[_abi.FRAME_DEV]
+        def record(v, kind, rc, t0, path, tt):
+            n = v[n_w]
+            dev = v[dev_w]
             dev = dev - (1 << 64) if dev >> 63 else dev
             extra = ""
             try:
-                args, sizes, types = maps_of(v, kind, n)
                 num = dev if dev >= 0 else default()
                 dm = mappers.get(num)
-                if dm is None:
-                    maps = ",".join(f"[{z},{t},null,null]" for z, t in zip(sizes, types))
-                else:
-                    find = dm.table.find
-                    out = []
-                    with dm.lock:
-                        for hp, z, t in zip(args, sizes, types):
-                            row = find(hp) if hp else None
-                            if row is None:
-                                out.append(f"[{z},{t},null,null]")
-                            else:
+                if n == 1 and v[copied_w]:
+                    # one map entry (the commonest construct): its words, no lists
+                    hp, z, t = v[head + 1], v[head + 2], v[head + 3]
+                    if z >> 63:
+                        z -= 1 << 64
+                    row = None
+                    if dm is not None and hp:
+                        with dm.lock:
+                            row = dm.table.find(hp)
+                            if row is not None:
                                 d = '"inf"' if row.infinite else row.dyn
-                                out.append(f"[{z},{t},{d},{row.hold}]")
-                    maps = ",".join(out)
-                maps = f"[{maps}]"
+                                h = row.hold
+                    if row is None:
+                        maps = f"[[{z},{t},null,null]]"
+                    else:
+                        maps = f"[[{z},{t},{d},{h}]]"
+                else:
+                    args, sizes, types = maps_of(v, kind, n)
+                    if dm is None:
+                        maps = ",".join(f"[{z},{t},null,null]"
+                                        for z, t in zip(sizes, types))
+                    else:
+                        find = dm.table.find
+                        out = []
+                        with dm.lock:
+                            for hp, z, t in zip(args, sizes, types):
+                                row = find(hp) if hp else None
+                                if row is None:
+                                    out.append(f"[{z},{t},null,null]")
+                                else:
+                                    d = '"inf"' if row.infinite else row.dyn
+                                    out.append(f"[{z},{t},{d},{row.hold}]")
+                        maps = ",".join(out)
+                    maps = f"[{maps}]"
             except Exception as exc:  # noqa: BLE001 - the construct's result stands
                 num, maps = dev, "null"
                 extra = ',"maps_error":' + _json_str(f"{type(exc).__name__}: {exc}")
-            if kind == kernel_kind:
-                extra += (f',"teams":{_s32(v[_abi.FRAME_TEAMS])},'
-                          f'"threads":{_s32(v[_abi.FRAME_THREADS])}')
+            if tt is not None:
+                extra += f',"teams":{tt[0]},"threads":{tt[1]}'
             else:
-                extra += ',"nowait":' + ("true" if v[_abi.FRAME_HOST_PTR] else "false")
-            head = heads.get(kind) or f'{{"op":"construct","kind":"{kind}"'
-            put(f'{head},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
-                f'"path":"{path}","t_ns":{t0},"dur_ns":{time.monotonic_ns() - t0}'
+                extra += ',"nowait":' + ("true" if v[host_w] else "false")
+            hd = heads.get(kind)
+            if hd is None:
+                hd = f'{{"op":"construct","kind":"{kind}"'
+            put(f'{hd},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
+                f'"path":"{path}","t_ns":{t0},"dur_ns":{now() - t0}'
                 f'{extra},"tid":{tid()}}}\n')
+
+        n_w, dev_w, copied_w, host_w = (_abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_COPIED,
+                                        _abi.FRAME_HOST_PTR)
+        teams_w, threads_w = _abi.FRAME_TEAMS, _abi.FRAME_THREADS
+        now = time.monotonic_ns
+        wlocal = self.writer._local
+        flush = self.writer._flush_held
 
         def wrap(path):
             def make(orig):
                 def construct(v, kind, *plan):    # _serve: (v, kind, n, plan)
-                    t0 = time.monotonic_ns()
+                    t0 = now()
+                    # TraceWriter.hold / release, inlined: this thread's lines are
+                    # kept in wlocal.buf until the construct's line, one write
+                    buf = wlocal.buf
+                    if buf is None:
+                        wlocal.buf = buf = []
+                        wlocal.depth = 1
+                    else:
+                        wlocal.depth += 1
+                    tt = None
                     if kind == kernel_kind:
-                        here.construct = (_s32(v[_abi.FRAME_TEAMS]),
-                                          _s32(v[_abi.FRAME_THREADS]))
-                    hold()
+                        here.construct = tt = (_s32(v[teams_w]), _s32(v[threads_w]))
                     try:
                         rc = orig(v, kind, *plan)
                         if rc is not None:
-                            record(v, kind, rc, t0, path)
+                            record(v, kind, rc, t0, path, tt)
                     finally:
                         here.construct = None
-                        release()
+                        wlocal.depth -= 1
+                        if not wlocal.depth:
+                            wlocal.buf = None
+                            if buf:
+                                flush(buf)
                     return rc
                 return construct
             return make
 
         self._patch(fast, "_serve", wrap("cheap"))
         self._patch(fast, "_general", wrap("general"))
+
+
+class _Here(threading.local):
+    """Per thread: ``construct``, the (teams, threads) of the kernel construct in
+    flight (None outside one); ``launcher``: inside a launcher's call."""
+
+    construct = None
+    launcher = False
 
 
 def _s32(x: int) -> int:
