@@ -96,6 +96,27 @@ class EventLog:
             ev["reason"] = reason
         self.append(ev)
 
+    def record_many(self, op: str, rows, hit: bool, block: bool = False) -> None:
+        """:meth:`record` of ``(op, size, ptr, hit)`` for each ``(size, ptr)`` of
+        ``rows`` (bytes, address), in order, with ``{"block": size}`` when ``block``
+        (a hit of the exact policy: the block is the request's size): the events of a
+        batch (``allocate_many``'s hits, ``free_many``'s cached frees, parked frees
+        and their reclaim), each stamped with its own ``t_ns``.  Callable under the
+        manager's lock."""
+        if self._lines is None:
+            for size, ptr in rows:
+                self.record(op, size, ptr, hit, {"block": size} if block else None)
+            return
+        h, d, t = ("true" if hit else "false"), self._devj, _tid()
+        if block:
+            text = "".join(f'{{"op":"{op}","size":{z},"ptr":{p},"hit":{h},"block":{z},'
+                           f'"dev":{d},"t_ns":{now_ns()},"tid":{t}}}\n' for z, p in rows)
+        else:
+            text = "".join(f'{{"op":"{op}","size":{z},"ptr":{p},"hit":{h},'
+                           f'"dev":{d},"t_ns":{now_ns()},"tid":{t}}}\n' for z, p in rows)
+        if text:
+            self.append(text)
+
     def config(self, fields: dict) -> None:
         """Queue the log's first line, ``{"op": "config", **fields, "dev", "t_ns"}``."""
         ev = {"op": "config", **fields, "dev": self._dev, "t_ns": now_ns()}

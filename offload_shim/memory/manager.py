@@ -359,7 +359,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if not fl:
                         break
                     ptr, block = fl.popitem(False)
-                    block.requested = size
                     live[ptr] = block
                     acc += block.hit_step
                     out.append(ptr)
@@ -367,12 +366,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     self._acc = acc         # only hits: the last figure is the highest
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
-                    log = self._log
-                    if log is not None:     # the hits' events, in their order
-                        rec = log.record
-                        for ptr in out:
-                            block = live[ptr]
-                            rec("alloc", block.requested, ptr, True, {"block": block.size})
+                    if self._log is not None:   # the hits' events, in their order
+                        self._log.record_many("alloc", zip(sizes, out), True, True)
             finally:
                 lockq.put_nowait(TOKEN)
             if out and self._log is not None:
@@ -557,6 +552,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if self._cacheable:
             log = self._log
             live = self._live
+            rows = [] if log is not None else None
             lockq = self._lockq
             lockq.get()
             try:
@@ -577,9 +573,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     acc -= block.free_step
                     fl[ptr] = block
                     done += 1
-                    if log is not None:
-                        log.record("free", block.size, ptr, True)
+                    if rows is not None:
+                        rows.append((block.size, ptr))
                 self._acc = acc
+                if rows:                        # the cached frees' events, in order
+                    log.record_many("free", rows, True)
             finally:
                 lockq.put_nowait(TOKEN)
             if done and log is not None:

@@ -91,9 +91,7 @@ class ParkedFrees:
             self._acc -= known.free_step
             if log is not None:
                 live = self._live
-                rec = log.record
-                for ptr in ptrs:
-                    rec("free", live[ptr].size, ptr, True)
+                log.record_many("free", [(live[p].size, p) for p in ptrs], True)
             return parcel
         finally:
             lockq.put_nowait(TOKEN)
@@ -145,12 +143,12 @@ class ParkedFrees:
         if sizes is None:
             sizes = [live[ptr].size for ptr in reversed(ptrs)]
         taken = dict.fromkeys(queues, 0)
-        rec = self._log.record
+        rows = []
         for size in sizes:
             k = taken[size]
             taken[size] = k + 1
-            ptr = queues[size][k]
-            rec("alloc", size, ptr, True, {"block": size})
+            rows.append((size, queues[size][k]))
+        self._log.record_many("alloc", rows, True, True)
 
     def _settle(self) -> None:
         """Free the parked blocks (:meth:`park`) now, as parked."""

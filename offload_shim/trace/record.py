@@ -39,6 +39,7 @@ import os
 import sys
 import threading
 import time
+from array import array
 
 from .format import TraceWriter
 
@@ -238,6 +239,10 @@ class Recorder:
                 def many(dev, ops):
                     orig(dev, ops)
                     h, t, ns = head(dev, direction), tid(), now()
+                    if type(ops) is array:      # flat (a, b, size) words: ints already
+                        put("".join(f'{h},"size":{z},"tgt":{g},"tid":{t},"t_ns":{ns}}}\n'
+                                    for g, z in zip(ops[tgt_at::3], ops[2::3])))
+                        return
                     put("".join(f'{h},"size":{int(x[2])},"tgt":{int(x[tgt_at])},'
                                 f'"tid":{t},"t_ns":{ns}}}\n' for x in _triples(ops)))
                 return many
@@ -266,6 +271,12 @@ class Recorder:
         self._patch(plugin, "retrieve_many", copies("d2h", 1))
         self._patch(plugin, "launch", launch)
 
+        # a family with a launcher of its own (the LLVM plugins: one prepared argument
+        # block) does not go through Plugin.launch
+        from ..plugins.plugin import Plugin
+        calls_launch = (getattr(type(plugin), "_launcher_impl", None)
+                        is Plugin._launcher_impl)
+
         def launcher(orig):
             def launcher(dev, entry, nargs):
                 run = orig(dev, entry, nargs)
@@ -275,13 +286,16 @@ class Recorder:
                         f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":')
 
                 def launch(args, offsets=None):
-                    # a family's default launcher calls Plugin.launch (hooked too)
                     t0 = now()
-                    here.launcher = True
-                    try:
+                    if calls_launch:
+                        # the default launcher calls Plugin.launch (hooked too)
+                        here.launcher = True
+                        try:
+                            run(args, offsets)
+                        finally:
+                            here.launcher = False
+                    else:
                         run(args, offsets)
-                    finally:
-                        here.launcher = False
                     c = here.construct
                     put(f'{head}{len(args)},"teams":{c[0] if c else "null"},'
                         f'"threads":{c[1] if c else "null"},"t_ns":{t0},'
