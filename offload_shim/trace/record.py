@@ -297,9 +297,13 @@ class Recorder:
                     else:
                         run(args, offsets)
                     c = here.construct
-                    put(f'{head}{len(args)},"teams":{c[0] if c else "null"},'
-                        f'"threads":{c[1] if c else "null"},"t_ns":{t0},'
-                        f'"dur_ns":{now() - t0},"tid":{tid()}}}\n')
+                    if c is None:
+                        put(f'{head}{len(args)},"teams":null,"threads":null,"t_ns":{t0},'
+                            f'"dur_ns":{now() - t0},"tid":{tid()}}}\n')
+                        return
+                    # inside a kernel construct: its thread id, and its held lines
+                    c[3].append(f'{head}{len(args)},"teams":{c[0]},"threads":{c[1]},'
+                                f'"t_ns":{t0},"dur_ns":{now() - t0},"tid":{c[2]}}}\n')
                 return launch
             return launcher
         self._patch(plugin, "launcher", launcher)
@@ -362,7 +366,7 @@ class Recorder:
         # the construct line is formatted here (one per construct): the same text as
         # TraceWriter.event({"op", "kind", "device", "n", "maps", "rc", "path", "t_ns",
         # "dur_ns", "teams"/"threads" or "nowait", "tid"}) -- tests/test_trace.py
-        def record(v, kind, rc, t0, path, tt):
+        def record(v, kind, rc, t0, path, tt, buf):
             n = v[n_w]
             dev = v[dev_w]
             dev = dev - (1 << 64) if dev >> 63 else dev
@@ -414,9 +418,9 @@ class Recorder:
             hd = heads.get(kind)
             if hd is None:
                 hd = f'{{"op":"construct","kind":"{kind}"'
-            put(f'{hd},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
-                f'"path":"{path}","t_ns":{t0},"dur_ns":{now() - t0}'
-                f'{extra},"tid":{tid()}}}\n')
+            buf.append(f'{hd},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
+                       f'"path":"{path}","t_ns":{t0},"dur_ns":{now() - t0}'
+                       f'{extra},"tid":{tt[2] if tt is not None else tid()}}}\n')
 
         n_w, dev_w, copied_w, host_w = (_abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_COPIED,
                                         _abi.FRAME_HOST_PTR)
@@ -439,11 +443,13 @@ class Recorder:
                         wlocal.depth += 1
                     tt = None
                     if kind == kernel_kind:
-                        here.construct = tt = (_s32(v[teams_w]), _s32(v[threads_w]))
+                        # (teams, threads, tid, held lines): for the launch line too
+                        here.construct = tt = (_s32(v[teams_w]), _s32(v[threads_w]),
+                                               tid(), buf)
                     try:
                         rc = orig(v, kind, *plan)
                         if rc is not None:
-                            record(v, kind, rc, t0, path, tt)
+                            record(v, kind, rc, t0, path, tt, buf)
                     finally:
                         here.construct = None
                         wlocal.depth -= 1
@@ -460,8 +466,9 @@ class Recorder:
 
 
 class _Here(threading.local):
-    """Per thread: ``construct``, the (teams, threads) of the kernel construct in
-    flight (None outside one); ``launcher``: inside a launcher's call."""
+    """Per thread: ``construct``, the (teams, threads, thread id, held lines) of the
+    kernel construct in flight (None outside one); ``launcher``: inside a launcher's
+    call."""
 
     construct = None
     launcher = False
