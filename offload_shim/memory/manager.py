@@ -337,9 +337,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
         same blocks, in the same order, as that many :meth:`allocate` calls (a block
         freed meanwhile by another thread may go to either); the hits at the head of
-        the list are served in one lock round trip (exact policy, no event log), the
-        rest one by one.  On an error the pointers already obtained are freed again
-        and the error is raised (the errors of :meth:`allocate`)."""
+        the list are served in one lock round trip (exact policy; an event log gets
+        their events in that round trip), the rest one by one.  On an error the
+        pointers already obtained are freed again and the error is raised (the errors
+        of :meth:`allocate`)."""
         out = []
         if self._batch:
             pool_max = self._pool_max

@@ -22,9 +22,10 @@ runtime, as instance attributes that call the original:
 
 Nothing of this exists when not recording: ``run`` without ``--record`` installs no
 hook, so its cost there is nil.  While recording, the pool runs with an event log:
-its batched hit path and the parked frees of the interposer's cheap path are off, as
-for any event log (the same blocks are handed out, one call at a time).  ``benchmarks/`` measures what that costs
-(docs/trace-format.md, "Overhead").
+its batched hits, batched frees and the parked frees of the interposer's cheap path
+stay on and log each block's event in the same round trip
+(:meth:`~offload_shim.memory.events.EventLog.record_many`).  ``offload-shim bench
+--workloads record`` measures what recording costs (docs/trace-format.md, "Overhead").
 
 Events are written by the thread that caused them: outside a construct each as it
 happens, inside one all together with the construct's own line when it returns (one
