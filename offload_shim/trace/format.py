@@ -115,6 +115,7 @@ class TraceWriter:
             self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
         self._base = os.fspath(path)
         self._pid = os.getpid()
+        self._same = _fork_flag()
         self._header = dict(header or {})
         self._lock = threading.Lock()
         self._local = _Held()
@@ -135,6 +136,7 @@ class TraceWriter:
         of its own (``forked_from``), never into the parent's file, whose lines would
         mix two processes' threads and addresses."""
         parent, self._pid = self._pid, os.getpid()
+        self._same = _fork_flag()
         self._fd = -1                       # the parent's descriptor: left to it
         self.path = f"{self._base}.{self._pid}"
         try:
@@ -202,7 +204,8 @@ class TraceWriter:
         with self._lock:
             if self._fd < 0:
                 return                              # closed: late events are dropped
-            if os.getpid() != self._pid:
+            if not (self._same is not None and self._same[0]) \
+                    and os.getpid() != self._pid:
                 self._forked()
                 if self._fd < 0:
                     return
@@ -217,7 +220,8 @@ class TraceWriter:
         with self._lock:
             if self._fd < 0:
                 return                              # closed: late events are dropped
-            if os.getpid() != self._pid:
+            if not (self._same is not None and self._same[0]) \
+                    and os.getpid() != self._pid:
                 self._forked()
                 if self._fd < 0:
                     return
@@ -250,6 +254,27 @@ class TraceWriter:
             fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def _fork_flag():
+    """A one-byte flag that reads 1 in this process and 0 in a ``fork`` of it, C
+    ``fork()`` included (an anonymous page with ``madvise(MADV_WIPEONFORK)``, Linux
+    4.14+): the writer's test for "am I a forked child" without a ``getpid`` system
+    call per write.  None where the kernel or Python lacks it (then ``getpid``)."""
+    import mmap
+    import sys
+    # <linux/mman.h> MADV_WIPEONFORK (18); Python's mmap module names it only when
+    # its build headers had it
+    advice = getattr(mmap, "MADV_WIPEONFORK", 18 if sys.platform == "linux" else None)
+    if advice is None:
+        return None
+    try:
+        flag = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        flag.madvise(advice)
+    except (AttributeError, OSError, ValueError):
+        return None
+    flag[0] = 1
+    return flag
 
 
 class _Held(threading.local):
