@@ -243,3 +243,74 @@ def test_flush_event_log_writes_pending_events_through_to_the_file(tmp_path):
     mm.free(p)
     mm.drain()
     make_pool()[1].flush_event_log()
+
+
+def _events(buf):
+    """The log's events without their time stamps."""
+    out = []
+    for x in buf.getvalue().splitlines():
+        ev = json.loads(x)
+        ev.pop("t_ns", None)
+        out.append(ev)
+    return out
+
+
+def _batched_and_parked(mm, sizes, rounds):
+    """A region run in a loop, as the cheap path does it: allocate_many, then the
+    frees parked (last one first) and reclaimed by the next round; False if the pool
+    refused to park."""
+    ptrs = mm.allocate_many(sizes)
+    parked = True
+    for _ in range(rounds):
+        parcel = mm.park(ptrs[::-1])
+        parked = parked and parcel is not None
+        if parcel is None:
+            mm.free_many(ptrs[::-1])
+            ptrs = mm.allocate_many(sizes)
+            continue
+        assert mm.reclaim(parcel, sizes) is True
+        # the lease's reordering (DeviceLease.reclaim): per size, the first parked first
+        ptrs = _fifo(ptrs, sizes)
+    mm.free_many(ptrs[::-1])
+    return parked
+
+
+def _fifo(ptrs, sizes):
+    """The pointers allocate_many(sizes) returns after free_many(ptrs[::-1]) (exact
+    policy: per size, the least recently freed first)."""
+    queues = {}
+    for p, z in zip(ptrs[::-1], sizes[::-1]):
+        queues.setdefault(z, []).append(p)
+    return [queues[z].pop(0) for z in sizes]
+
+
+def _one_by_one(mm, sizes, rounds):
+    ptrs = [mm.allocate(z) for z in sizes]
+    for _ in range(rounds):
+        for p in ptrs[::-1]:
+            mm.free(p)
+        ptrs = [mm.allocate(z) for z in sizes]
+    for p in ptrs[::-1]:
+        mm.free(p)
+
+
+@pytest.mark.parametrize("sizes", [[64], [64, 64, 32], [16, 32, 16, 48, 32, 16]])
+def test_batched_hits_and_parked_frees_log_what_one_by_one_calls_log(sizes):
+    """With an event log the pool keeps its batched hits (allocate_many), batched
+    frees (free_many) and parked frees (park / reclaim), and logs each allocation
+    and free of them: the same events, in the same order, with the same blocks, as
+    allocate / free one at a time (docs/trace-format.md, "What recording changes")."""
+    a, b = io.StringIO(), io.StringIO()
+    fa, fb = FakeBackend(), FakeBackend()
+    ma = MemoryManager(fa.alloc, fa.free, event_log=a, debug="", device_label="fake:0")
+    mb = MemoryManager(fb.alloc, fb.free, event_log=b, debug="", device_label="fake:0")
+    assert _batched_and_parked(ma, sizes, 4) is True
+    _one_by_one(mb, sizes, 4)
+    ma.flush_event_log()
+    mb.flush_event_log()
+    ea, eb = _events(a), _events(b)
+    assert len(ea) == 1 + 2 * 5 * len(sizes)
+    assert ea == eb
+    assert ma.stats.hits == mb.stats.hits == 4 * len(sizes)
+    ma.drain()
+    mb.drain()

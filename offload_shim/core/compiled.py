@@ -376,7 +376,7 @@ class DeviceLease:
         # a deinit meanwhile drained the pool, which voided the parcel (and a device
         # initialised again has another pool)
         pool = self._dev._pool
-        if pool is None or not pool.reclaim(parcel):
+        if pool is None or not pool.reclaim(parcel, self.sizes):
             return False
         refill = self._refill
         if refill is None:

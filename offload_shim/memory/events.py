@@ -15,6 +15,8 @@ import threading
 import time
 from collections import deque
 
+_tid = threading.get_native_id
+
 __all__ = ["EventLog", "now_ns"]
 
 #: Event timestamps: ``time.monotonic_ns()``.
@@ -29,13 +31,18 @@ class EventLog:
     else; ``OSError`` if the path cannot be opened.  ``dev``: the device
     label every event carries.
 
-    A target object with an ``annotate(event) -> event`` method (the runtime trace's
-    :class:`~offload_shim.trace.format.TraceWriter`) gets each event passed through it
-    when it is queued: in the thread that caused it, under the manager's lock, so it
-    must be cheap and never block; one with a ``write_event(event)`` method is given
-    the events instead of their JSON lines."""
+    A target object with a ``write_line(text)`` method (the runtime trace's
+    :class:`~offload_shim.trace.format.TraceWriter`) is given each event as its JSON
+    line with the calling thread's ``tid`` last (``threading.get_native_id()``),
+    formatted when it is queued (in the thread that caused it, under the manager's
+    lock: an f-string, no dict, no I/O).  Otherwise, a target with an
+    ``annotate(event) -> event`` method gets each event passed through it when it is
+    queued (in the thread that caused it, under the manager's lock, so it must be
+    cheap and never block); one with a ``write_event(event)`` method is given the
+    events instead of their JSON lines."""
 
-    __slots__ = ("_pending", "_lock", "_file", "_owned", "_dev", "append")
+    __slots__ = ("_pending", "_lock", "_file", "_owned", "_dev", "append", "_lines",
+                 "_devj")
 
     def __init__(self, target, dev: str = ""):
         if isinstance(target, (str, os.PathLike)):
@@ -49,10 +56,16 @@ class EventLog:
         self._pending = deque()
         self._lock = threading.Lock()
         self._dev = dev
-        #: queue one event (a dict); atomic, callable under the manager's lock
+        self._devj = json.dumps(dev)
+        #: queue one event (a dict, or in line mode its JSON line); atomic, callable
+        #: under the manager's lock
         self.append = self._pending.append
+        #: line mode: the target's write_line, given the formatted lines
+        self._lines = getattr(target, "write_line", None)
+        if not callable(self._lines):
+            self._lines = None
         annotate = getattr(target, "annotate", None)
-        if callable(annotate):
+        if self._lines is None and callable(annotate):
             queue = self._pending.append
             self.append = lambda ev: queue(annotate(ev))
 
@@ -61,6 +74,19 @@ class EventLog:
         """Queue the event ``{"op", "size" (bytes), "ptr", "hit", **extra, "dev",
         "t_ns"[, "reason"]}`` (``t_ns``: ``time.monotonic_ns()``); callable under
         the manager's lock (no I/O)."""
+        if self._lines is not None:
+            # the same text as encode(ev) with "tid" added last (TraceWriter.annotate)
+            tail = f',"reason":{json.dumps(reason)}' if reason is not None else ""
+            if extra:
+                tail = "".join(f',"{k}":{v}' if type(v) is int
+                               else f',"{k}":{json.dumps(v, separators=(",", ":"))}'
+                               for k, v in extra.items()) + f',"dev":{self._devj}' \
+                    + f',"t_ns":{now_ns()}' + tail
+            else:
+                tail = f',"dev":{self._devj},"t_ns":{now_ns()}' + tail
+            self.append(f'{{"op":"{op}","size":{size},"ptr":{ptr},'
+                        f'"hit":{"true" if hit else "false"}{tail},"tid":{_tid()}}}\n')
+            return
         ev = {"op": op, "size": size, "ptr": ptr, "hit": hit}
         if extra:
             ev.update(extra)
@@ -70,9 +96,35 @@ class EventLog:
             ev["reason"] = reason
         self.append(ev)
 
+    def record_many(self, op: str, rows, hit: bool, block: bool = False) -> None:
+        """:meth:`record` of ``(op, size, ptr, hit)`` for each ``(size, ptr)`` of
+        ``rows`` (bytes, address), in order, with ``{"block": size}`` when ``block``
+        (a hit of the exact policy: the block is the request's size): the events of a
+        batch (``allocate_many``'s hits, ``free_many``'s cached frees, parked frees
+        and their reclaim), each stamped with its own ``t_ns``.  Callable under the
+        manager's lock."""
+        if self._lines is None:
+            for size, ptr in rows:
+                self.record(op, size, ptr, hit, {"block": size} if block else None)
+            return
+        h, d, t = ("true" if hit else "false"), self._devj, _tid()
+        if block:
+            text = "".join(f'{{"op":"{op}","size":{z},"ptr":{p},"hit":{h},"block":{z},'
+                           f'"dev":{d},"t_ns":{now_ns()},"tid":{t}}}\n' for z, p in rows)
+        else:
+            text = "".join(f'{{"op":"{op}","size":{z},"ptr":{p},"hit":{h},'
+                           f'"dev":{d},"t_ns":{now_ns()},"tid":{t}}}\n' for z, p in rows)
+        if text:
+            self.append(text)
+
     def config(self, fields: dict) -> None:
         """Queue the log's first line, ``{"op": "config", **fields, "dev", "t_ns"}``."""
-        self.append({"op": "config", **fields, "dev": self._dev, "t_ns": now_ns()})
+        ev = {"op": "config", **fields, "dev": self._dev, "t_ns": now_ns()}
+        if self._lines is not None:
+            ev["tid"] = _tid()
+            self.append(json.dumps(ev, separators=(",", ":")) + "\n")
+            return
+        self.append(ev)
 
     def flush(self, sync: bool = False) -> None:
         """Write the pending events; ``sync``: also flush the file."""
@@ -81,6 +133,18 @@ class EventLog:
             return
         with self._lock:
             f = self._file
+            if self._lines is not None:
+                out = []
+                while True:
+                    try:
+                        out.append(pending.popleft())
+                    except IndexError:
+                        break
+                if out and f is not None:
+                    self._lines("".join(out))
+                if sync and f is not None:
+                    f.flush()
+                return
             put = getattr(f, "write_event", None)
             while True:
                 try:

@@ -196,7 +196,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     # instance attributes CPython 3.11 gives up shared-key instance dicts and its
     # faster attribute specialisations)
     __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
-                 "_plain", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
+                 "_plain", "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
                  "_closed", "_log", "_steps", "__weakref__")
@@ -242,9 +242,12 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._pool_max = threshold if cfg.enabled else 0
         #: a free of a pooled block is one dict store: no cap, no events, no poison
         self._plain = cache_limit is None and log is None and self._poison is None
-        #: allocate_many serves its leading hits in one lock round trip (exact policy,
-        #: no event log)
-        self._batch = log is None and policy == "exact"
+        #: a free of a pooled block caches it and nothing else but its ``free`` event
+        #: (with an event log): free_many's batch and parked frees (:mod:`.parking`)
+        self._cacheable = cache_limit is None and self._poison is None
+        #: allocate_many serves its leading hits in one lock round trip (exact policy;
+        #: with an event log each hit is logged in that round trip)
+        self._batch = policy == "exact"
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
@@ -353,9 +356,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
         same blocks, in the same order, as that many :meth:`allocate` calls (a block
         freed meanwhile by another thread may go to either); the hits at the head of
-        the list are served in one lock round trip (exact policy, no event log), the
-        rest one by one.  On an error the pointers already obtained are freed again
-        and the error is raised (the errors of :meth:`allocate`)."""
+        the list are served in one lock round trip (exact policy; an event log gets
+        their events in that round trip), the rest one by one.  On an error the
+        pointers already obtained are freed again and the error is raised (the errors
+        of :meth:`allocate`)."""
         out = []
         if self._batch:
             pool_max = self._pool_max
@@ -386,10 +390,14 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     self._acc = acc         # only hits: the last figure is the highest
                     if acc > self._peak_acc:
                         self._peak_acc = acc | _HITS
+                    if self._log is not None:   # the hits' events, in their order
+                        self._log.record_many("alloc", zip(sizes, out), True, True)
             finally:
                 lockq.append(TOKEN)
                 if self._lock.waiting:
                     self._lock.wake()
+            if out and self._log is not None:
+                self._log.flush()
             if len(out) == len(sizes):
                 return out
         try:
@@ -538,6 +546,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
         lockq = self._lockq     # see allocate: the lock's token deque, inlined
+        logged = False
         try:
             lockq.pop()
         except IndexError:
@@ -548,28 +557,38 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             block = self._live.pop(ptr, None)
             if block is not None:
                 fl = block.free_list
-                if fl is not None and self._plain:
-                    # a pooled block, no cap/events/poison: cache it (the hot path).
-                    # No closed check: drain() empties _live.
+                if fl is not None and self._cacheable:
+                    # a pooled block, no cap/poison: cache it (the hot path; with an
+                    # event log, its event).  No closed check: drain() empties _live.
                     self._acc -= block.free_step
                     fl.append(block)
-                    return
-                self._live[ptr] = block     # the other path books it
+                    if self._log is None:
+                        return
+                    self._log.record("free", block.size, ptr, True)
+                    logged = True
+                else:
+                    self._live[ptr] = block     # the other path books it
         finally:
             lockq.append(TOKEN)
             if self._lock.waiting:
                 self._lock.wake()
+        if logged:
+            self._log.flush()
+            return
         self._free_other(ptr, strict)
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache
         in: under the exact policy the first one freed is the first a later request
         of its size gets).  The cached frees at the head of the list are done in one
-        lock round trip (no cap, event log or poison), the rest one by one; stops at
-        the first error, which is raised (the errors of :meth:`free`)."""
+        lock round trip (no cap or poison), the rest one by one; stops at
+        the first error, which is raised (the errors of :meth:`free`).  With an event
+        log the batch logs each cached free (``free``, hit) in its round trip."""
         done = 0
-        if self._plain:
+        if self._cacheable:
+            log = self._log
             live = self._live
+            rows = [] if log is not None else None
             lockq = self._lockq
             try:
                 lockq.pop()
@@ -593,11 +612,17 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     acc -= block.free_step
                     fl.append(block)
                     done += 1
+                    if rows is not None:
+                        rows.append((block.size, ptr))
                 self._acc = acc
+                if rows:                        # the cached frees' events, in order
+                    log.record_many("free", rows, True)
             finally:
                 lockq.append(TOKEN)
                 if self._lock.waiting:
                     self._lock.wake()
+            if done and log is not None:
+                log.flush()
         if done < len(ptrs):
             free = self.free
             for ptr in ptrs[done:]:

@@ -52,17 +52,19 @@ class ParkedFrees:
         construct are freed at its end and allocated again at the next one).  Returns a
         :class:`Parcel` for :meth:`reclaim`, or None when the blocks were not parked
         (not live pooled blocks of this manager, another parcel is parked, a size of
-        them has cached blocks already, or the policy, ``cache_limit``, event log or
-        poisoning make the free do more than cache them); the caller then frees them
-        itself.  ``known``: the ``sums`` of an earlier parcel of the same blocks (or
+        them has cached blocks already, or the policy, ``cache_limit`` or poisoning
+        make the free do more than cache them); the caller then frees them itself.
+        With an event log the frees are logged now, in their order (``free``, hit):
+        the log reads as if :meth:`free_many` had run.  ``known``: the ``sums`` of an earlier parcel of the same blocks (or
         blocks of the same sizes, one each), which spares looking them up again.
 
         Parked blocks count as cached in every figure (bytes in use drop now), and any
         other call on the manager first frees them as :meth:`free_many` would have, in
         their order, so whoever allocates next gets the block it would have got; the
         parcel is then void."""
-        if not (self._batch and self._plain):
+        if not (self._batch and self._cacheable):
             return None
+        log = self._log
         lockq = self._lockq
         try:
             lockq.pop()
@@ -90,19 +92,30 @@ class ParkedFrees:
                     return None
             parcel = self._parcel = _new(Parcel, (ptrs, known))
             self._acc -= known.free_step
+            if log is not None:
+                live = self._live
+                log.record_many("free", [(live[p].size, p) for p in ptrs], True)
             return parcel
         finally:
             lockq.append(TOKEN)
             if self._lock.waiting:
                 self._lock.wake()
+            if log is not None:
+                log.flush()
 
-    def reclaim(self, parcel) -> bool:
+    def reclaim(self, parcel, sizes=None) -> bool:
         """Take back the blocks of ``parcel`` (:meth:`park`) when nothing else used the
         manager since: True, and the caller holds them again, as if it had allocated
         blocks of their sizes with :meth:`allocate_many` (FIFO per size: among blocks
         of one size the first parked is the first handed out; the caller orders its
         pointers accordingly), counted as that many hits.  False: the parcel was void
-        (its blocks were freed as parked) and the caller allocates as usual."""
+        (its blocks were freed as parked) and the caller allocates as usual.
+
+        With an event log the allocations are logged (``alloc``, hit), as
+        :meth:`allocate_many` of ``sizes`` (bytes, the caller's request order; None: the
+        blocks' sizes in the reverse of the parked order, a lease's) would have made
+        them: per size, the first parked block first."""
+        log = self._log
         lockq = self._lockq
         try:
             lockq.pop()
@@ -115,11 +128,37 @@ class ParkedFrees:
             self._acc = acc = self._acc + parcel.sums.hit_step
             if acc > self._peak_acc:
                 self._peak_acc = acc | _HITS
+            if log is not None:
+                self._log_reclaim_locked(parcel.ptrs, sizes)
             return True
         finally:
             lockq.append(TOKEN)
             if self._lock.waiting:
                 self._lock.wake()
+            if log is not None:
+                log.flush()
+
+    def _log_reclaim_locked(self, ptrs, sizes) -> None:
+        """The ``alloc`` events of a reclaim: FIFO per size (the exact policy's free
+        lists, which the parked blocks would have joined in ``ptrs`` order)."""
+        live = self._live
+        queues: dict = {}
+        for ptr in ptrs:
+            size = live[ptr].size
+            q = queues.get(size)
+            if q is None:
+                queues[size] = [ptr]
+            else:
+                q.append(ptr)
+        if sizes is None:
+            sizes = [live[ptr].size for ptr in reversed(ptrs)]
+        taken = dict.fromkeys(queues, 0)
+        rows = []
+        for size in sizes:
+            k = taken[size]
+            taken[size] = k + 1
+            rows.append((size, queues[size][k]))
+        self._log.record_many("alloc", rows, True, True)
 
     def _settle(self) -> None:
         """Free the parked blocks (:meth:`park`) now, as parked."""

@@ -95,9 +95,9 @@ class TraceWriter:
 
     :meth:`event` writes one event line at once (one ``os.write`` of the whole line:
     nothing is buffered in the process, so a crash or ``SIGKILL`` loses at most the
-    line in flight); :meth:`write` is the text-file face the memory manager's
-    :class:`~offload_shim.memory.events.EventLog` writes its lines through, and
-    :meth:`annotate` stamps its events with the thread that caused them.
+    line in flight); the memory manager's
+    :class:`~offload_shim.memory.events.EventLog` formats its events itself and hands
+    their lines to :meth:`write_line` (:meth:`line`).
     Thread-safe."""
 
     def __init__(self, path, header: dict | None = None, *, exclusive: bool = False):
@@ -115,9 +115,10 @@ class TraceWriter:
             self._fd = os.open(self.path, flags | os.O_TRUNC, 0o644)
         self._base = os.fspath(path)
         self._pid = os.getpid()
+        self._same = _fork_flag()
         self._header = dict(header or {})
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _Held()
         self.lines = 0
         self._head()
 
@@ -135,6 +136,7 @@ class TraceWriter:
         of its own (``forked_from``), never into the parent's file, whose lines would
         mix two processes' threads and addresses."""
         parent, self._pid = self._pid, os.getpid()
+        self._same = _fork_flag()
         self._fd = -1                       # the parent's descriptor: left to it
         self.path = f"{self._base}.{self._pid}"
         try:
@@ -165,17 +167,21 @@ class TraceWriter:
     def line(self, text: str) -> None:
         """Write one encoded event line (with its newline), or keep it for
         :meth:`release` while this thread holds."""
-        buf = getattr(self._local, "buf", None)
+        buf = self._local.buf
         if buf is not None:
             buf.append(text)
         else:
             self.write(text)
 
+    #: :class:`~offload_shim.memory.events.EventLog` hands its lines (formatted by it,
+    #: ``tid`` last) to this
+    write_line = line
+
     def hold(self) -> None:
         """Keep this thread's lines until :meth:`release` (one construct's events go
         to the file in one ``write``).  Nests."""
         loc = self._local
-        if getattr(loc, "buf", None) is None:
+        if loc.buf is None:
             loc.buf = []
             loc.depth = 1
         else:
@@ -189,7 +195,24 @@ class TraceWriter:
             return
         buf, loc.buf = loc.buf, None
         if buf:
-            self.write("".join(buf))
+            self._flush_held(buf)
+
+    def _flush_held(self, buf: list) -> None:
+        """Write the lines held (a list of them), in one ``write``."""
+        text = "".join(buf)
+        data = text.encode("utf-8")
+        with self._lock:
+            if self._fd < 0:
+                return                              # closed: late events are dropped
+            if not (self._same is not None and self._same[0]) \
+                    and os.getpid() != self._pid:
+                self._forked()
+                if self._fd < 0:
+                    return
+            fd = self._fd
+            while data:
+                data = data[os.write(fd, data):]
+            self.lines += text.count("\n")
 
     def write(self, text: str) -> None:
         """Write complete lines (``text`` ends with a newline)."""
@@ -197,7 +220,8 @@ class TraceWriter:
         with self._lock:
             if self._fd < 0:
                 return                              # closed: late events are dropped
-            if os.getpid() != self._pid:
+            if not (self._same is not None and self._same[0]) \
+                    and os.getpid() != self._pid:
                 self._forked()
                 if self._fd < 0:
                     return
@@ -230,6 +254,35 @@ class TraceWriter:
             fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def _fork_flag():
+    """A one-byte flag that reads 1 in this process and 0 in a ``fork`` of it, C
+    ``fork()`` included (an anonymous page with ``madvise(MADV_WIPEONFORK)``, Linux
+    4.14+): the writer's test for "am I a forked child" without a ``getpid`` system
+    call per write.  None where the kernel or Python lacks it (then ``getpid``)."""
+    import mmap
+    import sys
+    # <linux/mman.h> MADV_WIPEONFORK (18); Python's mmap module names it only when
+    # its build headers had it
+    advice = getattr(mmap, "MADV_WIPEONFORK", 18 if sys.platform == "linux" else None)
+    if advice is None:
+        return None
+    try:
+        flag = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        flag.madvise(advice)
+    except (AttributeError, OSError, ValueError):
+        return None
+    flag[0] = 1
+    return flag
+
+
+class _Held(threading.local):
+    """Per thread: the lines held back (:meth:`TraceWriter.hold`), or None; how
+    deep the holds nest."""
+
+    buf = None
+    depth = 0
 
 
 _STR: dict = {}          # str -> its JSON text (labels, names, ops: few distinct)

@@ -22,9 +22,10 @@ runtime, as instance attributes that call the original:
 
 Nothing of this exists when not recording: ``run`` without ``--record`` installs no
 hook, so its cost there is nil.  While recording, the pool runs with an event log:
-its batched hit path and the parked frees of the interposer's cheap path are off, as
-for any event log (the same blocks are handed out, one call at a time).  ``benchmarks/`` measures what that costs
-(docs/trace-format.md, "Overhead").
+its batched hits, batched frees and the parked frees of the interposer's cheap path
+stay on and log each block's event in the same round trip
+(:meth:`~offload_shim.memory.events.EventLog.record_many`).  ``offload-shim bench
+--workloads record`` measures what recording costs (docs/trace-format.md, "Overhead").
 
 Events are written by the thread that caused them: outside a construct each as it
 happens, inside one all together with the construct's own line when it returns (one
@@ -39,6 +40,7 @@ import os
 import sys
 import threading
 import time
+from array import array
 
 from .format import TraceWriter
 
@@ -89,7 +91,7 @@ class Recorder:
                                          "python": sys.version.split()[0]},
                                   exclusive=exclusive)
         self._undo: list = []
-        self._here = threading.local()
+        self._here = _Here()
         self._names: dict = {}              # (plugin id, dev, entry) -> kernel name JSON
         self._labels: dict = {}             # (plugin name, dev) -> label JSON
         self._devices: dict = {}            # (plugin id, dev) -> Device
@@ -238,6 +240,10 @@ class Recorder:
                 def many(dev, ops):
                     orig(dev, ops)
                     h, t, ns = head(dev, direction), tid(), now()
+                    if type(ops) is array:      # flat (a, b, size) words: ints already
+                        put("".join(f'{h},"size":{z},"tgt":{g},"tid":{t},"t_ns":{ns}}}\n'
+                                    for g, z in zip(ops[tgt_at::3], ops[2::3])))
+                        return
                     put("".join(f'{h},"size":{int(x[2])},"tgt":{int(x[tgt_at])},'
                                 f'"tid":{t},"t_ns":{ns}}}\n' for x in _triples(ops)))
                 return many
@@ -246,7 +252,7 @@ class Recorder:
         def launch_line(dev, entry, nargs, t0):
             # the same text as TraceWriter.event({"op": "launch", "dev", "kernel",
             # "nargs", "teams", "threads", "t_ns", "dur_ns", "tid"})
-            c = getattr(here, "construct", None)
+            c = here.construct
             put(f'{{"op":"launch","dev":{self._label(name, dev)},'
                 f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":{nargs},'
                 f'"teams":{c[0] if c else "null"},"threads":{c[1] if c else "null"},'
@@ -256,7 +262,7 @@ class Recorder:
             def launch(dev, entry, args, offsets=None):
                 t0 = now()
                 orig(dev, entry, args, offsets)
-                if not getattr(here, "launcher", False):    # else the launcher logs it
+                if not here.launcher:       # else the launcher logs it
                     launch_line(dev, entry, len(args), t0)
             return launch
 
@@ -266,19 +272,39 @@ class Recorder:
         self._patch(plugin, "retrieve_many", copies("d2h", 1))
         self._patch(plugin, "launch", launch)
 
+        # a family with a launcher of its own (the LLVM plugins: one prepared argument
+        # block) does not go through Plugin.launch
+        from ..plugins.plugin import Plugin
+        calls_launch = (getattr(type(plugin), "_launcher_impl", None)
+                        is Plugin._launcher_impl)
+
         def launcher(orig):
             def launcher(dev, entry, nargs):
                 run = orig(dev, entry, nargs)
+                # the launch line's fixed part, made once per launcher (the device and
+                # kernel are the launcher's); the same text as launch_line's
+                head = (f'{{"op":"launch","dev":{self._label(name, dev)},'
+                        f'"kernel":{self._kernel_name(plugin, dev, entry)},"nargs":')
 
                 def launch(args, offsets=None):
-                    # a family's default launcher calls Plugin.launch (hooked too)
                     t0 = now()
-                    here.launcher = True
-                    try:
+                    if calls_launch:
+                        # the default launcher calls Plugin.launch (hooked too)
+                        here.launcher = True
+                        try:
+                            run(args, offsets)
+                        finally:
+                            here.launcher = False
+                    else:
                         run(args, offsets)
-                    finally:
-                        here.launcher = False
-                    launch_line(dev, entry, len(args), t0)
+                    c = here.construct
+                    if c is None:
+                        put(f'{head}{len(args)},"teams":null,"threads":null,"t_ns":{t0},'
+                            f'"dur_ns":{now() - t0},"tid":{tid()}}}\n')
+                        return
+                    # inside a kernel construct: its thread id, and its held lines
+                    c[3].append(f'{head}{len(args)},"teams":{c[0]},"threads":{c[1]},'
+                                f'"t_ns":{t0},"dur_ns":{now() - t0},"tid":{c[2]}}}\n')
                 return launch
             return launcher
         self._patch(plugin, "launcher", launcher)
@@ -313,7 +339,6 @@ class Recorder:
         (``_general``): both are wrapped, the frame read after the construct."""
         from ..abi import interposer as _abi
         fast = ip.fast
-        hold, release = self.writer.hold, self.writer.release
         here = self._here
         head, kernel_kind = _abi.FRAME_HEAD, _abi.FRAME_KERNEL
         kinds = {_abi.FRAME_BEGIN: "begin", _abi.FRAME_END: "end",
@@ -342,64 +367,112 @@ class Recorder:
         # the construct line is formatted here (one per construct): the same text as
         # TraceWriter.event({"op", "kind", "device", "n", "maps", "rc", "path", "t_ns",
         # "dur_ns", "teams"/"threads" or "nowait", "tid"}) -- tests/test_trace.py
-        def record(v, kind, rc, t0, path):
-            n = v[_abi.FRAME_N]
-            dev = v[_abi.FRAME_DEV]
+        def record(v, kind, rc, t0, path, tt, buf):
+            n = v[n_w]
+            dev = v[dev_w]
             dev = dev - (1 << 64) if dev >> 63 else dev
             extra = ""
             try:
-                args, sizes, types = maps_of(v, kind, n)
                 num = dev if dev >= 0 else default()
                 dm = mappers.get(num)
-                if dm is None:
-                    maps = ",".join(f"[{z},{t},null,null]" for z, t in zip(sizes, types))
-                else:
-                    find = dm.table.find
-                    out = []
-                    with dm.lock:
-                        for hp, z, t in zip(args, sizes, types):
-                            row = find(hp) if hp else None
-                            if row is None:
-                                out.append(f"[{z},{t},null,null]")
-                            else:
+                if n == 1 and v[copied_w]:
+                    # one map entry (the commonest construct): its words, no lists
+                    hp, z, t = v[head + 1], v[head + 2], v[head + 3]
+                    if z >> 63:
+                        z -= 1 << 64
+                    row = None
+                    if dm is not None and hp:
+                        with dm.lock:
+                            row = dm.table.find(hp)
+                            if row is not None:
                                 d = '"inf"' if row.infinite else row.dyn
-                                out.append(f"[{z},{t},{d},{row.hold}]")
-                    maps = ",".join(out)
-                maps = f"[{maps}]"
+                                h = row.hold
+                    if row is None:
+                        maps = f"[[{z},{t},null,null]]"
+                    else:
+                        maps = f"[[{z},{t},{d},{h}]]"
+                else:
+                    args, sizes, types = maps_of(v, kind, n)
+                    if dm is None:
+                        maps = ",".join(f"[{z},{t},null,null]"
+                                        for z, t in zip(sizes, types))
+                    else:
+                        find = dm.table.find
+                        out = []
+                        with dm.lock:
+                            for hp, z, t in zip(args, sizes, types):
+                                row = find(hp) if hp else None
+                                if row is None:
+                                    out.append(f"[{z},{t},null,null]")
+                                else:
+                                    d = '"inf"' if row.infinite else row.dyn
+                                    out.append(f"[{z},{t},{d},{row.hold}]")
+                        maps = ",".join(out)
+                    maps = f"[{maps}]"
             except Exception as exc:  # noqa: BLE001 - the construct's result stands
                 num, maps = dev, "null"
                 extra = ',"maps_error":' + _json_str(f"{type(exc).__name__}: {exc}")
-            if kind == kernel_kind:
-                extra += (f',"teams":{_s32(v[_abi.FRAME_TEAMS])},'
-                          f'"threads":{_s32(v[_abi.FRAME_THREADS])}')
+            if tt is not None:
+                extra += f',"teams":{tt[0]},"threads":{tt[1]}'
             else:
-                extra += ',"nowait":' + ("true" if v[_abi.FRAME_HOST_PTR] else "false")
-            head = heads.get(kind) or f'{{"op":"construct","kind":"{kind}"'
-            put(f'{head},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
-                f'"path":"{path}","t_ns":{t0},"dur_ns":{time.monotonic_ns() - t0}'
-                f'{extra},"tid":{tid()}}}\n')
+                extra += ',"nowait":' + ("true" if v[host_w] else "false")
+            hd = heads.get(kind)
+            if hd is None:
+                hd = f'{{"op":"construct","kind":"{kind}"'
+            buf.append(f'{hd},"device":{num},"n":{n},"maps":{maps},"rc":{int(rc)},'
+                       f'"path":"{path}","t_ns":{t0},"dur_ns":{now() - t0}'
+                       f'{extra},"tid":{tt[2] if tt is not None else tid()}}}\n')
+
+        n_w, dev_w, copied_w, host_w = (_abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_COPIED,
+                                        _abi.FRAME_HOST_PTR)
+        teams_w, threads_w = _abi.FRAME_TEAMS, _abi.FRAME_THREADS
+        now = time.monotonic_ns
+        wlocal = self.writer._local
+        flush = self.writer._flush_held
 
         def wrap(path):
             def make(orig):
                 def construct(v, kind, *plan):    # _serve: (v, kind, n, plan)
-                    t0 = time.monotonic_ns()
+                    t0 = now()
+                    # TraceWriter.hold / release, inlined: this thread's lines are
+                    # kept in wlocal.buf until the construct's line, one write
+                    buf = wlocal.buf
+                    if buf is None:
+                        wlocal.buf = buf = []
+                        wlocal.depth = 1
+                    else:
+                        wlocal.depth += 1
+                    tt = None
                     if kind == kernel_kind:
-                        here.construct = (_s32(v[_abi.FRAME_TEAMS]),
-                                          _s32(v[_abi.FRAME_THREADS]))
-                    hold()
+                        # (teams, threads, tid, held lines): for the launch line too
+                        here.construct = tt = (_s32(v[teams_w]), _s32(v[threads_w]),
+                                               tid(), buf)
                     try:
                         rc = orig(v, kind, *plan)
                         if rc is not None:
-                            record(v, kind, rc, t0, path)
+                            record(v, kind, rc, t0, path, tt, buf)
                     finally:
                         here.construct = None
-                        release()
+                        wlocal.depth -= 1
+                        if not wlocal.depth:
+                            wlocal.buf = None
+                            if buf:
+                                flush(buf)
                     return rc
                 return construct
             return make
 
         self._patch(fast, "_serve", wrap("cheap"))
         self._patch(fast, "_general", wrap("general"))
+
+
+class _Here(threading.local):
+    """Per thread: ``construct``, the (teams, threads, thread id, held lines) of the
+    kernel construct in flight (None outside one); ``launcher``: inside a launcher's
+    call."""
+
+    construct = None
+    launcher = False
 
 
 def _s32(x: int) -> int:
