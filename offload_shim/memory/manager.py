@@ -126,6 +126,33 @@ def _as_pointer(ptr) -> int:
                         f"{type(ptr).__name__}") from None
 
 
+def _checked_arguments(backend_alloc, backend_free, threshold, policy, oom, cache_limit,
+                       stats, debug, device_label, poison, bins_per_pow2, strict, guard):
+    """:class:`MemoryManager`'s arguments checked (TypeError, ValueError): ``(threshold,
+    cache_limit, bins_per_pow2, debug mode)`` resolved."""
+    if not callable(backend_alloc) or not callable(backend_free):
+        raise TypeError("backend_alloc and backend_free must be callable")
+    threshold = (read_threshold_env() if threshold is None
+                 else nonneg_int(threshold, "threshold", MAX_SIZE))
+    check_choice(policy, "policy", POLICIES)
+    check_choice(oom, "oom", OOM_LADDERS)
+    if cache_limit is not None:
+        cache_limit = nonneg_int(cache_limit, "cache_limit", MAX_SIZE)
+    check_flag(stats, "stats")
+    check_flag(strict, "strict")
+    bins = check_bins(bins_per_pow2)
+    if not isinstance(device_label, str):
+        raise TypeError(f"device_label must be a str, not {type(device_label).__name__}")
+    mode = resolve_debug(debug)
+    if poison is not None and not callable(poison):
+        raise TypeError("poison must be callable or None")
+    if mode == "poison" and poison is None:
+        raise ValueError("debug mode 'poison' needs a poison(ptr, size) callback")
+    if guard is not None and not (hasattr(guard, "__enter__") and hasattr(guard, "__exit__")):
+        raise TypeError("guard must be None or a context manager")
+    return threshold, cache_limit, bins, mode
+
+
 class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     """Cache of freed device blocks in front of ``backend_alloc``/``backend_free``.
 
@@ -196,7 +223,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     # instance attributes CPython 3.11 gives up shared-key instance dicts and its
     # faster attribute specialisations)
     __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
-                 "_plain", "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
+                 "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
                  "_closed", "_log", "_steps", "__weakref__")
@@ -205,26 +232,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
                  debug=None, device_label="", poison=None, bins_per_pow2=8,
                  strict=False, guard=None, backend_key=None):
-        if not callable(backend_alloc) or not callable(backend_free):
-            raise TypeError("backend_alloc and backend_free must be callable")
-        threshold = (read_threshold_env() if threshold is None
-                     else nonneg_int(threshold, "threshold", MAX_SIZE))
-        check_choice(policy, "policy", POLICIES)
-        check_choice(oom, "oom", OOM_LADDERS)
-        if cache_limit is not None:
-            cache_limit = nonneg_int(cache_limit, "cache_limit", MAX_SIZE)
-        check_flag(stats, "stats")
-        check_flag(strict, "strict")
-        bins = check_bins(bins_per_pow2)
-        if not isinstance(device_label, str):
-            raise TypeError(f"device_label must be a str, not {type(device_label).__name__}")
-        mode = resolve_debug(debug)
-        if poison is not None and not callable(poison):
-            raise TypeError("poison must be callable or None")
-        if mode == "poison" and poison is None:
-            raise ValueError("debug mode 'poison' needs a poison(ptr, size) callback")
-        if guard is not None and not (hasattr(guard, "__enter__") and hasattr(guard, "__exit__")):
-            raise TypeError("guard must be None or a context manager")
+        threshold, cache_limit, bins, mode = _checked_arguments(
+            backend_alloc, backend_free, threshold, policy, oom, cache_limit, stats, debug,
+            device_label, poison, bins_per_pow2, strict, guard)
         space = address_space(backend_free if backend_key is None else backend_key)
         log = None
         if event_log is not None:       # .events (and json) only for a pool that logs
@@ -240,8 +250,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._guard = _NO_GUARD if guard is None else guard
         #: largest pooled request (bytes); 0: nothing is pooled
         self._pool_max = threshold if cfg.enabled else 0
-        #: a free of a pooled block is one dict store: no cap, no events, no poison
-        self._plain = cache_limit is None and log is None and self._poison is None
         #: a free of a pooled block caches it and nothing else but its ``free`` event
         #: (with an event log): free_many's batch and parked frees (:mod:`.parking`)
         self._cacheable = cache_limit is None and self._poison is None
