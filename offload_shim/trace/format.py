@@ -199,20 +199,7 @@ class TraceWriter:
 
     def _flush_held(self, buf: list) -> None:
         """Write the lines held (a list of them), in one ``write``."""
-        text = "".join(buf)
-        data = text.encode("utf-8")
-        with self._lock:
-            if self._fd < 0:
-                return                              # closed: late events are dropped
-            if not (self._same is not None and self._same[0]) \
-                    and os.getpid() != self._pid:
-                self._forked()
-                if self._fd < 0:
-                    return
-            fd = self._fd
-            while data:
-                data = data[os.write(fd, data):]
-            self.lines += text.count("\n")
+        self.write("".join(buf))
 
     def write(self, text: str) -> None:
         """Write complete lines (``text`` ends with a newline)."""
