@@ -8,6 +8,7 @@ benchmarks/run_overhead.py measures the start-up."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -250,6 +251,36 @@ def test_the_embedded_runtime_is_the_launchers_copy_also_under_pythonpath(prog, 
     assert "failed to start" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 3, r.stderr[-3000:]
     assert "on_device 1" in r.stdout
+
+
+_SIGINT_IN_BOOT = """
+import os, sys, _signal
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+del sys.modules["threading"]
+import threading as _real                    # the real module, in this one's place
+sys.modules["threading"] = _real
+if os.environ.get("OFFLOAD_SHIM_EMBED") == "1":   # the program's interpreter only
+    os.kill(os.getpid(), _signal.SIGINT)     # Ctrl-C while the boot imports
+"""
+
+
+def test_ctrl_c_during_the_embedded_boot_ends_the_program(prog, tmp_path):  # noqa: F811
+    """SIGINT while the program's interpreter is still importing the runtime ends the
+    program as it would without offload-shim (SIGINT's default action).  Python's
+    handler, which ``import _signal`` installs, stayed until the whole boot had run:
+    the KeyboardInterrupt failed the boot and the program ran on without a device,
+    exit 0.  (A ``threading`` on PYTHONPATH that sends the signal makes the moment
+    certain: the boot imports ``threading``, the launcher does not need to.)"""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "threading.py").write_text(_SIGINT_IN_BOOT)
+    env = dict(os.environ, PYTHONPATH=str(shadow))
+    r = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run", prog],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert "failed to start" not in r.stderr and "KeyboardInterrupt" not in r.stderr, \
+        r.stderr[-3000:]
+    assert r.returncode in (-signal.SIGINT, 128 + signal.SIGINT), (r.returncode, r.stderr)
 
 
 # -- what start-up reads without regular expressions reads the same -----------------------
