@@ -397,3 +397,31 @@ def test_jsontext_refuses_what_json_refuses(text):
         return
     got = jsontext.loads(text)
     assert got == want or (got != got and want != want), text    # NaN
+
+
+def test_jsontext_refuses_bad_text_before_json_is_imported():
+    """In an interpreter that has not imported json (the program's, under ``run``), a
+    text bad after its first character gets json's JSONDecodeError, as json.loads gives
+    it; the C scanner raised a SystemError there (its error needs json.decoder loaded),
+    and a verdict file cut short failed every image's registration (no device)."""
+    code = (
+        "import sys\n"
+        "from offload_shim import jsontext\n"
+        "assert 'json.decoder' not in sys.modules, sorted(sys.modules)\n"
+        "got = []\n"
+        "for text in ['[1', '{\"a\" 1}', '\"abc', '[1,]', '{\"a\": [tru]}']:\n"
+        "    try:\n"
+        "        jsontext.loads(text)\n"
+        "    except Exception as exc:\n"
+        "        got.append((type(exc).__module__, type(exc).__name__, str(exc)))\n"
+        "import json\n"
+        "want = []\n"
+        "for text in ['[1', '{\"a\" 1}', '\"abc', '[1,]', '{\"a\": [tru]}']:\n"
+        "    try:\n"
+        "        json.loads(text)\n"
+        "    except Exception as exc:\n"
+        "        want.append((type(exc).__module__, type(exc).__name__, str(exc)))\n"
+        "assert got == want and len(got) == 5, (got, want)\n")
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
