@@ -465,8 +465,13 @@ static void embed_boot(void)
     fprintf(stderr, "offload_shim: %s lacks the embedding API\n", path);
     return;
   }
+  /* `import _signal` alone first, its handlers put back at once (signals_save): a
+   * Ctrl-C during the rest of the boot (imports: tenths of a second) then ends the
+   * program as it would without offload-shim, instead of a KeyboardInterrupt that
+   * failed the boot while the program went on without a device */
+  static const char boot_signal[] = "import _signal\n";
   static const char boot[] =
-      "import _signal, os, sys\n"        /* see signals_save: its handlers go now */
+      "import os, sys\n"
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
       "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
@@ -500,8 +505,11 @@ static void embed_boot(void)
       *no_site = 1;
     signals_save();
     init_ex(0);                           /* no signal handlers: the program keeps its own */
-    rc = p_run(boot);
+    rc = p_run(boot_signal);
     signals_restore();                    /* and those `import _signal` installed go */
+    if (rc == 0)
+      rc = p_run(boot);
+    signals_restore();                    /* anything the boot's imports installed */
     save();                               /* release the GIL for good */
   }
   __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);

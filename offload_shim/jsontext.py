@@ -49,7 +49,10 @@ def loads(text: str):
         start = len(text) - len(text.lstrip(_WS))
         try:
             value, end = _scan(text, start)
-        except StopIteration:              # no value at start: json says why
+        except Exception:   # noqa: BLE001 - json.loads below raises json's own error
+            # StopIteration: no value at start.  Text that is bad further on: the
+            # scanner raises json.decoder.JSONDecodeError only once json.decoder is
+            # imported (_json.c raise_errmsg), a SystemError before
             pass
         else:
             if end == len(text) or not text[end:].strip(_WS):

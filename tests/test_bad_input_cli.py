@@ -196,6 +196,14 @@ def test_run_library_directory(tmp_path, bundled_path):
                     "directory")
 
 
+def test_run_library_empty_path(tmp_path, bundled_path):
+    """``--library ""``: no such file (it resolved to the working directory: ": is a
+    directory", after a probe child had dlopened that directory)."""
+    line = _one_line_error(_cli("run-library", "--bundled", "--library", "", "--call", "f",
+                                cwd=tmp_path), "empty library path")
+    assert "directory" not in line
+
+
 def test_run_library_unknown_function(tmp_path, bundled_path):
     if not LIBM.exists():
         pytest.skip(f"{LIBM} missing")

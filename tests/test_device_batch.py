@@ -285,6 +285,11 @@ def test_launch_entry_by_target_address(dev):
         d.launch_entry(entry, [p, 0], [0, 1 << 64])
     with pytest.raises(TypeError):
         d.launch_entry(entry, [p, 1.0])
+    for bad in ("increment", 1.5, None, True):   # was "Unknown format code"
+        with pytest.raises(TypeError, match="target-table address"):
+            d.launch_entry(bad, [p, 1])
+        with pytest.raises(TypeError, match="target-table address"):
+            d.kernel_launcher(bad, 2)
     d.launch_entry(entry, [p, 1])               # the image's hold was given back
     d.retrieve_raw(a, p, 16)
     assert list(b) == [3, 4]

@@ -289,6 +289,37 @@ def test_mapping_table_lookup_rules():
     assert t.entries == [b]
 
 
+def test_exit_while_a_daemon_thread_runs_regions_leaves_the_interposer(libs):
+    """The main thread exits while a daemon thread runs the interposed library's
+    regions in a loop: the exit hook leaves the interposer and its runtime open (the
+    process's end frees them) and the exit status is the program's.  Closing the
+    interposer there dlclosed the library under the thread (SIGSEGV, rc 139); closing
+    only the runtime failed its next region (abort, rc 134)."""
+    code = f"""
+import sys, threading, time
+import offload_shim as osh
+rt = osh.Runtime([], bundled=True)
+ready = threading.Event()
+def worker():
+    with osh.interpose(rt) as ip:
+        lib = ip.load_library({libs['offload']!r})
+        lib.call("osh_region_saxpy")
+        ready.set()
+        while True:
+            lib.call("osh_region_saxpy")
+threading.Thread(target=worker, daemon=True).start()
+assert ready.wait(60)
+time.sleep(0.2)
+print("OK", flush=True)
+sys.exit(5)
+"""
+    for _ in range(3):                  # the crash came at every try; three for the race
+        proc = run_child(code)
+        assert proc.returncode == 5, (proc.returncode, proc.stderr[-2000:])
+        assert "OK" in proc.stdout
+        assert "Libomptarget" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_runtime_close_refused_while_interposed(libs):
     """rt.close() inside `with interpose(rt)`: RuntimeInUseError, nothing torn down,
     the next region still runs (it used to abort the process: the device was gone and

@@ -201,6 +201,19 @@ def test_interposer_refuses_a_profile_that_is_not_one():
         Interposer(runtime=None, profile="22")
 
 
+@pytest.mark.parametrize("runtime", [None, "rt", object()])
+def test_interpose_refuses_what_is_not_a_runtime(runtime):
+    """interpose(x) for an x that is not a Runtime: a TypeError naming it, before
+    anything is installed (it was an AttributeError from Runtime._attach_user) -- and
+    a later interpose is not refused as 'another interposer is active'."""
+    import offload_shim as osh
+    with pytest.raises(TypeError, match="Runtime"):
+        with osh.interpose(runtime):
+            pass
+    from offload_shim.interposer.llvm import interface
+    assert interface._active is None
+
+
 # -- detection: what the registering code links ----------------------------------------
 def test_needed_of_an_address_no_object_holds():
     assert abi_ip.libomptarget_needed_by(0) is None

@@ -8,6 +8,7 @@ benchmarks/run_overhead.py measures the start-up."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -252,6 +253,36 @@ def test_the_embedded_runtime_is_the_launchers_copy_also_under_pythonpath(prog, 
     assert "on_device 1" in r.stdout
 
 
+_SIGINT_IN_BOOT = """
+import os, sys, _signal
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+del sys.modules["threading"]
+import threading as _real                    # the real module, in this one's place
+sys.modules["threading"] = _real
+if os.environ.get("OFFLOAD_SHIM_EMBED") == "1":   # the program's interpreter only
+    os.kill(os.getpid(), _signal.SIGINT)     # Ctrl-C while the boot imports
+"""
+
+
+def test_ctrl_c_during_the_embedded_boot_ends_the_program(prog, tmp_path):  # noqa: F811
+    """SIGINT while the program's interpreter is still importing the runtime ends the
+    program as it would without offload-shim (SIGINT's default action).  Python's
+    handler, which ``import _signal`` installs, stayed until the whole boot had run:
+    the KeyboardInterrupt failed the boot and the program ran on without a device,
+    exit 0.  (A ``threading`` on PYTHONPATH that sends the signal makes the moment
+    certain: the boot imports ``threading``, the launcher does not need to.)"""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "threading.py").write_text(_SIGINT_IN_BOOT)
+    env = dict(os.environ, PYTHONPATH=str(shadow))
+    r = subprocess.run([sys.executable, "-P", "-m", "offload_shim.cli", "run", prog],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert "failed to start" not in r.stderr and "KeyboardInterrupt" not in r.stderr, \
+        r.stderr[-3000:]
+    assert r.returncode in (-signal.SIGINT, 128 + signal.SIGINT), (r.returncode, r.stderr)
+
+
 # -- what start-up reads without regular expressions reads the same -----------------------
 
 @given(st.text(alphabet=" \t\n\v\f\r+-0123456789ax\u0662\u00a0", max_size=14))
@@ -366,3 +397,31 @@ def test_jsontext_refuses_what_json_refuses(text):
         return
     got = jsontext.loads(text)
     assert got == want or (got != got and want != want), text    # NaN
+
+
+def test_jsontext_refuses_bad_text_before_json_is_imported():
+    """In an interpreter that has not imported json (the program's, under ``run``), a
+    text bad after its first character gets json's JSONDecodeError, as json.loads gives
+    it; the C scanner raised a SystemError there (its error needs json.decoder loaded),
+    and a verdict file cut short failed every image's registration (no device)."""
+    code = (
+        "import sys\n"
+        "from offload_shim import jsontext\n"
+        "assert 'json.decoder' not in sys.modules, sorted(sys.modules)\n"
+        "got = []\n"
+        "for text in ['[1', '{\"a\" 1}', '\"abc', '[1,]', '{\"a\": [tru]}']:\n"
+        "    try:\n"
+        "        jsontext.loads(text)\n"
+        "    except Exception as exc:\n"
+        "        got.append((type(exc).__module__, type(exc).__name__, str(exc)))\n"
+        "import json\n"
+        "want = []\n"
+        "for text in ['[1', '{\"a\" 1}', '\"abc', '[1,]', '{\"a\": [tru]}']:\n"
+        "    try:\n"
+        "        json.loads(text)\n"
+        "    except Exception as exc:\n"
+        "        want.append((type(exc).__module__, type(exc).__name__, str(exc)))\n"
+        "assert got == want and len(got) == 5, (got, want)\n")
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]

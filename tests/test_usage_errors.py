@@ -89,6 +89,15 @@ def test_check_of_a_missing_plugin_is_a_usage_error(tmp_path):
                  "PluginNotFoundError")
 
 
+@pytest.mark.parametrize("cmd", ["run", "compare"])
+def test_run_and_compare_refuse_an_empty_plugin_path_in_one_line(tmp_path, cmd):
+    """``--plugin=`` (an empty path, a shell variable left unset): exit 2 and one line,
+    before the program runs (it was a ValueError traceback and exit 1)."""
+    proc = _cli(cmd, "--plugin=", "/bin/echo", "ran", cwd=tmp_path, timeout=120)
+    _usage_error(proc, "--plugin", "empty plugin path")
+    assert "ran" not in proc.stdout
+
+
 # -- run: a program that cannot be started ends it as env / execvp do -------------------
 
 def _program(tmp_path: Path, case: str) -> str:

@@ -60,6 +60,8 @@ def check_plugins(paths) -> str | None:
             return f"--plugin {path}: {exc}"
         except OSError as exc:
             return f"--plugin {path}: {_os_error_text(exc)}"
+        except ValueError as exc:      # an empty path (loader._resolve): no traceback
+            return f"--plugin {path!r}: {exc}"
     return None
 
 

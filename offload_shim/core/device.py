@@ -475,7 +475,8 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
         ``translate(host_region_id)``) with pointer-sized ``args``; argument i
         = args[i] + offsets[i] (libomptarget ``TgtArgs``/``TgtOffsets``).
         Raises KernelNotFoundError when ``entry`` is not a kernel of a loaded
-        image, TypeError/ValueError for arguments that are not 64-bit ints,
+        image (TypeError when it is not an int), TypeError/ValueError for
+        arguments that are not 64-bit ints,
         LifecycleError, PluginCallError."""
         args = _pointer_args(args)
         if offsets is not None:

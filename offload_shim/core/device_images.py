@@ -38,10 +38,16 @@ class DeviceImages:
 
     def _kernel_image_locked(self, entry: int):
         """(``_launch_cv`` held.)  The loaded image whose kernel has target-table
-        address ``entry``; raises KernelNotFoundError when none has."""
+        address ``entry``; raises KernelNotFoundError when none has, TypeError for an
+        ``entry`` that is not an int."""
         img = next((k[2] for lst in self._kernels.values() for k in lst if k[0] == entry),
                    None)
         if img is None:
+            if not isinstance(entry, int) or isinstance(entry, bool):
+                # a kernel's name, say: the format below would fail with a ValueError
+                raise TypeError(f"{self.label}: a kernel entry is its target-table "
+                                f"address (an int), not {type(entry).__name__}; "
+                                "Device.launch takes a kernel's name")
             raise KernelNotFoundError(f"{self.label}: {entry:#x} is not a kernel entry "
                                       "of a loaded image", device=self.label)
         return img

@@ -46,6 +46,14 @@ _ATEXIT_DONE = False
 def _close_all_at_exit() -> None:
     """atexit: close every live runtime (libgomp gomp_target_fini), newest first."""
     for rt in sorted(list(_LIVE), key=lambda r: -r._serial):
+        if rt._users and _other_threads_alive():
+            # a daemon thread may be running the interposed libraries' code right now:
+            # closing the interposer would dlclose them under it (SIGSEGV), closing
+            # only the runtime would fail its next region (libomptarget 16's
+            # handleTargetOutcome aborts); the process's end frees the memory
+            log.info("offload_shim: %r left open at exit: in use by %s while other "
+                     "threads run", rt, rt._users[-1][0])
+            continue
         try:
             rt._close_users()
             rt.close()
@@ -57,6 +65,15 @@ def _close_all_at_exit() -> None:
             log.warning("offload_shim: error while closing %r at exit: %s", rt, exc)
     if any(p.leaves_image_copies for p in loaded_plugins()):
         leftovers.unlink_mapped_copies()        # image copies of plugins used without a Runtime
+
+
+def _other_threads_alive() -> bool:
+    """Whether a thread of ``threading`` other than this one still runs (at exit: a
+    daemon thread; a foreign thread that once ran Python code -- ``_DummyThread``,
+    always "alive" -- does not count)."""
+    me = threading.current_thread()
+    return any(t is not me and not isinstance(t, threading._DummyThread) and t.is_alive()
+               for t in threading.enumerate())
 
 
 def _ensure_atexit() -> None:

@@ -73,9 +73,11 @@ class LoadedLibrary:
 
 def open_library(path: str | os.PathLike) -> LoadedLibrary:
     """``dlopen(path, RTLD_NOW | RTLD_LOCAL)``.  Raises FileNotFoundError (no such
-    file), IsADirectoryError, OSError with the dlerror text (not a shared library, a
+    file, an empty path), IsADirectoryError, OSError with the dlerror text (not a shared library, a
     missing dependency...)."""
     from pathlib import Path
+    if not os.fspath(path):         # Path("") is the working directory
+        raise FileNotFoundError(errno.ENOENT, "empty library path", "")
     p = str(Path(path).resolve())
     if not os.path.exists(p):
         raise FileNotFoundError(errno.ENOENT, f"{path}: no such library file", str(path))

@@ -288,6 +288,8 @@ def probe_library(path: str, *, timeout: float = PLUGIN_TIMEOUT_S) -> None:
     status, or runs past ``timeout`` seconds; a missing file or a dlopen
     error is left to the in-process load, which reports it.  Cached per
     ``(realpath, size, mtime)``."""
+    if not os.fspath(path):
+        return                                   # realpath("") is the working directory
     real = os.path.realpath(path)
     try:
         st = os.stat(real)

@@ -133,6 +133,12 @@ class Interposer(PluginManager, OffloadPolicy):
                  profile: RuntimeProfile | None = None):
         if profile is not None and not isinstance(profile, RuntimeProfile):
             raise TypeError(f"profile must be a RuntimeProfile, not {type(profile).__name__}")
+        from ...core.runtime import Runtime
+        if not isinstance(runtime, Runtime):
+            # refused before anything is installed (it used to be an AttributeError
+            # from the runtime's use registry, or later, inside a region)
+            raise TypeError(f"interpose() needs an offload_shim.Runtime, not "
+                            f"{type(runtime).__name__}")
         self.runtime = runtime
         # callbacks in flight (one token, the thread's id, per call) and close()
         self._calls: list[int] = []
@@ -539,7 +545,8 @@ def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = Fa
     ``profile``: the libomptarget release to follow
     (:class:`~offload_shim.interposer.llvm.profile.RuntimeProfile`; default: the one the
     first registered library links, :attr:`Interposer.profile`; TypeError for anything
-    else).  Loads the interposer RTLD_GLOBAL (raises FileNotFoundError when
+    else).  TypeError when ``runtime`` is not a :class:`~offload_shim.Runtime`.  Loads
+    the interposer RTLD_GLOBAL (raises FileNotFoundError when
     not built, LifecycleError when another libomptarget wins symbol resolution or
     another interposer is active).  On exit: libraries loaded through it are closed,
     images unregistered, mapping memory freed, callbacks removed."""
