@@ -358,3 +358,23 @@ def test_a_mapping_row_copies_through_its_block(dev, monkeypatch):
     assert out[0] == 5 and calls == ["submit_raw", "retrieve_raw"]
     d.free(other)
     dm.erase(r.entry, 16)
+
+
+def test_a_kernel_launcher_names_a_value_that_is_not_an_int(bundled_path):
+    """A float, None or str among a launcher's arguments or offsets is a TypeError naming
+    its type, before the plugin (a float used to pass the 64-bit check and fail in
+    ctypes' conversion; None failed in min() with "'<' not supported")."""
+    with osh.Runtime([bundled_path]) as rt:
+        img = osh.OffloadImage.sample()
+        rt.register_image(img)
+        d = rt.devices[0]
+        d.init()
+        launch = d.kernel_launcher(d.translate(img.host_address("increment")), 2)
+        p = d.alloc(16)
+        for args, offsets, name in (([p, 2.0], [0, 0], "float"), ([p, None], [0, 0], "NoneType"),
+                                    ([p, 2], [0, "0"], "str")):
+            with pytest.raises(TypeError, match=f"must be ints .*not {name}$"):
+                launch(args, offsets)
+            assert not launch.fits(args, offsets)
+        assert launch.fits([p, 2], [0, 0])
+        d.free(p)

@@ -435,17 +435,27 @@ class KernelLauncher:
         (what :meth:`__call__` checks; :meth:`run` takes them without the check)."""
         if len(args) != self.nargs or len(offsets) != self.nargs:
             return False
-        return not self.nargs or (min(args) >= -(1 << 63) and max(args) < 1 << 64
-                                  and min(offsets) >= -(1 << 63)
-                                  and max(offsets) < 1 << 64)
+        if not self.nargs:
+            return True
+        for x in args:
+            if type(x) is not int:
+                return False
+        for x in offsets:
+            if type(x) is not int:
+                return False
+        return (min(args) >= -(1 << 63) and max(args) < 1 << 64
+                and min(offsets) >= -(1 << 63) and max(offsets) < 1 << 64)
 
     def __call__(self, args: list, offsets: list) -> None:
         if not self.fits(args, offsets):
-            dev = self._dev
+            label = self._dev.label
             if len(args) != self.nargs or len(offsets) != self.nargs:
-                raise ValueError(f"{dev.label}: {self.nargs} arguments and offsets "
-                                 "expected")
-            raise ValueError(f"{dev.label}: a kernel argument or offset does not fit in "
+                raise ValueError(f"{label}: {self.nargs} arguments and offsets expected")
+            for x in (*args, *offsets):
+                if type(x) is not int:
+                    raise TypeError(f"{label}: kernel arguments and offsets must be ints "
+                                    f"(addresses, values), not {type(x).__name__}")
+            raise ValueError(f"{label}: a kernel argument or offset does not fit in "
                              "64 bits")
         self.run(args, offsets)
 
