@@ -1099,3 +1099,44 @@ def test_discover_refuses_a_native_dir_without_the_bundled_plugin(monkeypatch, t
         osh.Runtime.discover(host_only=True)
     with osh.Runtime.discover(host_only=True, bundled=False, system=False) as rt:
         assert rt.plugins == [] or all(not p.bundled for p in rt.plugins)
+
+
+def test_close_refuses_a_user_attached_while_it_collects():
+    """Runtime.close() checks its users (RuntimeInUseError) under the lock it tears
+    down in: a user attached after a first look (another thread's interpose(rt)
+    while close() collected cycles) is not torn down under."""
+    rt = osh.Runtime([])
+    real = rt._lock
+
+    class Lock:
+        """The runtime's lock; the second time close() takes it, another thread has
+        attached a user just before."""
+        entered = 0
+
+        def __enter__(self):
+            Lock.entered += 1
+            if Lock.entered == 2:
+                t = threading.Thread(target=rt._attach_user,
+                                      args=("an active interposer", user))
+                t.start()
+                t.join()
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    class User:
+        closed = False
+
+        def close(self):
+            User.closed = True
+            rt._detach_user(self)
+
+    user = User()
+    rt._lock = Lock()
+    with pytest.raises(osh.RuntimeInUseError):
+        rt.close()
+    assert not rt.closed
+    rt._lock = real
+    user.close()
+    assert rt.close() == {} and rt.closed

@@ -382,6 +382,15 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - at exit; close() reports the rest
                 log.warning("offload_shim: error while closing %s at exit: %s", _name, exc)
 
+    def _refuse_if_used(self) -> None:
+        """RuntimeInUseError while a user (:meth:`_attach_user`) routes work here
+        (lock held)."""
+        if self._users and not self._closed:
+            name = self._users[-1][0]
+            raise RuntimeInUseError(
+                f"{self!r} is in use by {name}: leave the `with interpose(rt)` "
+                "block (Interposer.close()) before closing the runtime", user=name)
+
     def close(self) -> dict[str, tuple[int, int]]:
         """Tear down in order (D120089, D130712): per initialised device drain the pool
         (allocations still held are reported and freed), unload images,
@@ -402,17 +411,16 @@ class Runtime:
         the device not ready, and libomptarget 16's ``handleTargetOutcome`` aborts the
         process).  Leave the ``with interpose(rt)`` block first."""
         with self._lock:
-            if self._users and not self._closed:
-                name = self._users[-1][0]
-                raise RuntimeInUseError(
-                    f"{self!r} is in use by {name}: leave the `with interpose(rt)` "
-                    "block (Interposer.close()) before closing the runtime", user=name)
+            self._refuse_if_used()
         if any(d.exported_views for d in self._devices or ()):
             import gc
             gc.collect()
         with self._lock:
             if self._closed:
                 return {}
+            # again under the lock the teardown holds: another thread's interpose(rt)
+            # may have attached since the look above
+            self._refuse_if_used()
             devices = list(self._devices or ())
             try:
                 # no export begins from here on; one in flight is waited for and counted
