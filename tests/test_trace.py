@@ -440,3 +440,45 @@ def test_replay_refuses_capacity_zero_and_names_a_missing_plugin(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("offload-shim: error: cannot start the runtime: ") \
         and "libnope.so" in proc.stderr and f"{path}:" not in proc.stderr, proc.stderr
+
+
+def test_a_launcher_that_calls_launch_is_recorded_once(tmp_path):
+    """A plugin family whose own ``_launcher_impl`` hands some generations to
+    Plugin's default one (plugins/llvm.py: LLVM 14 and classic LLVM 16 plugins with
+    ``synchronize``), which calls ``Plugin.launch`` -- hooked too: each launch of its
+    launcher is one ``launch`` line, not two."""
+    from offload_shim.plugins.plugin import Plugin
+    from offload_shim.trace.record import Recorder
+
+    class Family:                       # the hooked surface of a plugin, nothing else
+        name = "fake"
+
+        def __init__(self):
+            self.launched = []
+
+        def submit(self, dev, a, b, size): pass
+        def retrieve(self, dev, a, b, size): pass
+        def submit_many(self, dev, ops): pass
+        def retrieve_many(self, dev, ops): pass
+
+        def launch(self, dev, entry, args, offsets=None):
+            self.launched.append(entry)
+
+        def launcher(self, dev, entry, nargs):
+            return self._launcher_impl(dev, entry, nargs)
+
+        def _launcher_impl(self, dev, entry, nargs):     # an override: llvm.py's
+            return Plugin._launcher_impl(self, dev, entry, nargs)
+
+    plugin = Family()
+    rec = Recorder(tmp_path / "t.jsonl")
+    rec._hook_plugin(plugin)
+    run = plugin.launcher(0, 0x40, 1)
+    run([4096], [0])
+    run([4096], [0])
+    rec.close()
+    assert plugin.launched == [0x40, 0x40]
+    # (read as JSON lines: read_trace wants the kernel's name, which a fake lacks)
+    lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    launches = [e for e in lines if e["op"] == "launch"]
+    assert len(launches) == 2, launches

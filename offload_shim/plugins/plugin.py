@@ -481,6 +481,9 @@ class Plugin:
     def _launcher_impl(self, dev: int, entry: int, nargs: int):
         def launch(args, offsets, _launch=self.launch):
             _launch(dev, entry, args, offsets)
+        # it goes through :meth:`launch` (the trace recorder, trace/record.py, hooks both
+        # and must log such a launch once)
+        launch.calls_plugin_launch = True
         return launch
 
     def _print_device_info_impl(self, dev: int) -> None:

@@ -272,15 +272,14 @@ class Recorder:
         self._patch(plugin, "retrieve_many", copies("d2h", 1))
         self._patch(plugin, "launch", launch)
 
-        # a family with a launcher of its own (the LLVM plugins: one prepared argument
-        # block) does not go through Plugin.launch
-        from ..plugins.plugin import Plugin
-        calls_launch = (getattr(type(plugin), "_launcher_impl", None)
-                        is Plugin._launcher_impl)
-
         def launcher(orig):
             def launcher(dev, entry, nargs):
                 run = orig(dev, entry, nargs)
+                # Plugin's default launcher calls Plugin.launch (hooked too: it must not
+                # log the launch again); a family's own one (the LLVM nextgen plugins: one
+                # prepared argument block) does not.  Asked per launcher, not per family:
+                # plugins/llvm.py hands LLVM 14 and classic LLVM 16 plugins to the default
+                calls_launch = getattr(run, "calls_plugin_launch", False)
                 # the launch line's fixed part, made once per launcher (the device and
                 # kernel are the launcher's); the same text as launch_line's
                 head = (f'{{"op":"launch","dev":{self._label(name, dev)},'
