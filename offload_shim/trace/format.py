@@ -177,15 +177,18 @@ class TraceWriter:
     #: ``tid`` last) to this
     write_line = line
 
-    def hold(self) -> None:
+    def hold(self) -> list:
         """Keep this thread's lines until :meth:`release` (one construct's events go
-        to the file in one ``write``).  Nests."""
+        to the file in one ``write``).  Nests.  Returns the list the lines are kept
+        in (a caller may append complete lines to it itself)."""
         loc = self._local
-        if loc.buf is None:
-            loc.buf = []
+        buf = loc.buf
+        if buf is None:
+            loc.buf = buf = []
             loc.depth = 1
         else:
             loc.depth += 1
+        return buf
 
     def release(self) -> None:
         """Write what this thread held, in one ``write`` (the outermost release)."""
@@ -195,11 +198,7 @@ class TraceWriter:
             return
         buf, loc.buf = loc.buf, None
         if buf:
-            self._flush_held(buf)
-
-    def _flush_held(self, buf: list) -> None:
-        """Write the lines held (a list of them), in one ``write``."""
-        self.write("".join(buf))
+            self.write("".join(buf))
 
     def write(self, text: str) -> None:
         """Write complete lines (``text`` ends with a newline)."""

@@ -346,6 +346,9 @@ class Recorder:
         def maps_of(v, kind, n):
             """(args, sizes, types) of the construct's map entries."""
             if v[_abi.FRAME_COPIED]:
+                if n == 1:                  # the commonest construct: its words, no lists
+                    z = v[head + 2]
+                    return (v[head + 1],), (z - (1 << 64) if z >> 63 else z,), (v[head + 3],)
                 return (v[head + n:head + 2 * n].tolist(),
                         [x - (1 << 64) if x >> 63 else x
                          for x in v[head + 2 * n:head + 3 * n].tolist()],
@@ -357,7 +360,6 @@ class Recorder:
                 m = _abi.MapArgs(n, *ptrs[:4], None, None)
             return m.args, m.sizes, m.types
 
-        put = self.writer.line
         tid = threading.get_native_id
         default = ip._default_device
         mappers = ip._mappers
@@ -374,40 +376,22 @@ class Recorder:
             try:
                 num = dev if dev >= 0 else default()
                 dm = mappers.get(num)
-                if n == 1 and v[copied_w]:
-                    # one map entry (the commonest construct): its words, no lists
-                    hp, z, t = v[head + 1], v[head + 2], v[head + 3]
-                    if z >> 63:
-                        z -= 1 << 64
-                    row = None
-                    if dm is not None and hp:
-                        with dm.lock:
-                            row = dm.table.find(hp)
-                            if row is not None:
-                                d = '"inf"' if row.infinite else row.dyn
-                                h = row.hold
-                    if row is None:
-                        maps = f"[[{z},{t},null,null]]"
-                    else:
-                        maps = f"[[{z},{t},{d},{h}]]"
+                args, sizes, types = maps_of(v, kind, n)
+                if dm is None:
+                    maps = ",".join(f"[{z},{t},null,null]" for z, t in zip(sizes, types))
                 else:
-                    args, sizes, types = maps_of(v, kind, n)
-                    if dm is None:
-                        maps = ",".join(f"[{z},{t},null,null]"
-                                        for z, t in zip(sizes, types))
-                    else:
-                        find = dm.table.find
-                        out = []
-                        with dm.lock:
-                            for hp, z, t in zip(args, sizes, types):
-                                row = find(hp) if hp else None
-                                if row is None:
-                                    out.append(f"[{z},{t},null,null]")
-                                else:
-                                    d = '"inf"' if row.infinite else row.dyn
-                                    out.append(f"[{z},{t},{d},{row.hold}]")
-                        maps = ",".join(out)
-                    maps = f"[{maps}]"
+                    find = dm.table.find
+                    out = []
+                    with dm.lock:
+                        for hp, z, t in zip(args, sizes, types):
+                            row = find(hp) if hp else None
+                            if row is None:
+                                out.append(f"[{z},{t},null,null]")
+                            else:
+                                d = '"inf"' if row.infinite else row.dyn
+                                out.append(f"[{z},{t},{d},{row.hold}]")
+                    maps = ",".join(out)
+                maps = f"[{maps}]"
             except Exception as exc:  # noqa: BLE001 - the construct's result stands
                 num, maps = dev, "null"
                 extra = ',"maps_error":' + _json_str(f"{type(exc).__name__}: {exc}")
@@ -422,25 +406,17 @@ class Recorder:
                        f'"path":"{path}","t_ns":{t0},"dur_ns":{now() - t0}'
                        f'{extra},"tid":{tt[2] if tt is not None else tid()}}}\n')
 
-        n_w, dev_w, copied_w, host_w = (_abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_COPIED,
-                                        _abi.FRAME_HOST_PTR)
+        n_w, dev_w, host_w = _abi.FRAME_N, _abi.FRAME_DEV, _abi.FRAME_HOST_PTR
         teams_w, threads_w = _abi.FRAME_TEAMS, _abi.FRAME_THREADS
         now = time.monotonic_ns
-        wlocal = self.writer._local
-        flush = self.writer._flush_held
+        hold, release = self.writer.hold, self.writer.release
 
         def wrap(path):
             def make(orig):
                 def construct(v, kind, *plan):    # _serve: (v, kind, n, plan)
                     t0 = now()
-                    # TraceWriter.hold / release, inlined: this thread's lines are
-                    # kept in wlocal.buf until the construct's line, one write
-                    buf = wlocal.buf
-                    if buf is None:
-                        wlocal.buf = buf = []
-                        wlocal.depth = 1
-                    else:
-                        wlocal.depth += 1
+                    # this thread's lines are kept until the construct's line: one write
+                    buf = hold()
                     tt = None
                     if kind == kernel_kind:
                         # (teams, threads, tid, held lines): for the launch line too
@@ -452,11 +428,7 @@ class Recorder:
                             record(v, kind, rc, t0, path, tt, buf)
                     finally:
                         here.construct = None
-                        wlocal.depth -= 1
-                        if not wlocal.depth:
-                            wlocal.buf = None
-                            if buf:
-                                flush(buf)
+                        release()
                     return rc
                 return construct
             return make

@@ -560,12 +560,9 @@ def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = Fa
     try:
         # Runtime.close() refuses while this is active (RuntimeInUseError)
         runtime._attach_user("an active interposer", ip)
-        try:
-            ip._install()
-        except BaseException:
-            runtime._detach_user(ip)
-            raise
+        ip._install()
     except BaseException:
+        runtime._detach_user(ip)                # (a no-op when it never attached)
         with _active_lock:
             _active = None
         raise
