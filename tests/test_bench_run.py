@@ -11,6 +11,7 @@ import pytest
 
 from offload_shim import bench
 from offload_shim.bench import run_overhead as ro
+from offload_shim.safety import leftovers
 
 from conftest import NEXTGEN16, need
 
@@ -19,12 +20,21 @@ RT_SLOPE_KEYS = {"wall_us", "wall_us_spread", "cpu_us", "cpu_us_spread", "loop_u
 RT_WHOLE_KEYS = {"wall_s", "wall_s_spread", "cpu_s", "cpu_s_spread", "loop_s"}
 
 
+_LEFT: dict = {}        # what the `tiny` run left in /tmp
+
+
 @pytest.fixture(scope="module")
 def tiny():
     if not shutil.which("clang-16"):
         pytest.skip("clang-16 not installed")
     need(NEXTGEN16, "the LLVM 16 x86_64 nextgen plugin")
-    return ro.run("tiny", only=["startup", "data-1", "nowait", "threads-8"])
+    before = leftovers.copy_dir_names()
+    out = ro.run("tiny", only=["startup", "data-1", "nowait", "threads-8"])
+    new = leftovers.copies_since(before)
+    # what the run left: image copies that appeared meanwhile and that no process has
+    # open or mapped (a copy another process is loading now is not the run's)
+    _LEFT["copies"] = sorted(new - leftovers._in_use(new))
+    return out
 
 
 def test_rows_and_fields(tiny):
@@ -57,6 +67,13 @@ def test_both_runtimes_print_the_same_result(tiny):
     for name, row in tiny["rows"].items():
         assert row["same_result"], (name, row["errors"])
         assert not row["errors"], (name, row["errors"])
+
+
+def test_reference_runs_leave_no_image_copies(tiny):
+    # libomptarget 16's x86_64 nextgen plugin leaves a /tmp/tmpfile_* copy of the image
+    # per run and never removes it: the benchmark removes those of its reference runs
+    # between repetitions (run_overhead.remove_copies_since)
+    assert _LEFT["copies"] == []
 
 
 def test_targets_and_tables(tiny):

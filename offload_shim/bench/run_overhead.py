@@ -65,6 +65,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..safety import leftovers
 from .config import NEXTGEN16
 from .run_programs import SOURCES as _SOURCES, THREADS
 
@@ -255,6 +256,7 @@ def measure(exes: dict, rows: list[Row], repeats: int, plugin: str, progress=Non
     total = repeats * sum(len(r.counts) for r in rows)
     done = 0
     for rep in range(repeats):
+        before = leftovers.copy_dir_names()
         if extra is not None:
             load = _loadavg()
             extra.setdefault("loads", []).append(load[0] if load else None)
@@ -275,7 +277,19 @@ def measure(exes: dict, rows: list[Row], repeats: int, plugin: str, progress=Non
                 if progress:
                     progress(f"run: rep {rep + 1}/{repeats} {r.name} N={r.counts[j]}", done,
                              total)
+        remove_copies_since(before)
     return samples
+
+
+def remove_copies_since(before: set[str]) -> list[str]:
+    """Remove the ``/tmp/tmpfile_*`` image copies that appeared since ``before`` (a
+    :func:`~offload_shim.safety.leftovers.copy_dir_names`) and that no process has
+    open or mapped any more (:func:`~offload_shim.safety.leftovers.sweep`): the real
+    libomptarget 16's x86_64 nextgen plugin leaves one per reference run and never
+    removes it (``plugins-nextgen/host/src/rtl.cpp``), so a benchmark of a few hundred
+    runs would leave as many, and every later ``/tmp`` listing -- the launcher's among
+    them -- would pay for them.  Called between repetitions, outside any timed run."""
+    return leftovers.sweep(leftovers.copies_since(before))
 
 
 def _med(xs):
