@@ -94,6 +94,8 @@ import offload_shim as osh
 from offload_shim.interposer import call_counts
 rt = osh.Runtime([sys.argv[4]])
 with rt, osh.interpose(rt) as ip:
+    # the GCC side is built at the library's first GOMP_* call (gomp/lazy.py)
+    side_before = "offload_shim.interposer.gomp.target" in sys.modules
     lib = ip.load_library(sys.argv[1])
     if sys.argv[3] == "devices":
         for d in sys.argv[5:]:
@@ -119,6 +121,7 @@ with rt, osh.interpose(rt) as ip:
     }
     ip.unload_library(lib)
     info["after_close"] = {"images": len(rt.images), "registrations": len(ip.gomp_registrations)}
+    info["side_before"] = side_before
     info["errors"] = ip.errors
     info["unsupported"] = [m for _, m in ip.unsupported]
 info["calls"] = call_counts()
@@ -187,6 +190,45 @@ def test_gcc_registration_fallback_and_unregistration(gcclibs):
     # dlclose -> GOMP_offload_unregister_ver -> image unregistered
     assert data["after_close"] == {"images": 0, "registrations": 0}
     assert data["errors"] == [] and data["unsupported"] == []
+    assert data["side_before"] is False         # not imported before a GOMP_* call
+
+
+# a GCC library loaded (and registered: recorded by the interposer, passed to libgomp)
+# before the callback table exists: interpose() builds the GCC side at once and replays
+_REGISTERED_BEFORE = """
+import ctypes, json, os, sys
+import offload_shim as osh
+from offload_shim.interposer import call_counts, load_interposer
+load_interposer()
+lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+before = "offload_shim.interposer.gomp.target" in sys.modules
+rt = osh.Runtime([sys.argv[3]])
+with rt, osh.interpose(rt) as ip:
+    regs = [r["target_type"] for r in ip.gomp_registrations]
+    results = {}
+    for n in sys.argv[2].split(","):
+        fn = getattr(lib, n)
+        fn.restype = ctypes.c_int64
+        results[n] = fn()
+    out = {"before": before, "regs": regs, "results": results,
+           "constructs": ip.gomp_constructs, "fallbacks": ip.gomp_fallbacks,
+           "errors": list(ip.errors)}
+out["calls"] = call_counts()
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_gcc_registration_before_the_table_is_replayed(gcclibs):
+    lib = gcclibs["regions"]
+    plain = _last_json(_run(_PLAIN, [lib, ",".join(REGIONS)]))
+    data = _last_json(_run(_REGISTERED_BEFORE, [lib, ",".join(REGIONS), str(NVPTX12)]))
+    assert data["before"] is False
+    assert data["regs"] == [5]                  # replayed when the table was installed
+    assert data["results"] == plain
+    assert data["calls"]["gomp_register"] == 1
+    assert data["constructs"]["target"] == data["calls"]["gomp_target"] == 9
+    assert data["fallbacks"] == data["calls"]["gomp_target"] + data["calls"]["gomp_data"]
+    assert data["errors"] == []
 
 
 def test_gcc_fallback_is_libgomps_own(gcclibs):

@@ -70,6 +70,35 @@ def test_creating_a_runtime_pins_nothing(bundled_path):
     assert pm.vmlck_bytes() == before
 
 
+def test_the_none_policy_builds_the_registry_when_something_pins(bundled_path):
+    # a fresh interpreter: this one imported memory.pinned above
+    r = run_child(f"""
+        import mmap, sys
+        import offload_shim as osh
+        with osh.Runtime([{bundled_path!r}], pinned="none") as rt:
+            dev = rt.devices[0]
+            t = dev.alloc(4096)
+            dev.submit(t, mmap.mmap(-1, 4096))     # the hooks need no registry
+            dev.free(t)
+            print("before", "offload_shim.memory.pinned" in sys.modules)
+            buf = mmap.mmap(-1, 4096)
+            rng = rt.pinned_memory.pin(buf, device=dev)
+            print("pinned", rng.size, rt.pinned_memory.is_pinned(rng.address, 4096,
+                                                                  device=dev))
+            dev.deinit()                            # the device's pins go with it
+            print("after deinit", rt.pinned_memory.ranges())
+        late = osh.Runtime([{bundled_path!r}])
+        late.close()
+        try:
+            late.pinned_memory.pin(mmap.mmap(-1, 4096))
+        except osh.LifecycleError:
+            print("closed", late.pinned_memory.closed)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["before False", "pinned 4096 True", "after deinit []",
+                                     "closed True"]
+
+
 # -- the range rule, model-based ------------------------------------------------------
 
 class _Model:

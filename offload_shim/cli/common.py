@@ -12,7 +12,6 @@ interrupts stop the command's child processes and remove what they left
 
 from __future__ import annotations
 
-import math
 import sys
 
 # argparse is imported on first use (``Parser``, the option types): `offload-shim run`,
@@ -65,6 +64,7 @@ def _number(text: str, kind, what: str):
         v = kind(text)
     except ValueError:
         raise _type_error(f"expected {what}, not {text!r}") from None
+    import math                 # here: a shared library (lib-dynload), start-up of run
     if isinstance(v, float) and not math.isfinite(v):
         raise _type_error(f"expected {what}, not {text!r}")
     return v

@@ -110,14 +110,14 @@ class Runtime:
     def __init__(self, plugins: Iterable = (), *, bundled: bool = False,
                  abi: str | None = None, pool: dict | None = None,
                  pinned: str | None = None):
-        from ..memory import read_threshold_env
-        from ..memory.pinned import PinnedRegistry, resolve_policy
+        from ..memory.config import read_threshold_env, resolve_pin_policy
         read_threshold_env()            # ValueError before a plugin can abort on it
-        self._pin_policy = resolve_policy(pinned)
-        # made now (it pins nothing yet) and handed to every Device, so the copy
-        # path reaches it without the runtime lock (close() holds that lock while
-        # it waits for calls in flight)
-        self._pinned = PinnedRegistry(self, policy=self._pin_policy)
+        self._pin_policy = resolve_pin_policy(pinned)
+        # made now and handed to every Device, so the copy path reaches it without
+        # the runtime lock (close() holds that lock while it waits for calls in
+        # flight); its registry is built now under "mapped"/"all", on first use
+        # under "none" (most runs never pin: start-up of every run)
+        self._pinned = _PinnedSlot(self, self._pin_policy)
         self._serial = next(_serials)
         self._lock = threading.RLock()
         self._closed = False
@@ -263,7 +263,7 @@ class Runtime:
     def pinned_memory(self):
         """This runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry`
         (closed with the runtime: its methods then raise LifecycleError)."""
-        return self._pinned
+        return self._pinned.registry()
 
     # -- images --------------------------------------------------------------------
     def accepts(self, plugin: Plugin, image: OffloadImage) -> bool:
@@ -462,6 +462,65 @@ class Runtime:
             return leaks
 
 
+class _PinnedSlot:
+    """A runtime's :class:`~offload_shim.memory.pinned.PinnedRegistry`, built on first
+    use: at once under the ``"mapped"`` and ``"all"`` policies, under ``"none"`` when
+    something pins (:attr:`Runtime.pinned_memory`) -- until then the hooks a Device
+    calls have nothing to undo, and :mod:`offload_shim.memory.pinned` is not imported
+    (start-up of ``offload-shim run``).  ``policy``, ``on_map``, ``on_unmap``,
+    ``on_device_teardown``, ``lock_all`` and ``close`` are the registry's."""
+
+    __slots__ = ("policy", "_runtime", "_reg", "_lock", "_closed")
+
+    def __init__(self, runtime, policy: str):
+        self.policy = policy
+        self._runtime = runtime
+        self._reg = None
+        self._lock = threading.Lock()
+        self._closed = False
+        if policy != "none":
+            self.registry()
+
+    def registry(self):
+        """The registry, built now when it is not yet (closed at once when the runtime
+        is: its methods then raise LifecycleError, as the registry of a closed runtime
+        does)."""
+        reg = self._reg
+        if reg is None:
+            with self._lock:
+                reg = self._reg
+                if reg is None:
+                    from ..memory.pinned import PinnedRegistry
+                    reg = PinnedRegistry(self._runtime, policy=self.policy)
+                    if self._closed:
+                        reg.close()
+                    self._reg = reg
+        return reg
+
+    def on_map(self, device, tgt: int, host, addr: int, n: int) -> None:
+        self.registry().on_map(device, tgt, host, addr, n)
+
+    def on_unmap(self, device, tgt: int) -> None:
+        reg = self._reg
+        if reg is not None:
+            reg.on_unmap(device, tgt)
+
+    def on_device_teardown(self, device) -> None:
+        reg = self._reg
+        if reg is not None:
+            reg.on_device_teardown(device)
+
+    def lock_all(self) -> bool:
+        return self.registry().lock_all()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            reg = self._reg
+        if reg is not None:
+            reg.close()
+
+
 class DeviceList(list):
     """The devices of a runtime: a plain list, but an index it does not
     have raises DeviceNotFoundError ("no device 999: this runtime has 3
@@ -490,7 +549,7 @@ def check_environment() -> None:
     created or a device initialises) and raise ``ValueError`` naming the
     variable and its value for a bad one: ``LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD``
     and ``OFFLOAD_SHIM_POOL_DEBUG`` (:class:`~offload_shim.memory.MemoryManager`),
-    ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.pinned.resolve_policy`),
+    ``OFFLOAD_SHIM_PINNED`` (:func:`offload_shim.memory.config.resolve_pin_policy`),
     ``OFFLOAD_SHIM_NATIVE_DIR`` when set (it must hold the bundled plugin:
     :func:`offload_shim.abi.native.bundled_native_dir`; otherwise
     every command would go on without the bundled plugin and report "no
@@ -498,11 +557,10 @@ def check_environment() -> None:
     :func:`offload_shim.plugins.discovery.check_env_paths`).  Front ends call it
     before starting any work, so a bad setting is a configuration error, not a
     failure of the plugin."""
-    from ..memory.config import read_threshold_env, resolve_debug
-    from ..memory.pinned import resolve_policy
+    from ..memory.config import read_threshold_env, resolve_debug, resolve_pin_policy
     read_threshold_env()
     resolve_debug(None)
-    resolve_policy(None)
+    resolve_pin_policy(None)
     discovery.check_env_paths()
     check_native_dir()
 

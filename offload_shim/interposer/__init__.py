@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from .bridge import (CALL_COUNTERS, INTERPOSER_FILENAME, call_counts, interposer_path,
                      load_interposer)
-from .gomp.target import GOMP_CONSTRUCTS, GompImage
 from .library import LoadedLibrary
 from .llvm.interface import (OFFLOAD_DEVICE_DEFAULT, TGT_DEFAULT, TGT_DISABLED,
                              TGT_MANDATORY, Interposer, interpose)
@@ -46,3 +45,18 @@ __all__ = ["CALL_COUNTERS", "DeviceMapper", "GOMP_CONSTRUCTS", "GompImage",
            "MAP_ALWAYS", "MAP_ATTACH", "MAP_CLOSE", "MAP_DELETE", "MAP_FROM",
            "MAP_IMPLICIT", "MAP_LITERAL", "MAP_MEMBER_OF", "MAP_NON_CONTIG", "MAP_OMPX_HOLD", "MAP_PRESENT", "MAP_PRIVATE",
            "MAP_PTR_AND_OBJ", "MAP_RETURN_PARAM", "MAP_TARGET_PARAM", "MAP_TO"]
+
+
+def __getattr__(name: str):
+    # the GCC side's names on first access (PEP 562): a clang program's embedded
+    # runtime never imports gomp.target (gomp/lazy.py)
+    if name in ("GOMP_CONSTRUCTS", "GompImage"):
+        from .gomp import target
+        value = getattr(target, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"GOMP_CONSTRUCTS", "GompImage"})

@@ -204,7 +204,8 @@ def stop(at_exit: bool = False) -> None:
         report["leaks_by_kind"] = {dev: {k: list(v) for k, v in kinds.items()}
                                    for dev, kinds in held.items()}
         report["calls"] = call_counts()
-        report["gomp"] = ip.gomp.report()
+        if opts.get("report") or ip._gomp.built is not None:
+            report["gomp"] = ip.gomp.report()   # not built for it only (start-up cost)
         report["fixed_upstream"] = ip.fixed_upstream()
     except BaseException as exc:  # noqa: BLE001 - at exit: report, never raise
         report.setdefault("errors", []).append(f"stop: {type(exc).__name__}: {exc}")
@@ -214,7 +215,7 @@ def stop(at_exit: bool = False) -> None:
         record.stop(errors=report.get("errors", []), leaks=report.get("leaks", {}),
                     abandoned=report.get("abandoned", []))
     global _stopped
-    _stopped = {"report": report, "path": opts.get("report"), "gomp": ip.gomp}
+    _stopped = {"report": report, "path": opts.get("report"), "interposer": ip}
     _write_report(report, opts.get("report"))
 
 
@@ -241,9 +242,10 @@ def late_gomp_unregister(version: int, host_table: int, target_type: int,
         return
     try:
         from . import call_counts
-        st["gomp"].on_late_unregister(host_table, target_data)
+        gomp = st["interposer"].gomp
+        gomp.on_late_unregister(host_table, target_data)
         report = st["report"]
-        report["gomp"] = st["gomp"].report()
+        report["gomp"] = gomp.report()
         report["calls"] = call_counts()
         _write_report(report, st["path"])
     except BaseException as exc:  # noqa: BLE001 - at exit, inside a C destructor

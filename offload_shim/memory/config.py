@@ -8,6 +8,9 @@ is the one place that reads it in Python; the runtime calls it before any
 plugin can read the variable, so a bad value is a ``ValueError`` naming the
 variable instead of a C++ abort.
 
+``OFFLOAD_SHIM_PINNED`` names the pinned host memory policy of a runtime
+(:func:`resolve_pin_policy`; the policies: :mod:`offload_shim.memory.pinned`).
+
 ``OFFLOAD_SHIM_POOL_DEBUG`` selects a debug mode of the pool (see
 :mod:`offload_shim.memory.plugin_cache` for what it does to plugins that keep
 their own cache).
@@ -21,7 +24,8 @@ from collections import namedtuple
 
 __all__ = ["THRESHOLD_ENV", "DEBUG_ENV", "DEFAULT_THRESHOLD", "MAX_SIZE", "PTR_LIMIT",
            "DEBUG_MODES", "PoolConfig", "read_threshold_env", "resolve_debug", "nonneg_int",
-           "check_bins", "check_flag", "check_choice"]
+           "check_bins", "check_flag", "check_choice", "PINNED_ENV", "PIN_POLICIES",
+           "resolve_pin_policy"]
 
 #: Environment variable read by LLVM ``DeviceTy::init`` / nextgen plugins.
 THRESHOLD_ENV = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD"
@@ -184,3 +188,21 @@ def check_choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
     return value
+
+
+PINNED_ENV = "OFFLOAD_SHIM_PINNED"
+#: pinned host memory policies (:mod:`offload_shim.memory.pinned`, gcc-patches
+#: -foffload-memory=pinned)
+PIN_POLICIES = ("none", "mapped", "all")
+
+
+def resolve_pin_policy(policy: str | None) -> str:
+    """``policy`` or ``$OFFLOAD_SHIM_PINNED`` or ``"none"``.  Raises ValueError
+    for anything not in :data:`PIN_POLICIES`.  Also importable as
+    ``offload_shim.memory.pinned.resolve_policy``."""
+    if policy is None:
+        policy = os.environ.get(PINNED_ENV, "").strip().lower() or "none"
+    if policy not in PIN_POLICIES:
+        raise ValueError(f"pinned policy must be one of {PIN_POLICIES}, not {policy!r}"
+                         f" (argument or ${PINNED_ENV})")
+    return policy

@@ -87,26 +87,14 @@ from .pinned_ranges import LOCKED, PinDomain, PinEntry, PinnedRange, address_of
 
 from ..lazylog import log  # logging.getLogger("offload_shim"), imported on first use
 
-PINNED_ENV = "OFFLOAD_SHIM_PINNED"
-POLICIES = ("none", "mapped", "all")
+# the policy names and their variable live with the other options (a runtime reads them
+# when it is created, without importing this module: start-up of every run)
+from .config import PIN_POLICIES as POLICIES, PINNED_ENV, resolve_pin_policy as resolve_policy
 
 
 class PinnedMemoryWarning(RuntimeWarning):
     """Pinning was skipped (policy ``"all"`` under a low ``ulimit -l``, a
     ``"mapped"`` pin that could not be made); the transfer itself still runs."""
-
-
-# -- policy --------------------------------------------------------------------
-
-def resolve_policy(policy: str | None) -> str:
-    """``policy`` or ``$OFFLOAD_SHIM_PINNED`` or ``"none"``.  Raises ValueError
-    for anything not in :data:`POLICIES`."""
-    if policy is None:
-        policy = os.environ.get(PINNED_ENV, "").strip().lower() or "none"
-    if policy not in POLICIES:
-        raise ValueError(f"pinned policy must be one of {POLICIES}, not {policy!r}"
-                         f" (argument or ${PINNED_ENV})")
-    return policy
 
 
 class PinnedRegistry:

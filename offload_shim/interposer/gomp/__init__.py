@@ -3,6 +3,8 @@ target.c`` and the headers it reads), split by subject.  Rooms from the top; eac
 only rooms below it.
 
 ==================  ==========================================================
+:mod:`.lazy`        :class:`~.lazy.LazyGompSide`: the side below built at the
+                    first ``GOMP_*`` call (clang programs never pay for it)
 :mod:`.target`      registration (``GOMP_offload_register_ver``), the constructs
                     (``GOMP_target_ext``, ``GOMP_target_data_ext``, ...) and
                     ``resolve_device``'s decisions, the report

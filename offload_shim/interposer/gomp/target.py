@@ -154,6 +154,8 @@ class GompSide(GompApi):
         self._libgomp_devices: int | None = None
         self._table = None
         self._lib = None
+        #: the installed table's Python callbacks, by field name (:meth:`install`)
+        self.handlers: dict = {}
         if self.host_device_enabled:
             from .device import GompHostDevice
             self.host_device = GompHostDevice()
@@ -164,22 +166,32 @@ class GompSide(GompApi):
         return self.outcomes["host-fallback"]
 
     # -- the C table ---------------------------------------------------------------------
-    def install(self, lib) -> None:
-        """Install the callback table in the interposer ``lib`` and replay the
-        registrations it recorded before.  Raises OffloadError on a size mismatch."""
+    def callbacks(self) -> dict:
+        """The table's Python callbacks, by field name
+        (:data:`offload_shim.abi.gomp_interposer.CALLBACK_FIELDS`), each
+        :func:`~offload_shim.interposer.bridge.guard`-ed."""
         from ..bridge import guard
-        handlers = {
+        return {
             "reg": guard(self.on_register, self._plain_error),
             "decide": guard(self.on_decide, self._plain_error, fail=_gabi.PASSTHROUGH),
             "map": guard(self.on_map, self._fatal_error, fail=_gabi.FATAL),
             "unmap": guard(self.on_unmap, self._fatal_error, fail=_gabi.FATAL),
             "api": guard(self.on_api, self._fatal_error, fail=_gabi.FATAL),
         }
+
+    def install(self, lib, *, replay: bool = True) -> None:
+        """Install the callback table in the interposer ``lib`` and, unless ``replay`` is
+        false, replay the registrations it recorded before (each once: one the table
+        already delivered is not registered again).  Raises OffloadError on a size
+        mismatch."""
+        handlers = self.callbacks()
         table = _gabi.make_callbacks(handlers, host_device=self.host_device_enabled)
         if _gabi.set_callbacks(lib, table) != 0:
             raise OffloadError("osh_gomp_set_callbacks rejected the table (struct size "
                                "mismatch: rebuild the native library)")
-        self._table, self._lib = table, lib
+        self._table, self._lib, self.handlers = table, lib, handlers
+        if not replay:
+            return
         for version, host_table, ttype, tdata in _gabi.registered(lib):
             with self._lock:
                 known = any(r["host_table"] == host_table and r["target_data"] == tdata

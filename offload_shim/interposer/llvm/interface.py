@@ -34,7 +34,7 @@ from ...abi.interposer import CB_FAIL, CB_OK
 from ...errors import LifecycleError, OffloadError, UnknownLayoutError
 from . import api, diag, launch, omptarget
 from ..bridge import Bridge, guard, guarded_failure
-from ..gomp.target import GompSide
+from ..gomp.lazy import LazyGompSide
 from ..library import LoadedLibrary, open_library
 from .mapping import TGT_DEFAULT, TGT_DISABLED, TGT_MANDATORY, MapEntry, MapError
 from .plan import FastPath
@@ -151,9 +151,11 @@ class Interposer(PluginManager, OffloadPolicy):
         self.errors: list[str] = _ErrorLog()
         # libgomp's own locks (register_lock, devicep->lock): GCC code does not wait
         # for LLVM registrations
-        self.gomp = GompSide(runtime, threading.RLock(), errors=self.errors,
-                             unsupported=self.rtls.unsupported, policy=policy,
-                             host_device=gomp_host_device)
+        # for GCC code; built at its first GOMP_* call (gomp/lazy.py: a clang
+        # program's start-up does not import it)
+        self._gomp = LazyGompSide(runtime, threading.RLock(), errors=self.errors,
+                                  unsupported=self.rtls.unsupported, policy=policy,
+                                  host_device=gomp_host_device)
         self._loaded: list[LoadedLibrary] = []
         self._closed = False
         self._bridge = Bridge()
@@ -169,8 +171,15 @@ class Interposer(PluginManager, OffloadPolicy):
 
     # -- views ------------------------------------------------------------------------
     @property
+    def gomp(self):
+        """The GCC side (:class:`~offload_shim.interposer.gomp.target.GompSide`), built
+        now when no GCC code needed it yet."""
+        return self._gomp.side()
+
+    @property
     def gomp_registrations(self) -> list[dict]:
-        return self.gomp.gomp_registrations
+        side = self._gomp.built
+        return side.gomp_registrations if side is not None else []
 
     @property
     def gomp_constructs(self) -> dict[str, int]:
@@ -178,7 +187,8 @@ class Interposer(PluginManager, OffloadPolicy):
 
     @property
     def gomp_fallbacks(self) -> int:
-        return self.gomp.gomp_fallbacks
+        side = self._gomp.built
+        return side.gomp_fallbacks if side is not None else 0
 
     def gomp_devices(self) -> list:
         """The device list of GCC code (:meth:`GompSide.devices`)."""
@@ -240,7 +250,7 @@ class Interposer(PluginManager, OffloadPolicy):
             "construct": self._construct_callback(),
             "api": guard(live(self._on_api, CB_FAIL), plain),
         })
-        self.gomp.install(self._bridge.lib)
+        self._gomp.install(self._bridge.lib)
         self._bridge.note_plugins(self.runtime.plugins)
         # the words of the release mapped now, until a registration names its own
         diag.set_profile(self.profile)
@@ -360,7 +370,7 @@ class Interposer(PluginManager, OffloadPolicy):
                     dm.release_all()
                 self.fast.invalidate()
                 self._bridge.uninstall()
-                self.gomp.uninstall()
+                self._gomp.uninstall()
                 self._closed = True
         self.runtime._detach_user(self)
         with _active_lock:
@@ -379,7 +389,7 @@ class Interposer(PluginManager, OffloadPolicy):
         self._closed = True
         self._bridge.keep_plugins()
         self._bridge.uninstall()
-        self.gomp.uninstall(close_device=False)
+        self._gomp.uninstall(close_device=False)
         self.runtime._detach_user(self)
         with _active_lock:
             if _active is self:
