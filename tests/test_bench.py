@@ -382,6 +382,32 @@ def test_only_naming_a_gpu_row_is_not_a_usage_error(capsys):
     assert out["results"]["hot"] == {} or "cuda:cuMemAlloc" in out["results"]["hot"]
 
 
+@pytest.mark.parametrize("workload, row", [("run", "startup"), ("record", "maps-16")])
+def test_only_picks_rows_of_the_program_workloads(monkeypatch, workload, row):
+    # `--only` names the rows of the workloads asked for: `--workloads run --only
+    # startup` used to be refused (only the alloc/free rows were known) and, when not,
+    # ignored by the run workload
+    from offload_shim.bench import record_overhead, run_overhead
+    seen = []
+    mod = run_overhead if workload == "run" else record_overhead
+
+    def fake_run(profile, **kw):
+        seen.append(kw.get("only"))
+        return {"skipped": "not run here", "rows": {}, "meta": {}}
+    monkeypatch.setattr(mod, "run", fake_run)
+    monkeypatch.setattr(mod, "format_text", lambda out: "", raising=False)
+    rc = cli_main(["bench", "--profile", "tiny", "--no-progress", "--json",
+                   "--workloads", workload, "--only", row])
+    assert rc == 0 and seen == [[row]]
+
+
+def test_only_naming_no_row_of_the_workloads_is_a_usage_error(capsys):
+    rc = cli_main(["bench", "--profile", "tiny", "--no-progress", "--workloads", "run",
+                   "--only", "pool:exact"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--only 'pool:exact'" in err
+
+
 def _interrupt(sig, after, tmp_path):
     """Run ``python -m offload_shim.bench`` (quick profile, progress lines on
     stderr), send ``sig`` once the progress line ``after`` appears; returns

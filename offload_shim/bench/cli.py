@@ -70,9 +70,12 @@ def _check_args(args) -> tuple:
                    ("--latency-free-ns", args.latency_free_ns)):
         if not 0 <= v <= MAX_LATENCY_NS:
             raise UsageError(f"{opt} must be between 0 and {MAX_LATENCY_NS:,} ns, got {v}")
-    for o in args.only or ():
-        if not any(o in name for name in ALL_ROWS):
-            raise UsageError(f"--only {o!r} matches no row (rows: {', '.join(ALL_ROWS)})")
+    if args.only:
+        rows = _rows_of(wls)
+        for o in args.only:
+            if not any(o in name for name in rows):
+                raise UsageError(f"--only {o!r} matches no row of --workloads "
+                                 f"{','.join(wls)} (rows: {', '.join(rows)})")
     if args.out:
         d = Path(args.out)
         if d.exists() and not d.is_dir():
@@ -83,6 +86,20 @@ def _check_args(args) -> tuple:
             raise UsageError(f"--out {args.out}: cannot create the directory: "
                              f"{exc.strerror or exc}") from None
     return wls
+
+
+def _rows_of(wls) -> list[str]:
+    """The row names ``--only`` may pick among for the workloads ``wls``: the
+    alloc/free rows for the pool workloads, the programs of ``run`` and ``record``
+    (:mod:`.run_overhead`, :mod:`.record_overhead`)."""
+    rows = list(ALL_ROWS) if any(w in WORKLOADS for w in wls) else []
+    if "run" in wls:
+        from .run_overhead import rows_for
+        rows += [r.name for r in rows_for("tiny") if r.name not in rows]
+    if "record" in wls:
+        from .record_overhead import ROWS as RECORD_ROWS
+        rows += [r for r in RECORD_ROWS if r not in rows]
+    return rows
 
 
 def _cmd(args, on_result=None) -> int:

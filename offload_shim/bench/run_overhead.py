@@ -665,7 +665,7 @@ def main_from_bench(args) -> int:
     the plot into ``--out`` when given.  Exit status 0 (also when skipped: the
     reason is printed)."""
     import json
-    out = run(args.profile,
+    out = run(args.profile, only=getattr(args, "only", None),
               progress=_progress_printer(not getattr(args, "no_progress", False)))
     if getattr(args, "out", None):
         paths = write_outputs(out, args.out)
