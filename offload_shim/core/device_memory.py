@@ -179,7 +179,6 @@ class DeviceMemory:
         # MemoryManager.free's cached free (strict), inlined as in alloc
         pool = self._pool
         lockq = pool._lockq
-        logged = False
         try:
             lockq.pop()
         except IndexError:
@@ -189,21 +188,21 @@ class DeviceMemory:
                 pool._unpark_locked()
             block = pool._live.pop(ptr, None)
             if block is not None:
-                fl = block.free_list
-                if fl is not None and pool._cacheable:
+                fl = block.cache_list
+                if fl is not None:
                     pool._acc -= block.free_step
                     fl.append(block)
                     if pool._log is None:
                         return
                     pool._log.record("free", block.size, ptr, True)
-                    logged = True
                 else:
-                    pool._live[ptr] = block
+                    pool._live[ptr] = block     # the other path books it
+                    block = None
         finally:
             lockq.append(True)
             if pool._lock.waiting:
                 pool._lock.wake()
-        if logged:
+        if block is not None:           # cached, with an event log
             pool._log.flush()
             return
         try:

@@ -520,7 +520,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if bc is None:
                 bc = self._buckets[bucket] = BucketCounters(bucket)
             bc.obtained(size)
-        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step)
+        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step,
+                                fl if self._cacheable else None)
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
@@ -562,7 +563,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
         lockq = self._lockq     # see allocate: the lock's token deque, inlined
-        logged = False
         try:
             lockq.pop()
         except IndexError:
@@ -572,8 +572,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._unpark_locked()
             block = self._live.pop(ptr, None)
             if block is not None:
-                fl = block.free_list
-                if fl is not None and self._cacheable:
+                fl = block.cache_list
+                if fl is not None:
                     # a pooled block, no cap/poison: cache it (the hot path; with an
                     # event log, its event).  No closed check: drain() empties _live.
                     self._acc -= block.free_step
@@ -581,14 +581,14 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if self._log is None:
                         return
                     self._log.record("free", block.size, ptr, True)
-                    logged = True
                 else:
                     self._live[ptr] = block     # the other path books it
+                    block = None
         finally:
             lockq.append(TOKEN)
             if self._lock.waiting:
                 self._lock.wake()
-        if logged:
+        if block is not None:           # cached, with an event log
             self._log.flush()
             return
         self._free_other(ptr, strict)
