@@ -92,13 +92,15 @@ class DeviceMemory:
         A cache hit calls no plugin, so it takes no in-flight token: the
         pool's lock orders it against a concurrent deinit's drain (after
         which the drained pool refuses with LifecycleError)."""
-        if self._state is not _READY:
-            _check_size(size)
-            self._ready()
+        pool = self._hit_pool                   # the pool when READY (not "mapped")
+        if pool is None:
+            if self._state is not _READY:
+                _check_size(size)
+                self._ready()
+            pool = self._pool
         # MemoryManager.allocate's hit path, inlined (one Python frame less per call;
         # memory/manager.py explains each step, and its tests and this module's run
         # both): a hit in one round trip of the pool's lock, anything else after it
-        pool = self._pool
         lockq = pool._lockq
         try:
             lockq.pop()
@@ -166,18 +168,20 @@ class DeviceMemory:
                 f"{self.label}: {ptr:#x} is the memory of a device array (Device.empty/"
                 f"asarray); free it with DeviceArray.free(), not Device.free()",
                 device=self.label)
-        if self._state is not _READY:
+        pool = self._hit_pool                   # the pool when READY (not "mapped")
+        if pool is None:
             if not ptr:
                 return
-            if self._state is DeviceState.CLOSED or self._closing:
-                raise self._free_after_close()
-            # not initialised: nothing is live, and a stale pointer must not
-            # initialise the device
-            self._unknown_pointer(ptr)
-        if self._pin_mapped_policy:
-            return self._free_mapped(ptr)
+            if self._state is not _READY:
+                if self._state is DeviceState.CLOSED or self._closing:
+                    raise self._free_after_close()
+                # not initialised: nothing is live, and a stale pointer must not
+                # initialise the device
+                self._unknown_pointer(ptr)
+            if self._pin_mapped_policy:
+                return self._free_mapped(ptr)
+            pool = self._pool
         # MemoryManager.free's cached free (strict), inlined as in alloc
-        pool = self._pool
         lockq = pool._lockq
         try:
             lockq.pop()
