@@ -16,6 +16,13 @@ host buffer raises ValueError.  Allocation goes through the device's
 it (:meth:`~offload_shim.memory.pinned.PinnedRegistry.on_map`/``on_unmap``;
 gcc-patches -foffload-memory=pinned).  The copies compiled code needs beyond these
 are :class:`~.compiled.CompiledCodeForms`.
+
+``alloc`` and ``free`` run the pool's hit path themselves (``MemoryManager.allocate``'s
+hit and ``MemoryManager.free``'s cached free, the same steps in the same lock round trip)
+rather than calling it: a Python frame less per call, the larger part of what a
+``Device`` pair cost above a pool pair (docs/benchmarks.md "Issue 29's pool targets").
+Everything else goes to the pool's slow paths (``_allocate_other``, ``_free_other``).  A
+change of the pool's hit path must be made in both places.
 """
 
 from __future__ import annotations

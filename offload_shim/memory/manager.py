@@ -70,6 +70,11 @@ paths take its token deque ``_lockq`` directly):
   failed allocation deadlocked the exit).  ``tests/test_pool_records.py`` checks both
   on the source.
 
+``Device.alloc``/``Device.free`` (``core/device_memory.py``) run a copy of the hit path
+of :meth:`MemoryManager.allocate` and the cached free of :meth:`MemoryManager.free` on
+the device's pool (a Python frame less per call): a change of either must be made there
+too.
+
 PyTorch's ``CUDACachingAllocator`` writes its rule as "public methods take the mutex,
 private ones do not"; here the slow paths must drop the lock around every backend
 call, so the mark is the ``_locked`` suffix rather than publicness.  Paths that call
