@@ -118,21 +118,26 @@ def test_free_racing_with_deinit_never_reaches_a_new_pool(bundled_path, ctl, mon
     not hand the pointer to the re-initialised device's new pool, which would
     pass it to the plugin a second time (double free, or the free of a block
     libc has given to someone else).  Deterministic: the deinit runs from a
-    stand-in for the pool's ``free``."""
+    stand-in for the pool's lock token deque, when ``free`` takes the pool's lock
+    (``Device.free`` does the pool's cached free inline, in that lock round trip)."""
     with osh.Runtime([bundled_path]) as rt:
         dev = rt.devices[0]
         p = dev.alloc(100)
         d0 = ctl.call_count(DELETE)
         pool = dev.pool
+        tokens = pool._lockq
 
         class DeinitFirst:
-            def free(self, ptr):
-                dev._pool = pool
+            def pop(self):
+                pool._lockq = tokens
                 assert dev.deinit() == (1, 100)      # drains p: the plugin frees it once
                 dev.init()                           # a new pool, which never saw p
-                return pool.free(ptr)
+                return tokens.pop()
 
-        monkeypatch.setattr(dev, "_pool", DeinitFirst())
+            def append(self, token):
+                tokens.append(token)
+
+        monkeypatch.setattr(pool, "_lockq", DeinitFirst())
         with pytest.raises(osh.UnknownPointerError, match="deinit that ran concurrently") as e:
             dev.free(p)
         assert e.value.device == dev.label

@@ -397,19 +397,23 @@ def test_free_that_reaches_the_pool_after_a_racing_close_drained_it(bundled_path
     drained, go = threading.Event(), threading.Event()
     closer = threading.Thread(target=rt.close)
     pool = dev._pool
+    tokens = pool._lockq
 
-    class LatePool:
-        """The device's pool, whose free first lets the close run up to ``release_device``."""
-        def __getattr__(self, name):
-            return getattr(pool, name)
-
-        def free(self, ptr, *args):
+    class LateLock:
+        """The pool's lock token deque, whose first ``pop`` (the free taking the pool's
+        lock: ``Device.free`` does the pool's cached free inline) first lets the close
+        run up to ``release_device``."""
+        def pop(self):
+            pool._lockq = tokens
             closer.start()
             assert drained.wait(60) and pool.closed
-            return pool.free(ptr, *args)
+            return tokens.pop()
+
+        def append(self, token):
+            tokens.append(token)
 
     plugin.release_device = _held(plugin.release_device, drained, go)
-    dev._pool = LatePool()
+    pool._lockq = LateLock()
     try:
         with pytest.raises(osh.LifecycleError, match="free after close"):
             dev.free(p)

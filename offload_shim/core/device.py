@@ -168,6 +168,9 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
         # the live allocations are the pool's pointer table (no copy here)
         self._pool_options = dict(pool_options or {})
         self._pool = None
+        # the pool while the state is READY, None otherwise and under the pinning policy
+        # "mapped": alloc/free's one test before their inline hit path (device_memory.py)
+        self._hit_pool = None
         self._closing = False                       # the owner's shutdown() has begun
         # live exports of this device's arrays (offload_shim.core.array: DLPack capsules
         # not yet ended, arrays whose __cuda_array_interface__ was read); a teardown
@@ -301,6 +304,7 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
                 self.plugin.release_device(self.index)
                 raise
             self._state = DeviceState.READY
+            self._hit_pool = None if self._pin_mapped_policy else self._pool
             log.debug("%s: initialised (%d images loaded)", self.label, len(self._images))
 
     def deinit(self) -> tuple[int, int]:
@@ -366,6 +370,7 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
 
     def _teardown(self, final: DeviceState) -> tuple[int, int]:
         with self._flight:
+            self._hit_pool = None
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
         if self._views_exported:
@@ -373,6 +378,7 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
             # nothing was torn down yet: the device stays as it was
             with self._flight:
                 self._state = DeviceState.READY
+                self._hit_pool = None if self._pin_mapped_policy else self._pool
             self._closing = False
             self._refuse_if_viewed()
         if self._pinned is not None:

@@ -16,6 +16,13 @@ host buffer raises ValueError.  Allocation goes through the device's
 it (:meth:`~offload_shim.memory.pinned.PinnedRegistry.on_map`/``on_unmap``;
 gcc-patches -foffload-memory=pinned).  The copies compiled code needs beyond these
 are :class:`~.compiled.CompiledCodeForms`.
+
+``alloc`` and ``free`` run the pool's hit path themselves (``MemoryManager.allocate``'s
+hit and ``MemoryManager.free``'s cached free, the same steps in the same lock round trip)
+rather than calling it: a Python frame less per call, the larger part of what a
+``Device`` pair cost above a pool pair (docs/benchmarks.md "Issue 29's pool targets").
+Everything else goes to the pool's slow paths (``_allocate_other``, ``_free_other``).  A
+change of the pool's hit path must be made in both places.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import operator
 
 from ..abi.buffers import host_view as _host_view, new_buffer
 from ..errors import LifecycleError, UnknownPointerError
+from ..memory.records import HITS as _HITS
 from .device_state import READY as _READY, DeviceState, check_size as _check_size
 
 __all__ = ["DeviceMemory"]
@@ -91,10 +99,53 @@ class DeviceMemory:
         A cache hit calls no plugin, so it takes no in-flight token: the
         pool's lock orders it against a concurrent deinit's drain (after
         which the drained pool refuses with LifecycleError)."""
-        if self._state is not _READY:
-            _check_size(size)
-            self._ready()
-        return self._pool.allocate(size)
+        pool = self._hit_pool                   # the pool when READY (not "mapped")
+        if pool is None:
+            if self._state is not _READY:
+                _check_size(size)
+                self._ready()
+            pool = self._pool
+        # MemoryManager.allocate's hit path, inlined (one Python frame less per call;
+        # memory/manager.py explains each step, and its tests and this module's run
+        # both): a hit in one round trip of the pool's lock, anything else after it
+        lockq = pool._lockq
+        try:
+            lockq.pop()
+        except IndexError:
+            pool._lock.wait_token()
+        try:
+            if pool._parcel is not None:
+                pool._unpark_locked()
+            try:
+                fl = pool._free.get(size)
+            except TypeError:
+                fl = None
+            if fl and type(size) is int or (
+                    pool._index is not None and type(size) is int and 0 < size <= pool._pool_max
+                    and (fl := pool._index.larger(size, pool._free))):
+                if pool._newest_first:
+                    block = fl.pop()
+                    block.requested = size
+                else:
+                    block = fl.popleft()
+                ptr = block.ptr
+                pool._live[ptr] = block
+                pool._acc = acc = pool._acc + block.hit_step
+                if acc > pool._peak_acc:
+                    pool._peak_acc = acc | _HITS
+                if pool._log is None:
+                    return ptr
+                pool._log.record("alloc", size, ptr, True, {"block": block.size})
+            else:
+                ptr = 0
+        finally:
+            lockq.append(True)
+            if pool._lock.waiting:
+                pool._lock.wake()
+        if ptr:
+            pool._log.flush()
+            return ptr
+        return pool._allocate_other(size)
 
     def free(self, ptr: int) -> None:
         """Free a pointer returned by :meth:`alloc`.  ``0`` (and ``None``) is a no-op;
@@ -119,33 +170,78 @@ class DeviceMemory:
             if ptr is None:                     # NULL, as the memory manager takes it
                 return
             ptr = _as_int(ptr, "device pointer")
-        if not ptr:
-            return
         if self._array_blocks and ptr in self._array_blocks:
             raise UnknownPointerError(
                 f"{self.label}: {ptr:#x} is the memory of a device array (Device.empty/"
                 f"asarray); free it with DeviceArray.free(), not Device.free()",
                 device=self.label)
-        if self._state is not _READY:
-            if self._state is DeviceState.CLOSED or self._closing:
-                raise self._free_after_close()
-            # not initialised: nothing is live, and a stale pointer must not
-            # initialise the device
-            self._unknown_pointer(ptr)
-        try:
-            if not self._pin_mapped_policy:
-                self._pool.free(ptr)
+        pool = self._hit_pool                   # the pool when READY (not "mapped")
+        if pool is None:
+            if not ptr:
                 return
+            if self._state is not _READY:
+                if self._state is DeviceState.CLOSED or self._closing:
+                    raise self._free_after_close()
+                # not initialised: nothing is live, and a stale pointer must not
+                # initialise the device
+                self._unknown_pointer(ptr)
+            if self._pin_mapped_policy:
+                return self._free_mapped(ptr)
+            pool = self._pool
+        # MemoryManager.free's cached free (strict), inlined as in alloc
+        lockq = pool._lockq
+        try:
+            lockq.pop()
+        except IndexError:
+            pool._lock.wait_token()
+        try:
+            if pool._parcel is not None:
+                pool._unpark_locked()
+            block = pool._live.pop(ptr, None)
+            if block is not None:
+                fl = block.cache_list
+                if fl is not None:
+                    pool._acc -= block.free_step
+                    fl.append(block)
+                    if pool._log is None:
+                        return
+                    pool._log.record("free", block.size, ptr, True)
+                else:
+                    pool._live[ptr] = block     # the other path books it
+                    block = None
+        finally:
+            lockq.append(True)
+            if pool._lock.waiting:
+                pool._lock.wake()
+        if block is not None:           # cached, with an event log
+            pool._log.flush()
+            return
+        try:
+            pool._free_other(ptr, None)
+        except LifecycleError:
+            self._freed_by_teardown(ptr)
+
+    def _free_mapped(self, ptr):
+        """:meth:`free` under the pinning policy ``"mapped"``: the free and the unpin
+        inside the device's plugin-call guard."""
+        if not ptr:
+            return
+        try:
             with self._plugin_calls:            # unpinning may call the plugin
                 self._pool.free(ptr)
                 self._pinned.on_unmap(self, ptr)
         except LifecycleError:
-            if self._state is DeviceState.CLOSED or self._closing:
-                raise self._free_after_close() from None
-            raise UnknownPointerError(
-                f"{self.label}: pointer {ptr:#x} was freed by a deinit that ran "
-                f"concurrently (the device drains its pool before deinit_device)",
-                device=self.label) from None
+            self._freed_by_teardown(ptr)
+
+    def _freed_by_teardown(self, ptr):
+        """A free the pool refused with LifecycleError: after (or during) close, a
+        free after close; else the block was drained by a concurrent deinit."""
+        if self._state is DeviceState.CLOSED or self._closing:
+            raise self._free_after_close() from None
+        raise UnknownPointerError(
+            f"{self.label}: pointer {ptr:#x} was freed by a deinit that ran "
+            f"concurrently (the device drains its pool before deinit_device)",
+            device=self.label) from None
 
     def _free_after_close(self):
         return LifecycleError(f"{self.label}: free after close (the runtime freed every "

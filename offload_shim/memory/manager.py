@@ -70,6 +70,11 @@ paths take its token deque ``_lockq`` directly):
   failed allocation deadlocked the exit).  ``tests/test_pool_records.py`` checks both
   on the source.
 
+``Device.alloc``/``Device.free`` (``core/device_memory.py``) run a copy of the hit path
+of :meth:`MemoryManager.allocate` and the cached free of :meth:`MemoryManager.free` on
+the device's pool (a Python frame less per call): a change of either must be made there
+too.
+
 PyTorch's ``CUDACachingAllocator`` writes its rule as "public methods take the mutex,
 private ones do not"; here the slow paths must drop the lock around every backend
 call, so the mark is the ``_locked`` suffix rather than publicness.  Paths that call
@@ -315,14 +320,14 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         :class:`LifecycleError` after :meth:`drain` or when ``guard``
         refuses, and whatever ``backend_alloc`` raises.
         """
-        if type(size) is not int or size <= 0 or size > self._pool_max:
-            return self._allocate_other(size)
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
         # (with a wake-up when a thread sleeps for it).  No
         # closed check: drain() empties the free lists, so afterwards every request
-        # misses, and the miss path checks.
+        # misses, and the miss path checks.  No size check before the lock: only int
+        # sizes 1..threshold have free lists, so a hit is a pooled size once the key
+        # is an int; anything else is checked after the round trip (_allocate_other).
         lockq = self._lockq
         try:
             lockq.pop()
@@ -331,8 +336,13 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         try:
             if self._parcel is not None:
                 self._unpark_locked()
-            fl = self._free.get(size)
-            if fl or self._index is not None and (fl := self._index.larger(size, self._free)):
+            try:
+                fl = self._free.get(size)
+            except TypeError:           # unhashable: not a size (_allocate_other says so)
+                fl = None
+            if fl and type(size) is int or (  # binned: else a larger size of the class
+                    self._index is not None and type(size) is int and 0 < size <= self._pool_max
+                    and (fl := self._index.larger(size, self._free))):
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
@@ -358,7 +368,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if ptr:
             self._log.flush()
             return ptr
-        return self._allocate_miss(size, True)
+        return self._allocate_other(size)
 
     def allocate_many(self, sizes) -> list:
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
@@ -420,8 +430,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         return out
 
     def _allocate_other(self, size):
-        """Requests that are not a pooled int size: checked, then size 0,
-        a pooled size given as another integer type, or a bypass."""
+        """:meth:`allocate` after a lock round trip without a hit: ``size`` checked,
+        then size 0, a miss of a pooled size, a pooled size given as another integer
+        type (tried again), or a bypass."""
         if type(size) is not int:
             if isinstance(size, bool):
                 raise TypeError("size must be an int (bytes), not bool")
@@ -430,12 +441,14 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             except TypeError:
                 raise TypeError(f"size must be an int (bytes), not "
                                 f"{type(size).__name__}") from None
+            if 0 < size <= self._pool_max:
+                return self.allocate(size)
         if size <= 0:
             if size == 0:
                 return 0
             raise ValueError(f"size must be >= 0 bytes, got {size}")
         if size <= self._pool_max:
-            return self.allocate(size)
+            return self._allocate_miss(size, True)
         if size > MAX_SIZE:         # never pooled: threshold <= MAX_SIZE
             raise ValueError(
                 f"size {size} bytes does not fit in the plugins' int64/size_t argument "
@@ -512,7 +525,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if bc is None:
                 bc = self._buckets[bucket] = BucketCounters(bucket)
             bc.obtained(size)
-        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step)
+        self._live[ptr] = Block(ptr, size, size, fl, bc, hit_step, step,
+                                fl if self._cacheable else None)
         if self._log is not None:
             self._log.record("alloc", size, ptr, False, {"block": size})
 
@@ -554,7 +568,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             # table and be cached as the key (and handed to the plugin later)
             ptr = _as_pointer(ptr)
         lockq = self._lockq     # see allocate: the lock's token deque, inlined
-        logged = False
         try:
             lockq.pop()
         except IndexError:
@@ -564,8 +577,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._unpark_locked()
             block = self._live.pop(ptr, None)
             if block is not None:
-                fl = block.free_list
-                if fl is not None and self._cacheable:
+                fl = block.cache_list
+                if fl is not None:
                     # a pooled block, no cap/poison: cache it (the hot path; with an
                     # event log, its event).  No closed check: drain() empties _live.
                     self._acc -= block.free_step
@@ -573,14 +586,14 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     if self._log is None:
                         return
                     self._log.record("free", block.size, ptr, True)
-                    logged = True
                 else:
                     self._live[ptr] = block     # the other path books it
+                    block = None
         finally:
             lockq.append(TOKEN)
             if self._lock.waiting:
                 self._lock.wake()
-        if logged:
+        if block is not None:           # cached, with an event log
             self._log.flush()
             return
         self._free_other(ptr, strict)

@@ -41,14 +41,18 @@ class Block:
     * ``hit_step``: what a hit adds to the accounting word (``size << SHIFT``, plus 1
       when hits are counted).
     * ``free_step``: what a free takes from it (``size << SHIFT``).
+    * ``cache_list``: ``free_list`` when a free caches the block on the spot (the
+      manager has no ``cache_limit`` and no debug ``poison``), else None: the one
+      test of a cached free.
 
     Only ``requested`` changes (a binned hit, under the manager's lock).  ``__slots__``:
     a field read is a slot read, as fast on the hit path as a tuple index."""
 
-    __slots__ = ("ptr", "requested", "size", "free_list", "bucket", "hit_step", "free_step")
+    __slots__ = ("ptr", "requested", "size", "free_list", "bucket", "hit_step", "free_step",
+                 "cache_list")
 
     def __init__(self, ptr: int, requested: int, size: int, free_list, bucket, hit_step: int,
-                 free_step: int):
+                 free_step: int, cache_list=None):
         self.ptr = ptr
         self.requested = requested
         self.size = size
@@ -56,6 +60,7 @@ class Block:
         self.bucket = bucket
         self.hit_step = hit_step
         self.free_step = free_step
+        self.cache_list = cache_list
 
     def __repr__(self) -> str:
         return (f"Block(ptr={self.ptr:#x}, requested={self.requested}, size={self.size}, "
