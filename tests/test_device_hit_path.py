@@ -1,0 +1,88 @@
+"""``Device.alloc`` / ``Device.free`` run the pool's hit path themselves
+(offload_shim/core/device_memory.py, a Python frame less per call): a second copy of
+``MemoryManager.allocate``'s hit and ``MemoryManager.free``'s cached free.  These tests
+drive the same random sequences through a device's ``alloc``/``free`` and through
+another device's pool directly (``MemoryManager.allocate``/``free``) on the bundled
+host plugin, and require the same answers: which earlier block each request gets back
+(pointers numbered in order of first appearance), the same errors and the same pool
+statistics.  (A pool with an event log: tests/test_pool_events.py.)"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import offload_shim as osh
+from offload_shim.memory import DEBUG_ENV, THRESHOLD_ENV
+
+SIZES = st.sampled_from([1, 8, 24, 64, 100, 512, 4096, 5000, 1 << 16, (1 << 20) + 1])
+OPS = st.lists(st.one_of(st.tuples(st.just("alloc"), SIZES),
+                         st.tuples(st.just("free"), st.integers(0, 40)),
+                         st.tuples(st.just("free_twice"), st.integers(0, 40)),
+                         st.tuples(st.just("free_null"), st.just(0))),
+               min_size=1, max_size=60)
+
+
+@pytest.fixture(autouse=True)
+def _no_pool_env(monkeypatch):
+    monkeypatch.delenv(THRESHOLD_ENV, raising=False)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+def _drive(alloc, free, ops):
+    """Apply ``ops``; returns the answers with pointers numbered by first sight."""
+    names: dict[int, int] = {}
+    live: list[int] = []
+    freed: list[int] = []
+    out = []
+    for op, arg in ops:
+        try:
+            if op == "alloc":
+                p = alloc(arg)
+                names.setdefault(p, len(names))
+                live.append(p)
+                out.append(("alloc", arg, names[p]))
+            elif op == "free_null":
+                free(0)
+                out.append(("free_null",))
+            elif op == "free":
+                if not live:
+                    continue
+                p = live.pop(arg % len(live))
+                free(p)
+                freed.append(p)
+                out.append(("free", names[p]))
+            else:                                   # a pointer freed before
+                if not freed:
+                    continue
+                p = freed[arg % len(freed)]
+                if p in live:
+                    continue                        # handed out again: not stale
+                free(p)
+                out.append(("free_twice", names[p], "accepted"))
+        except Exception as exc:                    # noqa: BLE001 - compared below
+            out.append((op, type(exc).__name__))
+    for p in live:
+        free(p)
+    return out
+
+
+def _stats(pool):
+    return pool.stats._asdict()
+
+
+@pytest.mark.parametrize("pool_opts", [{"policy": "exact"}, {"policy": "binned"},
+                                       {"policy": "exact", "stats": False}])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_device_alloc_free_answer_as_the_pool(bundled_path, pool_opts, ops):
+    with osh.Runtime([bundled_path], pool=dict(pool_opts)) as rt:
+        rt.register_image(osh.OffloadImage.sample())
+        d0, d1 = rt.devices[0], rt.devices[1]
+        d0.init()
+        d1.init()
+        got = _drive(d0.alloc, d0.free, ops)
+        want = _drive(d1.pool.allocate, d1.pool.free, ops)
+        assert got == want
+        assert _stats(d0.pool) == _stats(d1.pool)
