@@ -5,7 +5,12 @@ No timing is asserted: the targets live only in the benchmark's output."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import string
+import subprocess
+import time
 
 import pytest
 
@@ -74,6 +79,35 @@ def test_reference_runs_leave_no_image_copies(tiny):
     # per run and never removes it: the benchmark removes those of its reference runs
     # between repetitions (run_overhead.remove_copies_since)
     assert _LEFT["copies"] == []
+
+
+@pytest.mark.parametrize("stop", [subprocess.TimeoutExpired("prog", 600), KeyboardInterrupt()])
+def test_a_repetition_cut_short_removes_its_copies(monkeypatch, stop):
+    # a reference run timing out, or Ctrl-C, ends the repetition early: the copies its
+    # runs left are removed all the same (they were left in /tmp before)
+    made = []
+
+    def run_once(cmd, env, timeout=600.0):
+        if made:
+            raise stop
+        # what libomptarget 16's nextgen plugin leaves: /tmp/tmpfile_XXXXXX, closed
+        name = "tmpfile_" + "".join(random.choices(string.ascii_letters, k=6))
+        path = os.path.join(leftovers.COPY_DIR, name)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.utime(path, (time.time() - 60,) * 2)     # written a while ago: no settling
+        made.append(path)
+        return {"wall_s": 0.0, "cpu_s": 0.0, "rc": 0, "result": "", "loop_s": None,
+                "stderr": ""}
+    monkeypatch.setattr(ro, "run_once", run_once)
+    row = ro.Row("startup", (0,), "process", "no target region")
+    try:
+        with pytest.raises(type(stop)):
+            ro.measure({"startup": "/bin/true"}, [row], 2, "plugin.so", shim=["shim"])
+        assert made and not os.path.lexists(made[0])
+    finally:
+        for p in made:
+            if os.path.lexists(p):
+                os.unlink(p)
 
 
 def test_targets_and_tables(tiny):
