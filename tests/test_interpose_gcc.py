@@ -231,6 +231,61 @@ def test_gcc_registration_before_the_table_is_replayed(gcclibs):
     assert data["errors"] == []
 
 
+# a GCC registration from another thread reaches the lazy table while install() asks the
+# interposer for the registrations recorded before it (a ctypes call: other threads run)
+_REGISTERED_DURING_INSTALL = """
+import gc, json, weakref
+import offload_shim as osh
+from offload_shim.abi import gomp_interposer as g
+from offload_shim.interposer.gomp import target
+
+FAKE = (2, 4096, 5, 8192)           # version, host_table, target_type, target_data
+recorded = []                       # what the C side recorded (osh_gomp_registered)
+
+
+def on_register(self, unregister, version, host_table, ttype, tdata):
+    with self._lock:                # the record only: the fake host table is no memory
+        self.registrations += 1
+        self.gomp_registrations.append({"host_table": host_table, "target_data": tdata})
+    return g.OK
+
+
+real_set, tables = g.set_callbacks, []
+
+
+def set_callbacks(lib, table):
+    if table is not None:
+        tables.append(weakref.ref(table))
+    return real_set(lib, table)
+
+
+def registered(lib):
+    if len(tables) == 1 and not recorded:   # the lazy table is in: the call lands now
+        recorded.append(FAKE)
+        tables[0]().reg(0, *FAKE)
+    return list(recorded)
+
+
+target.GompSide.on_register = on_register
+g.set_callbacks, g.registered = set_callbacks, registered
+rt = osh.Runtime(bundled=True)
+with rt, osh.interpose(rt) as ip:
+    gc.collect()
+    out = {"alive": [w() is not None for w in tables],
+           "registrations": ip.gomp.registrations, "errors": list(ip.errors)}
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_a_registration_during_install_keeps_every_table_alive():
+    # the call installed the side's table; install() must not install another over it:
+    # the C side copies a table before it calls (native/interposer_gomp.c live_table), so
+    # a table replaced and freed could still be running another thread's call
+    data = _last_json(_run(_REGISTERED_DURING_INSTALL, []))
+    assert data["alive"] == [True, True] and data["registrations"] == 1
+    assert data["errors"] == []
+
+
 def test_gcc_fallback_is_libgomps_own(gcclibs):
     """gomp_target_fallback's fresh thread state, GOMP_parallel inside a region,
     nowait + depend, device(d): same output as plain libgomp, also under
