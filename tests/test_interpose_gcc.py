@@ -286,6 +286,36 @@ def test_a_registration_during_install_keeps_every_table_alive():
     assert data["errors"] == []
 
 
+# building the GCC host device fails (here: no bundled plugin for its GOMP view), after
+# _install() put in the LLVM side's table
+_HOST_DEVICE_FAILS = """
+import os, sys
+import offload_shim as osh
+from offload_shim.interposer import load_interposer
+from offload_shim.interposer.llvm.interface import Interposer
+lib = load_interposer()
+rt = osh.Runtime(bundled=True)
+Interposer.num_devices = lambda self: 7     # tells whether the C side reaches one
+os.environ["OFFLOAD_SHIM_NATIVE_DIR"] = sys.argv[1]
+try:
+    with osh.interpose(rt, gomp_host_device=True):
+        print("installed")
+except FileNotFoundError:
+    print("refused")
+print("omp_get_num_devices", lib.omp_get_num_devices())
+with osh.interpose(rt) as ip:                   # the runtime is free for another one
+    print("again", ip.gomp_fallbacks)
+"""
+
+
+def test_a_failed_interpose_leaves_no_callbacks_installed(tmp_path):
+    # interpose() that raises installed nothing the C side still calls: with no table
+    # omp_get_num_devices() is 0 (native/interposer.c), not the failed interposer's 7
+    proc = _run(_HOST_DEVICE_FAILS, [str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["refused", "omp_get_num_devices 0", "again 0"]
+
+
 def test_gcc_fallback_is_libgomps_own(gcclibs):
     """gomp_target_fallback's fresh thread state, GOMP_parallel inside a region,
     nowait + depend, device(d): same output as plain libgomp, also under
