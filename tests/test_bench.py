@@ -408,6 +408,14 @@ def test_only_naming_no_row_of_the_workloads_is_a_usage_error(capsys):
     assert rc == 2 and err.count("\n") == 1 and "--only 'pool:exact'" in err
 
 
+def test_only_with_a_workload_without_rows_says_so(capsys):
+    # lifecycle has no rows: the error named an empty list ("rows: ")
+    rc = cli_main(["bench", "--no-progress", "--workloads", "lifecycle", "--only", "host"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "--workloads lifecycle has no rows to pick" in err and "rows: )" not in err
+
+
 def _interrupt(sig, after, tmp_path):
     """Run ``python -m offload_shim.bench`` (quick profile, progress lines on
     stderr), send ``sig`` once the progress line ``after`` appears; returns

@@ -5,7 +5,13 @@ No timing is asserted: the targets live only in the benchmark's output."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import string
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -24,16 +30,33 @@ _LEFT: dict = {}        # what the `tiny` run left in /tmp
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(tmp_path_factory):
     if not shutil.which("clang-16"):
         pytest.skip("clang-16 not installed")
     need(NEXTGEN16, "the LLVM 16 x86_64 nextgen plugin")
+    work = tmp_path_factory.mktemp("bench-run")      # the programs stay there
     before = leftovers.copy_dir_names()
-    out = ro.run("tiny", only=["startup", "data-1", "nowait", "threads-8"])
+    out = ro.run("tiny", only=["startup", "data-1", "nowait", "threads-8"], workdir=work)
     new = leftovers.copies_since(before)
-    # what the run left: image copies that appeared meanwhile and that no process has
-    # open or mapped (a copy another process is loading now is not the run's)
-    _LEFT["copies"] = sorted(new - leftovers._in_use(new))
+    # what the run left: image copies that appeared meanwhile and hold the image of one
+    # of its programs -- other processes on the machine leave copies in /tmp all the
+    # time (a busy machine: dozens a minute), none of them of these programs
+    _LEFT["copies"] = _copies_of(new, [p for p in work.iterdir() if p.suffix != ".c"])
+    return out
+
+
+def _copies_of(paths, exes) -> list[str]:
+    """Those of ``paths`` whose bytes are the image of one of ``exes`` (the x86_64
+    plugins write the image out as it is embedded in the program)."""
+    blobs = [e.read_bytes() for e in exes]
+    out = []
+    for p in sorted(paths):
+        try:
+            data = Path(p).read_bytes()
+        except OSError:             # removed meanwhile
+            continue
+        if data and any(data in b for b in blobs):
+            out.append(p)
     return out
 
 
@@ -74,6 +97,35 @@ def test_reference_runs_leave_no_image_copies(tiny):
     # per run and never removes it: the benchmark removes those of its reference runs
     # between repetitions (run_overhead.remove_copies_since)
     assert _LEFT["copies"] == []
+
+
+@pytest.mark.parametrize("stop", [subprocess.TimeoutExpired("prog", 600), KeyboardInterrupt()])
+def test_a_repetition_cut_short_removes_its_copies(monkeypatch, stop):
+    # a reference run timing out, or Ctrl-C, ends the repetition early: the copies its
+    # runs left are removed all the same (they were left in /tmp before)
+    made = []
+
+    def run_once(cmd, env, timeout=600.0):
+        if made:
+            raise stop
+        # what libomptarget 16's nextgen plugin leaves: /tmp/tmpfile_XXXXXX, closed
+        name = "tmpfile_" + "".join(random.choices(string.ascii_letters, k=6))
+        path = os.path.join(leftovers.COPY_DIR, name)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.utime(path, (time.time() - 60,) * 2)     # written a while ago: no settling
+        made.append(path)
+        return {"wall_s": 0.0, "cpu_s": 0.0, "rc": 0, "result": "", "loop_s": None,
+                "stderr": ""}
+    monkeypatch.setattr(ro, "run_once", run_once)
+    row = ro.Row("startup", (0,), "process", "no target region")
+    try:
+        with pytest.raises(type(stop)):
+            ro.measure({"startup": "/bin/true"}, [row], 2, "plugin.so", shim=["shim"])
+        assert made and not os.path.lexists(made[0])
+    finally:
+        for p in made:
+            if os.path.lexists(p):
+                os.unlink(p)
 
 
 def test_targets_and_tables(tiny):

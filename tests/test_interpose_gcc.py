@@ -231,6 +231,91 @@ def test_gcc_registration_before_the_table_is_replayed(gcclibs):
     assert data["errors"] == []
 
 
+# a GCC registration from another thread reaches the lazy table while install() asks the
+# interposer for the registrations recorded before it (a ctypes call: other threads run)
+_REGISTERED_DURING_INSTALL = """
+import gc, json, weakref
+import offload_shim as osh
+from offload_shim.abi import gomp_interposer as g
+from offload_shim.interposer.gomp import target
+
+FAKE = (2, 4096, 5, 8192)           # version, host_table, target_type, target_data
+recorded = []                       # what the C side recorded (osh_gomp_registered)
+
+
+def on_register(self, unregister, version, host_table, ttype, tdata):
+    with self._lock:                # the record only: the fake host table is no memory
+        self.registrations += 1
+        self.gomp_registrations.append({"host_table": host_table, "target_data": tdata})
+    return g.OK
+
+
+real_set, tables = g.set_callbacks, []
+
+
+def set_callbacks(lib, table):
+    if table is not None:
+        tables.append(weakref.ref(table))
+    return real_set(lib, table)
+
+
+def registered(lib):
+    if len(tables) == 1 and not recorded:   # the lazy table is in: the call lands now
+        recorded.append(FAKE)
+        tables[0]().reg(0, *FAKE)
+    return list(recorded)
+
+
+target.GompSide.on_register = on_register
+g.set_callbacks, g.registered = set_callbacks, registered
+rt = osh.Runtime(bundled=True)
+with rt, osh.interpose(rt) as ip:
+    gc.collect()
+    out = {"alive": [w() is not None for w in tables],
+           "registrations": ip.gomp.registrations, "errors": list(ip.errors)}
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_a_registration_during_install_keeps_every_table_alive():
+    # the call installed the side's table; install() must not install another over it:
+    # the C side copies a table before it calls (native/interposer_gomp.c live_table), so
+    # a table replaced and freed could still be running another thread's call
+    data = _last_json(_run(_REGISTERED_DURING_INSTALL, []))
+    assert data["alive"] == [True, True] and data["registrations"] == 1
+    assert data["errors"] == []
+
+
+# building the GCC host device fails (here: no bundled plugin for its GOMP view), after
+# _install() put in the LLVM side's table
+_HOST_DEVICE_FAILS = """
+import os, sys
+import offload_shim as osh
+from offload_shim.interposer import load_interposer
+from offload_shim.interposer.llvm.interface import Interposer
+lib = load_interposer()
+rt = osh.Runtime(bundled=True)
+Interposer.num_devices = lambda self: 7     # tells whether the C side reaches one
+os.environ["OFFLOAD_SHIM_NATIVE_DIR"] = sys.argv[1]
+try:
+    with osh.interpose(rt, gomp_host_device=True):
+        print("installed")
+except FileNotFoundError:
+    print("refused")
+print("omp_get_num_devices", lib.omp_get_num_devices())
+with osh.interpose(rt) as ip:                   # the runtime is free for another one
+    print("again", ip.gomp_fallbacks)
+"""
+
+
+def test_a_failed_interpose_leaves_no_callbacks_installed(tmp_path):
+    # interpose() that raises installed nothing the C side still calls: with no table
+    # omp_get_num_devices() is 0 (native/interposer.c), not the failed interposer's 7
+    proc = _run(_HOST_DEVICE_FAILS, [str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["refused", "omp_get_num_devices 0", "again 0"]
+
+
 def test_gcc_fallback_is_libgomps_own(gcclibs):
     """gomp_target_fallback's fresh thread state, GOMP_parallel inside a region,
     nowait + depend, device(d): same output as plain libgomp, also under

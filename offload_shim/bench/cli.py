@@ -72,6 +72,9 @@ def _check_args(args) -> tuple:
             raise UsageError(f"{opt} must be between 0 and {MAX_LATENCY_NS:,} ns, got {v}")
     if args.only:
         rows = _rows_of(wls)
+        if not rows:
+            raise UsageError(f"--only: --workloads {','.join(wls)} has no rows to pick "
+                             f"(--only picks rows of {', '.join(WORKLOADS)}, run, record)")
         for o in args.only:
             if not any(o in name for name in rows):
                 raise UsageError(f"--only {o!r} matches no row of --workloads "

@@ -265,19 +265,23 @@ def measure(exes: dict, rows: list[Row], repeats: int, plugin: str, progress=Non
                 extra.setdefault("floors", []).append(run_floor.measure(n=500, rounds=3))
             except OSError as exc:          # no bundled plugin, no libc: no floor row
                 extra["floor_skipped"] = str(exc)
-        for r in rows:
-            for j in range(len(r.counts)):
-                order = RUNTIMES[::-1] if flip else RUNTIMES
-                flip = not flip
-                for rt in order:
-                    prog = [str(exes[r.name]), str(r.count(rt, j))]
-                    cmd = prog if rt == "libomptarget" else shim + prog
-                    samples[r.name][rt][j].append(run_once(cmd, env))
-                done += 1
-                if progress:
-                    progress(f"run: rep {rep + 1}/{repeats} {r.name} N={r.counts[j]}", done,
-                             total)
-        remove_copies_since(before)
+        try:
+            for r in rows:
+                for j in range(len(r.counts)):
+                    order = RUNTIMES[::-1] if flip else RUNTIMES
+                    flip = not flip
+                    for rt in order:
+                        prog = [str(exes[r.name]), str(r.count(rt, j))]
+                        cmd = prog if rt == "libomptarget" else shim + prog
+                        samples[r.name][rt][j].append(run_once(cmd, env))
+                    done += 1
+                    if progress:
+                        progress(f"run: rep {rep + 1}/{repeats} {r.name} N={r.counts[j]}",
+                                 done, total)
+        finally:
+            # also after a failed run (a timeout) or an interrupt: else the
+            # repetition's copies stay
+            remove_copies_since(before)
     return samples
 
 

@@ -78,7 +78,14 @@ class LazyGompSide:
                                "mismatch: rebuild the native library)")
         self._table, self._lib = table, lib
         if _gabi.registered(lib):       # one came in before the table: replay it now
-            self.side().install(lib)
+            side = self.side()
+            with self._build_lock:
+                # another thread's GOMP_* call through this module's table may have
+                # installed the side's own table since (_side_for_call): that one stays,
+                # a call may be running through it (a table replaced is freed)
+                if side._lib is None:
+                    side.install(lib, replay=False)
+            side.replay(lib)
 
     def _trampoline(self, name: str):
         failed = _BUILD_FAILED[name]

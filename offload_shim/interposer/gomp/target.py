@@ -190,8 +190,13 @@ class GompSide(GompApi):
             raise OffloadError("osh_gomp_set_callbacks rejected the table (struct size "
                                "mismatch: rebuild the native library)")
         self._table, self._lib, self.handlers = table, lib, handlers
-        if not replay:
-            return
+        if replay:
+            self.replay(lib)
+
+    def replay(self, lib) -> None:
+        """Register those of the registrations the interposer ``lib`` recorded (its
+        ``osh_gomp_registered``) that this side does not know yet: the ones that came
+        before a table was installed; one a table delivered is not registered again."""
         for version, host_table, ttype, tdata in _gabi.registered(lib):
             with self._lock:
                 known = any(r["host_table"] == host_table and r["target_data"] == tdata

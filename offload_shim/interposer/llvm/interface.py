@@ -572,6 +572,11 @@ def interpose(runtime, *, policy: str | None = None, gomp_host_device: bool = Fa
         runtime._attach_user("an active interposer", ip)
         ip._install()
     except BaseException:
+        # what _install() installed before it failed (building the GCC host device, in
+        # host-device mode, comes after the LLVM table): the C side must not go on
+        # calling an interposer that never was
+        ip._bridge.uninstall()
+        ip._gomp.uninstall()
         runtime._detach_user(ip)                # (a no-op when it never attached)
         with _active_lock:
             _active = None
