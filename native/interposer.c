@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "interposer_frame.h"
 #include "interposer_internal.h"
@@ -184,12 +185,14 @@ static void gil_drop(int st)
 #define CB(call) ({ int st_ = gil_take(); int r_ = (call); gil_drop(st_); r_; })
 
 static int embed_stopped;                 /* embed_stop ran (CPython stays initialised) */
+static int embed_failed;                  /* the boot failed (boot_failed): no stop either */
 static __thread int tls_starting;         /* this thread is running embed_start */
 
 static void embed_stop(void)
 {
   static int once;
-  if (!python_alive() || host_is_python || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+  if (!python_alive() || host_is_python || embed_failed ||
+      __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
     return;
   int st = p_gil_ensure();
   p_run("import offload_shim.interposer.embed as _osh_e\n_osh_e.stop(at_exit=True)\n");
@@ -433,6 +436,59 @@ static void signals_restore(void)
   }
 }
 
+/* The runtime could not be started (libpython not loaded, its embedding API missing, the
+ * boot's Python code failed: the offload_shim package cannot be imported -- a broken or
+ * half-reinstalled installation -- or the start raised past embed.start()).  The line
+ * saying so is printed; the program then runs without a device (the C side's answers
+ * with no callback table: host fallback), except under a mandatory offload policy, where
+ * it ends as its libomptarget ends when offloading is mandatory and cannot happen
+ * (LLVM 16 omptarget.cpp handleTargetOutcome: FATAL_MESSAGE0(1, "failure of target
+ * construct while offloading is mandatory"), then abort()) -- what embed.start() does for
+ * the failures it catches.  Without this, such a run printed one line and went on, the
+ * program's target regions running on the host with exit status 0. */
+static char runtime_name[32];
+
+static int name_is_lomp_19_22(struct dl_phdr_info *info, size_t size, void *unused)
+{
+  (void)size; (void)unused;
+  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  name = name ? name + 1 : info->dlpi_name;
+  return name && (strncmp(name, "libomptarget.so.19", 18) == 0 ||
+                  strncmp(name, "libomptarget.so.22", 18) == 0);
+}
+
+/* embed.py _policy: the run command's policy option (OFFLOAD_SHIM_RUN_OPTIONS, JSON
+ * written by offload_shim/cli/run.py run_environment), else OMP_TARGET_OFFLOAD,
+ * case-insensitive and trimmed, as libomp reads it */
+static int policy_mandatory(void)
+{
+  const char *opts = getenv("OFFLOAD_SHIM_RUN_OPTIONS");
+  const char *p = opts ? strstr(opts, "\"policy\": ") : NULL;
+  if (p && strncmp(p + 10, "null", 4) != 0)
+    return strncasecmp(p + 10, "\"mandatory\"", 11) == 0;
+  const char *env = getenv("OMP_TARGET_OFFLOAD");
+  if (!env)
+    return 0;
+  while (*env == ' ' || *env == '\t')
+    env++;
+  size_t n = strlen(env);
+  while (n && (env[n - 1] == ' ' || env[n - 1] == '\t' || env[n - 1] == '\n'))
+    n--;
+  return n == 9 && strncasecmp(env, "mandatory", 9) == 0;
+}
+
+static void boot_failed(void)
+{
+  embed_failed = 1;
+  if (!policy_mandatory())
+    return;
+  /* the program's release names itself: "omptarget" for 19.1 and 22.1 */
+  const char *name = dl_iterate_phdr(name_is_lomp_19_22, NULL) ? "omptarget" : "Libomptarget";
+  fprintf(stderr, "%s fatal error 1: failure of target construct while offloading is "
+          "mandatory\n", name);
+  abort();
+}
+
 static void embed_boot(void);
 static void embed_start(void)
 {
@@ -452,6 +508,7 @@ static void embed_boot(void)
     fprintf(stderr, "offload_shim: cannot load libpython (%s): %s; running without the "
             "Python runtime (no device)\n", path ? path : "OFFLOAD_SHIM_LIBPYTHON unset",
             path ? dlerror() : "");
+    boot_failed();
     return;
   }
   int (*is_init)(void) = (int (*)(void))dlsym(h, "Py_IsInitialized");
@@ -463,6 +520,7 @@ static void embed_boot(void)
   p_run = (int (*)(const char *))dlsym(h, "PyRun_SimpleString");
   if (!is_init || !init_ex || !save || !p_gil_ensure || !p_gil_release || !p_run) {
     fprintf(stderr, "offload_shim: %s lacks the embedding API\n", path);
+    boot_failed();
     return;
   }
   /* `import _signal` alone first, its handlers put back at once (signals_save): a
@@ -513,9 +571,11 @@ static void embed_boot(void)
     save();                               /* release the GIL for good */
   }
   __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);
-  if (rc != 0)
+  if (rc != 0) {
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
             "above); running without it (no device)\n");
+    boot_failed();
+  }
 }
 
 /* Start CPython once (a no-op on the thread that is starting it: a plugin's constructor

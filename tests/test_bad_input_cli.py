@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -302,6 +303,51 @@ def test_embed_start_failure_falls_back_otherwise(tmp_path, omp_prog):
     assert "on_device 0" in proc.stdout
     assert "Traceback" not in proc.stderr
     assert "embedded runtime failed to start" in proc.stderr
+    assert "mandatory" not in proc.stderr
+
+
+def _unimportable_env(tmp_path, policy_env):
+    """What ``offload-shim run`` gives the program, with an ``offload_shim`` package
+    ahead of the real one on the embedded interpreter's path that fails to import: the
+    runtime's own code is broken or half-installed (a ``pip install`` of the package
+    while programs start under ``run``)."""
+    from offload_shim.cli.run import run_environment
+    fake = tmp_path / "broken" / "offload_shim"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('offload_shim half-installed')\n")
+    env = run_environment()
+    env["OFFLOAD_SHIM_PYTHONPATH"] = str(fake.parent) + os.pathsep + env[
+        "OFFLOAD_SHIM_PYTHONPATH"]
+    env.update(policy_env)
+    return env
+
+
+@pytest.mark.parametrize("how", ["import", "libpython"])
+def test_boot_failure_is_fatal_under_mandatory(tmp_path, omp_prog, how):
+    """The embedded interpreter cannot import the runtime (or libpython cannot be
+    loaded): under a mandatory policy the program ends as its libomptarget ends when
+    offloading cannot happen.  It used to print one line and run every target region on
+    the host with exit status 0 (a generated program under a campaign that reinstalled
+    the package meanwhile: docs/fuzzing.md finding 6)."""
+    env = _unimportable_env(tmp_path, {"OMP_TARGET_OFFLOAD": "MANDATORY"})
+    if how == "libpython":
+        env["OFFLOAD_SHIM_LIBPYTHON"] = str(tmp_path / "libpython-none.so")
+    proc = subprocess.run([omp_prog], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr)
+    assert proc.stderr.rstrip().endswith(
+        "Libomptarget fatal error 1: failure of target construct while offloading is "
+        "mandatory"), proc.stderr
+    assert "on_device" not in proc.stdout          # never fell back to the host
+
+
+def test_boot_failure_falls_back_otherwise_with_one_traceback(tmp_path, omp_prog):
+    proc = subprocess.run([omp_prog], capture_output=True, text=True, timeout=120,
+                          env=_unimportable_env(tmp_path, {"OMP_TARGET_OFFLOAD": "default"}))
+    assert proc.returncode == 3, proc.stderr
+    assert "on_device 0" in proc.stdout
+    assert "embedded runtime failed to start (traceback above)" in proc.stderr
+    # the exit does not try the broken runtime again (a second traceback)
+    assert proc.stderr.count("Traceback") == 1, proc.stderr
     assert "mandatory" not in proc.stderr
 
 

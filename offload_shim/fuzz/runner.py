@@ -177,7 +177,7 @@ class Campaign:
                 cls = ("fixed_upstream" if got.fixed
                        else "nondeterministic" if again.key() != ref.key() else "offload_shim")
                 outputs = {f"{tc.name} reference": ref.render(),
-                           f"{tc.name} offload-shim run": got.render()}
+                           f"{tc.name} offload-shim run": got.render() + got.render_context()}
                 if cls == "nondeterministic":
                     outputs[f"{tc.name} reference again"] = again.render()
                 if got.fixed:
@@ -231,7 +231,7 @@ class Campaign:
             out[f"{tc.name} reference"] = self._outcome(exe, "0", False).render()
             if cls in ("offload_shim", "fixed_upstream"):
                 got = self._outcome(exe, "0", True)
-                out[f"{tc.name} offload-shim run"] = got.render()
+                out[f"{tc.name} offload-shim run"] = got.render() + got.render_context()
                 if got.fixed:
                     out[f"{tc.name} fixed upstream"] = sorted(got.fixed)
         return out
