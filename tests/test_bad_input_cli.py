@@ -295,13 +295,17 @@ def test_embed_start_failure_is_fatal_under_mandatory(tmp_path, omp_prog):
     assert "on_device" not in proc.stdout          # never fell back to the host
 
 
-def test_embed_start_failure_falls_back_otherwise(tmp_path, omp_prog):
-    """Default policy: one line, then libomptarget's no-device answers (host fallback)."""
+@pytest.mark.parametrize("broken, tracebacks", [("plugin", 0), ("import", 1)])
+def test_embed_start_failure_falls_back_otherwise(tmp_path, omp_prog, broken, tracebacks):
+    """Default policy: one line, then libomptarget's no-device answers (host fallback).
+    ``import``: the runtime's package cannot be imported (the boot's own traceback, once:
+    the exit does not try the broken runtime again)."""
+    make = _embed_env if broken == "plugin" else _unimportable_env
     proc = subprocess.run([omp_prog], capture_output=True, text=True, timeout=120,
-                          env=_embed_env(tmp_path, {"OMP_TARGET_OFFLOAD": "default"}))
+                          env=make(tmp_path, {"OMP_TARGET_OFFLOAD": "default"}))
     assert proc.returncode == 3, proc.stderr
     assert "on_device 0" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("Traceback") == tracebacks, proc.stderr
     assert "embedded runtime failed to start" in proc.stderr
     assert "mandatory" not in proc.stderr
 
@@ -338,17 +342,6 @@ def test_boot_failure_is_fatal_under_mandatory(tmp_path, omp_prog, how):
         "Libomptarget fatal error 1: failure of target construct while offloading is "
         "mandatory"), proc.stderr
     assert "on_device" not in proc.stdout          # never fell back to the host
-
-
-def test_boot_failure_falls_back_otherwise_with_one_traceback(tmp_path, omp_prog):
-    proc = subprocess.run([omp_prog], capture_output=True, text=True, timeout=120,
-                          env=_unimportable_env(tmp_path, {"OMP_TARGET_OFFLOAD": "default"}))
-    assert proc.returncode == 3, proc.stderr
-    assert "on_device 0" in proc.stdout
-    assert "embedded runtime failed to start (traceback above)" in proc.stderr
-    # the exit does not try the broken runtime again (a second traceback)
-    assert proc.stderr.count("Traceback") == 1, proc.stderr
-    assert "mandatory" not in proc.stderr
 
 
 # -- 4. LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD: what std::stoul takes whole, else an error --------
