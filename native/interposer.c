@@ -477,11 +477,30 @@ static int policy_mandatory(void)
   return n == 9 && strncasecmp(env, "mandatory", 9) == 0;
 }
 
+static int name_is_lomp(struct dl_phdr_info *info, size_t size, void *unused)
+{
+  (void)size; (void)unused;
+  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  name = name ? name + 1 : info->dlpi_name;
+  return name && strncmp(name, "libomptarget.so.", 16) == 0;
+}
+
+/* Only a program that maps a libomptarget (clang-built offload code) ends with its
+ * fatal message.  A GCC-built program maps libgomp alone: its GOMP_* and omp_* entry
+ * points pass through to libgomp without a callback table, and libgomp applies
+ * OMP_TARGET_OFFLOAD itself (GCC 12 target.c resolve_device: with no device, device 0
+ * is the initial device and a mandatory policy runs it on the host) -- the run then
+ * behaves as the program does without offload-shim.  It used to abort with
+ * libomptarget's message, a runtime the program does not use. */
 static void boot_failed(void)
 {
   embed_failed = 1;
-  if (!policy_mandatory())
+  /* the caller's line ends here: what happens next */
+  if (!policy_mandatory() || !dl_iterate_phdr(name_is_lomp, NULL)) {
+    fputs("; running without it (no device)\n", stderr);
     return;
+  }
+  fputs("\n", stderr);
   /* the program's release names itself: "omptarget" for 19.1 and 22.1 */
   const char *name = dl_iterate_phdr(name_is_lomp_19_22, NULL) ? "omptarget" : "Libomptarget";
   fprintf(stderr, "%s fatal error 1: failure of target construct while offloading is "
@@ -505,9 +524,8 @@ static void embed_boot(void)
   const char *path = getenv("OFFLOAD_SHIM_LIBPYTHON");
   void *h = path ? dlopen(path, RTLD_NOW | RTLD_GLOBAL) : NULL;
   if (!h) {
-    fprintf(stderr, "offload_shim: cannot load libpython (%s): %s; running without the "
-            "Python runtime (no device)\n", path ? path : "OFFLOAD_SHIM_LIBPYTHON unset",
-            path ? dlerror() : "");
+    fprintf(stderr, "offload_shim: cannot load libpython (%s): %s",
+            path ? path : "OFFLOAD_SHIM_LIBPYTHON unset", path ? dlerror() : "");
     boot_failed();
     return;
   }
@@ -519,7 +537,7 @@ static void embed_boot(void)
   p_gil_release = (void (*)(int))dlsym(h, "PyGILState_Release");
   p_run = (int (*)(const char *))dlsym(h, "PyRun_SimpleString");
   if (!is_init || !init_ex || !save || !p_gil_ensure || !p_gil_release || !p_run) {
-    fprintf(stderr, "offload_shim: %s lacks the embedding API\n", path);
+    fprintf(stderr, "offload_shim: %s lacks the embedding API", path);
     boot_failed();
     return;
   }
@@ -573,7 +591,7 @@ static void embed_boot(void)
   __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);
   if (rc != 0) {
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
-            "above); running without it (no device)\n");
+            "above)");
     boot_failed();
   }
 }

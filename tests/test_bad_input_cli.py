@@ -342,6 +342,46 @@ def test_boot_failure_is_fatal_under_mandatory(tmp_path, omp_prog, how):
         "Libomptarget fatal error 1: failure of target construct while offloading is "
         "mandatory"), proc.stderr
     assert "on_device" not in proc.stdout          # never fell back to the host
+    # the line before the fatal message does not promise a run without a device
+    assert "running without" not in proc.stderr, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def gcc_prog(tmp_path_factory):
+    """native/samples/omp_prog.c built by GCC 12 for the host alone (libgomp, no
+    libomptarget mapped)."""
+    import shutil
+    gcc = shutil.which("gcc-12")
+    if gcc is None:
+        pytest.skip("gcc-12 missing")
+    src = Path(__file__).resolve().parent.parent / "native" / "samples" / "omp_prog.c"
+    exe = tmp_path_factory.mktemp("gcc_prog_bad") / "gcc_prog"
+    proc = subprocess.run([gcc, "-fopenmp", "-foffload=disable", "-O1", str(src), "-o",
+                           str(exe)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"cannot build the sample with gcc-12: {proc.stderr[-2000:]}")
+    return str(exe)
+
+
+@pytest.mark.parametrize("how", ["import", "libpython", "plugin"])
+def test_boot_failure_of_a_gcc_program_leaves_the_policy_to_libgomp(tmp_path, gcc_prog,
+                                                                      how):
+    """A GCC-built program maps no libomptarget: when the embedded runtime cannot start,
+    its GOMP_* entry points pass through to libgomp, which applies OMP_TARGET_OFFLOAD=
+    mandatory itself (GCC 12 resolve_device: no device, device 0 is the initial device,
+    the region runs on the host).  The run ends as the program does without offload-shim,
+    with one line on stderr; it used to abort with libomptarget's fatal message."""
+    policy = {"OMP_TARGET_OFFLOAD": "mandatory"}
+    own = subprocess.run([gcc_prog], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **policy})
+    env = (_embed_env if how == "plugin" else _unimportable_env)(tmp_path, policy)
+    if how == "libpython":
+        env["OFFLOAD_SHIM_LIBPYTHON"] = str(tmp_path / "libpython-none.so")
+    proc = subprocess.run([gcc_prog], capture_output=True, text=True, timeout=120, env=env)
+    assert (proc.returncode, proc.stdout) == (own.returncode, own.stdout), proc.stderr
+    assert "fatal error" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("offload_shim:")]
+    assert len(lines) == 1 and "running without it" in lines[0], proc.stderr
 
 
 # -- 4. LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD: what std::stoul takes whole, else an error --------

@@ -67,12 +67,12 @@ def start(python_host: bool = False) -> None:
 
     When that fails (a plugin that cannot be loaded, no usable runtime...), one line
     ``offload_shim: the embedded runtime failed to start: ...`` goes to stderr, then:
-    under an ``OMP_TARGET_OFFLOAD=mandatory`` policy the program ends like its
-    libomptarget does when offloading is mandatory and cannot happen (``Libomptarget
+    under an ``OMP_TARGET_OFFLOAD=mandatory`` policy a program that maps a libomptarget
+    ends like its libomptarget does when offloading is mandatory and cannot happen (``Libomptarget
     fatal error 1: failure of target construct while offloading is mandatory``,
     ``omptarget ...`` for 19.1 and 22.1; ``abort()``);
-    otherwise it continues without a device (the interposer's "no device" answers:
-    host fallback)."""
+    otherwise (a GCC-built program: libgomp decides) it continues without a device
+    (the interposer's "no device" answers: host fallback)."""
     try:
         _start()
         if python_host:
@@ -85,9 +85,10 @@ def start(python_host: bool = False) -> None:
         except ValueError:
             pass
         sys.stdout.flush()
-        sys.stderr.write(f"offload_shim: the embedded runtime failed to start: "
-                         f"{type(exc).__name__}: {exc}\n")
-        if _policy(opts) == "mandatory":
+        line = (f"offload_shim: the embedded runtime failed to start: "
+                f"{type(exc).__name__}: {exc}")
+        if _policy(opts) == "mandatory" and _links_libomptarget():
+            sys.stderr.write(line + "\n")
             name = "Libomptarget"
             try:
                 from .llvm.profile import detect
@@ -98,8 +99,23 @@ def start(python_host: bool = False) -> None:
                              "while offloading is mandatory\n")
             sys.stderr.flush()
             os.abort()
-        sys.stderr.write("offload_shim: running without it (no device: host fallback)\n")
+        sys.stderr.write(line + "; running without it (no device: host fallback)\n")
         sys.stderr.flush()
+
+
+def _links_libomptarget() -> bool:
+    """True when a ``libomptarget.so.N`` is mapped (clang-built offload code): only then
+    does a failed start end the program with libomptarget's mandatory fatal message.  A
+    GCC-built program maps libgomp alone; its entry points pass through to libgomp
+    without a callback table, and libgomp applies ``OMP_TARGET_OFFLOAD`` itself (GCC 12
+    ``target.c`` ``resolve_device``: with no device, device 0 is the initial device and a
+    mandatory policy runs it on the host), as without offload-shim
+    (``native/interposer.c`` ``boot_failed`` decides the same way)."""
+    try:
+        from ..abi.interposer import loaded_libomptarget
+        return loaded_libomptarget() is not None
+    except Exception:  # noqa: BLE001 - when in doubt, the clang program's behaviour
+        return True
 
 
 def _start() -> None:
