@@ -320,6 +320,7 @@ def test_cli_json(capsys):
     (["--latency-free-ns", "-1"], "--latency-free-ns"),
     (["--latency-free-ns", str(10 ** 12)], "--latency-free-ns"),
     (["--only", "NO_SUCH_ROW"], "--only"),
+    (["--only", ""], "--only"),          # '' is in every name: it ran the whole bench
     (["--workloads", "hot,nope"], "--workloads"),
     (["--workloads", ","], "--workloads"),
 ])

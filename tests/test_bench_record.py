@@ -34,3 +34,8 @@ def test_rows_figures_and_traces(tiny):
     assert d1["trace_lines"] >= d1["counts"][1]           # a construct line per region
     table = rec.format_text(tiny)
     assert "run --record" in table and "data-1" in table
+    # tiny's counts measure nothing (a slope over 80 regions came out negative): the
+    # table says so first and gives no verdict
+    assert table.startswith("**Profile `tiny` is a smoke test"), table
+    assert all(line.rstrip().endswith("-") for line in table.splitlines()
+               if line.startswith(("startup ", "data-1 "))), table

@@ -76,6 +76,9 @@ def _check_args(args) -> tuple:
             raise UsageError(f"--only: --workloads {','.join(wls)} has no rows to pick "
                              f"(--only picks rows of {', '.join(WORKLOADS)}, run, record)")
         for o in args.only:
+            if not o.strip():
+                raise UsageError("--only: an empty ROW would match every row (name a "
+                                 f"row: {', '.join(rows)})")
             if not any(o in name for name in rows):
                 raise UsageError(f"--only {o!r} matches no row of --workloads "
                                  f"{','.join(wls)} (rows: {', '.join(rows)})")

@@ -419,8 +419,10 @@ def _ratio(a, b):
     return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
 
-def check_targets(rows: dict) -> list[dict]:
-    """PASS/MISS/N/A per entry of :data:`TARGETS` (the figure, its limit)."""
+def check_targets(rows: dict, smoke: bool = False) -> list[dict]:
+    """PASS/MISS/N/A per entry of :data:`TARGETS` (the figure, its limit); every one
+    N/A on a smoke profile (``tiny``, :data:`~.config.SMOKE_PROFILES`: its counts are
+    too small to measure anything -- a slope over 80 regions can come out negative)."""
     res = []
     for name, figure, limit, meaning in TARGETS:
         fig = rows.get(name)
@@ -428,8 +430,8 @@ def check_targets(rows: dict) -> list[dict]:
         if fig is not None:
             val = (fig["offload-shim"].get(figure) if figure in ("wall_s", "cpu_s")
                    else fig.get(figure))
-        status = "N/A" if val is None else ("PASS" if val <= limit else "MISS")
-        if fig is not None and fig.get("errors"):
+        status = "N/A" if val is None or smoke else ("PASS" if val <= limit else "MISS")
+        if fig is not None and fig.get("errors") and not smoke:
             status = "MISS" if status != "N/A" else status
         res.append({"row": name, "figure": figure, "limit": limit, "value": val,
                     "status": status, "target": meaning})
@@ -478,7 +480,8 @@ def run(profile: str = "quick", *, only=None, repeats: int | None = None,
     loads = [x for x in extra.get("loads", []) if x is not None]
     out["meta"]["loadavg_per_repetition"] = [min(loads), statistics.median(loads),
                                              max(loads)] if loads else None
-    out["targets"] = check_targets(out["rows"])
+    from .config import SMOKE_PROFILES
+    out["targets"] = check_targets(out["rows"], smoke=profile in SMOKE_PROFILES)
     out["meta"]["loadavg_after"] = _loadavg()
     out["meta"]["seconds"] = round(time.monotonic() - t_start, 1)
     return out
@@ -505,6 +508,16 @@ def _rng(r, fmt="{:.1f}"):
     return "-" if not r or r[0] is None else " / ".join(fmt.format(x) for x in r)
 
 
+def smoke_note(profile: str) -> list[str]:
+    """The line a smoke profile's tables start with (docs/benchmarks.md "Profiles")."""
+    from .config import SMOKE_PROFILES
+    if profile not in SMOKE_PROFILES:
+        return []
+    return [f"**Profile `{profile}` is a smoke test of the harness: its counts are too "
+            "small to measure anything (a slope can come out negative); the figures "
+            "below are not results and no target is judged.**", ""]
+
+
 def format_markdown(out) -> str:
     """The tables of the ``run`` workload (Markdown)."""
     m = out["meta"]
@@ -518,6 +531,7 @@ def format_markdown(out) -> str:
              f"`{m['plugin']}`; both runtimes interleaved, run after run.", ""]
     if out.get("skipped"):
         return "\n".join(lines + [f"Skipped: {out['skipped']}", ""])
+    lines += smoke_note(m["profile"])
     rows = out["rows"]
     lines += ["Per construct (slope between the two counts N1, N2 -- offload-shim's; the real "
               "libomptarget runs more iterations at N2, in parentheses; medians; µs):", "",
@@ -567,7 +581,8 @@ def format_markdown(out) -> str:
             f"{_rng(f.get('cpu_ratio_range'), '{:.2f}')} |")
     lines += ["", "Targets:", "", "| target | value | status |", "|---|---|---|"]
     for t in out["targets"]:
-        unit = " s" if t["figure"] in ("wall_s", "cpu_s") else "x"
+        unit = "" if t["value"] is None else (
+            " s" if t["figure"] in ("wall_s", "cpu_s") else "x")
         lines.append(f"| {t['target']} | {_f(t['value'], '{:.3f}')}{unit} | {t['status']} |")
     errs = [(n, e) for n, f in rows.items() for e in f.get("errors", [])]
     if errs:
@@ -695,7 +710,7 @@ def write_outputs(out, directory) -> dict:
             "plots": plot(out, d)}
 
 
-__all__ = ["BEGIN_MARK", "END_MARK", "RUNTIMES", "Row", "Skip", "TARGETS", "build",
+__all__ = ["BEGIN_MARK", "END_MARK", "RUNTIMES", "Row", "Skip", "TARGETS", "build", "smoke_note",
            "check_targets", "format_markdown", "format_text", "measure", "plot",
            "main_from_bench", "rows_for", "run", "run_once", "source", "summarise",
            "update_docs", "write_outputs"]
