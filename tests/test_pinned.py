@@ -177,6 +177,25 @@ def test_refcount_and_overlap_rules_match_model(seq):
     del buf
 
 
+def test_is_pinned_takes_what_pin_takes():
+    # a buffer object, as pin() takes it; a numpy array failed inside bisect with
+    # numpy's "truth value of an array" ValueError
+    np = pytest.importorskip("numpy")
+    a = np.zeros(4 * PAGE, dtype=np.uint8)
+    with pm.PinnedRegistry() as reg:
+        assert not reg.is_pinned(a)
+        reg.pin(a)
+        assert reg.is_pinned(a) and reg.is_pinned(a[PAGE:]) and reg.is_pinned(a, 16)
+        assert reg.is_pinned(a.ctypes.data) and reg.is_pinned(a.ctypes.data, 4 * PAGE)
+        assert not reg.is_pinned(a.ctypes.data, 4 * PAGE + 1)
+        with pytest.raises(ValueError, match="C-contiguous"):
+            reg.is_pinned(a[::2])
+        with pytest.raises(TypeError):
+            reg.is_pinned("not a buffer")
+        reg.unpin(a)
+        assert not reg.is_pinned(a)
+
+
 def test_pin_errors_and_buffer_forms():
     buf = page_buf(4)
     with pm.PinnedRegistry() as reg:

@@ -332,9 +332,17 @@ class PinnedRegistry:
                            if self._held(dom, dom.entries[s]))
             return out
 
-    def is_pinned(self, addr: int, size: int = 1, *, device=None) -> bool:
+    def is_pinned(self, addr, size: int | None = None, *, device=None) -> bool:
         """True when [addr, addr+size) lies inside one pinned range of ``device``
-        (not a stale one: module docstring)."""
+        (not a stale one: module docstring).  ``addr``: an int address (``size``
+        defaults to 1 byte) or a C-contiguous buffer object, as :meth:`pin` takes
+        (``size`` defaults to its length; a numpy array used to fail inside
+        ``bisect`` with numpy's "truth value of an array" ValueError).  Raises
+        TypeError / ValueError as :meth:`pin` does for a bad buffer."""
+        if isinstance(addr, int) and not isinstance(addr, bool):
+            size = 1 if size is None else size
+        else:
+            addr, size, _keep = address_of(addr, size)
         with self._lock:
             dom = self._domains.get(device)
             if dom is None:
