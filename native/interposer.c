@@ -497,7 +497,7 @@ static void boot_failed(void)
   embed_failed = 1;
   /* the caller's line ends here: what happens next */
   if (!policy_mandatory() || !dl_iterate_phdr(name_is_lomp, NULL)) {
-    fputs("; running without it (no device)\n", stderr);
+    fputs("; running without the Python runtime (no device)\n", stderr);
     return;
   }
   fputs("\n", stderr);
