@@ -492,15 +492,26 @@ static int name_is_lomp(struct dl_phdr_info *info, size_t size, void *unused)
  * is the initial device and a mandatory policy runs it on the host) -- the run then
  * behaves as the program does without offload-shim.  It used to abort with
  * libomptarget's message, a runtime the program does not use. */
+static void mandatory_fatal(void);
+static int failed_is_fatal(void)
+{
+  return policy_mandatory() && dl_iterate_phdr(name_is_lomp, NULL);
+}
+
 static void boot_failed(void)
 {
-  embed_failed = 1;
+  __atomic_store_n(&embed_failed, 1, __ATOMIC_RELEASE);
   /* the caller's line ends here: what happens next */
-  if (!policy_mandatory() || !dl_iterate_phdr(name_is_lomp, NULL)) {
+  if (!failed_is_fatal()) {
     fputs("; running without the Python runtime (no device)\n", stderr);
     return;
   }
   fputs("\n", stderr);
+  mandatory_fatal();
+}
+
+static void mandatory_fatal(void)
+{
   /* the program's release names itself: "omptarget" for 19.1 and 22.1 */
   const char *name = dl_iterate_phdr(name_is_lomp_19_22, NULL) ? "omptarget" : "Libomptarget";
   fprintf(stderr, "%s fatal error 1: failure of target construct while offloading is "
@@ -589,6 +600,10 @@ static void embed_boot(void)
     save();                               /* release the GIL for good */
   }
   __atomic_store_n(&embed_active, 1, __ATOMIC_RELEASE);
+  if (rc == 0 && !__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE))
+    /* embed.start() failed and said so itself (and ended the program when that was
+     * fatal): entry points reached later treat it as a failed boot */
+    __atomic_store_n(&embed_failed, 1, __ATOMIC_RELEASE);
   if (rc != 0) {
     fprintf(stderr, "offload_shim: the embedded runtime failed to start (traceback "
             "above)");
@@ -598,14 +613,30 @@ static void embed_boot(void)
 
 /* Start CPython once (a no-op on the thread that is starting it: a plugin's constructor
  * may call exit(), whose handlers then reach an entry point on this same thread) */
-static void ensure_python(void)
+static void ensure_python_once(void)
 {
   if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE) && !tls_starting)
     pthread_once(&embed_once, embed_start);
 }
 
+/* For the LLVM entry points: after a failed boot, a mandatory policy is fatal once a
+ * libomptarget is mapped -- also when the boot failed before one was (a Python host that
+ * loaded a GCC offload library first, then a clang one: the clang library's regions ran
+ * on the host with exit status 0).  Only on the path without a callback table. */
+static void ensure_python(void)
+{
+  if (!__atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE) && !tls_starting) {
+    pthread_once(&embed_once, embed_start);
+    if (__atomic_load_n(&embed_failed, __ATOMIC_ACQUIRE) && failed_is_fatal()) {
+      fflush(stdout);
+      mandatory_fatal();
+    }
+  }
+}
+
 /* interposer_internal.h */
 void osh_ip_ensure_python(void) { ensure_python(); }
+void osh_ip_ensure_python_gomp(void) { ensure_python_once(); }
 int osh_ip_gil_take(void) { return gil_take(); }
 void osh_ip_gil_drop(int st) { gil_drop(st); }
 int osh_ip_python_stopped(void) { return __atomic_load_n(&embed_stopped, __ATOMIC_ACQUIRE); }

@@ -196,7 +196,7 @@ OSH_EXPORT void GOMP_offload_register_ver(unsigned version, const void *host_tab
                                           int target_type, const void *target_data)
 {
   osh_ip_count(C_GOMP_REG);
-  osh_ip_ensure_python();
+  osh_ip_ensure_python_gomp();
   pthread_mutex_lock(&glock);
   if (num_gregs < MAX_GREG)
     gregs[num_gregs++] = (struct greg){version, (uintptr_t)host_table,
@@ -253,7 +253,7 @@ static int gomp_decide(int kind, int device, void (*fn)(void *), size_t mapnum,
                        void **depend, void **args)
 {
   osh_ip_count(kind == K_TARGET ? C_GOMP_TARGET : C_GOMP_DATA);
-  osh_ip_ensure_python();
+  osh_ip_ensure_python_gomp();
   osh_gomp_decide_fn f = live_table().decide;
   int rc = f ? OSH_IP_CB(f(kind, device, (void *)fn, mapnum, hostaddrs, (uint64_t *)sizes,
                            (uint16_t *)kinds, flags, depend, args))
@@ -517,7 +517,7 @@ OSH_EXPORT void GOMP_target_enter_exit_data(int device, size_t mapnum, void **ho
 /* ---- GCC's device API routines (OMP_4.0 / OMP_4.5 / OMP_5.0 / OMP_5.0.2) ------------ */
 static int api_on(void)
 {
-  osh_ip_ensure_python();
+  osh_ip_ensure_python_gomp();
   return __atomic_load_n(&gomp_host_device, __ATOMIC_ACQUIRE) && live_table().api;
 }
 

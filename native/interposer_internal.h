@@ -16,6 +16,8 @@ enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRE
 void osh_ip_count(int which);
 /* start the embedded CPython of offload-shim run once, if asked for and not running */
 void osh_ip_ensure_python(void);
+/* the GCC entry points': a failed boot leaves OMP_TARGET_OFFLOAD to libgomp */
+void osh_ip_ensure_python_gomp(void);
 /* take / release the GIL when this library started CPython (no-op otherwise: ctypes
  * callbacks take it themselves) */
 int osh_ip_gil_take(void);

@@ -317,7 +317,7 @@ def _unimportable_env(tmp_path, policy_env):
     while programs start under ``run``)."""
     from offload_shim.cli.run import run_environment
     fake = tmp_path / "broken" / "offload_shim"
-    fake.mkdir(parents=True)
+    fake.mkdir(parents=True, exist_ok=True)
     (fake / "__init__.py").write_text("raise ImportError('offload_shim half-installed')\n")
     env = run_environment()
     env["OFFLOAD_SHIM_PYTHONPATH"] = str(fake.parent) + os.pathsep + env[
@@ -382,6 +382,45 @@ def test_boot_failure_of_a_gcc_program_leaves_the_policy_to_libgomp(tmp_path, gc
     assert "fatal error" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("offload_shim:")]
     assert len(lines) == 1 and "running without" in lines[0], proc.stderr
+
+
+def test_boot_failure_before_a_clang_library_is_loaded_is_fatal_at_its_registration(
+        tmp_path, gcc_prog):
+    """A Python host loads a GCC offload library (the boot starts and fails, no
+    libomptarget mapped yet: libgomp's policy, the program goes on), then a clang one:
+    under a mandatory policy its registration ends the program with libomptarget's fatal
+    message instead of running its regions on the host with exit status 0."""
+    from test_interpose import _clang
+    src = Path(__file__).resolve().parent.parent / "native" / "samples" / "omp_regions.c"
+    clang_lib, gcc_lib = tmp_path / "libclang_regions.so", tmp_path / "libgcc_regions.so"
+    for cmd in ([_clang(), "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                 "-Xoffload-linker", "-Bsymbolic", "-shared", "-fPIC", "-O1",
+                 "-Wl,-Bsymbolic", str(src), "-o", str(clang_lib)],
+                ["gcc-12", "-fopenmp", "-foffload=disable", "-shared", "-fPIC", "-O1",
+                 str(src), "-o", str(gcc_lib)]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    host = textwrap.dedent("""
+        import ctypes, sys
+        for path in sys.argv[1:]:
+            f = ctypes.CDLL(path).osh_region_on_device
+            f.restype = ctypes.c_int64
+            print(path, f(), flush=True)
+    """)
+    for policy, fatal in (("mandatory", True), ("default", False)):
+        env = _unimportable_env(tmp_path, {"OMP_TARGET_OFFLOAD": policy})
+        proc = subprocess.run([sys.executable, "-c", host, str(gcc_lib), str(clang_lib)],
+                              capture_output=True, text=True, timeout=120, env=env)
+        if fatal:
+            assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr)
+            assert proc.stderr.rstrip().endswith("Libomptarget fatal error 1: failure of "
+                                                 "target construct while offloading is "
+                                                 "mandatory"), proc.stderr
+            assert str(clang_lib) not in proc.stdout       # never ran on the host
+        else:
+            assert proc.returncode == 0, proc.stderr
+            assert f"{clang_lib} 0" in proc.stdout
+        assert f"{gcc_lib} 0" in proc.stdout               # the GCC library ran first
 
 
 # -- 4. LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD: what std::stoul takes whole, else an error --------
