@@ -59,6 +59,10 @@ def test_policy_default_and_env(monkeypatch, bundled_path):
     monkeypatch.setenv(pm.PINNED_ENV, "bogus")
     with pytest.raises(ValueError, match="pinned policy"):
         osh.Runtime([bundled_path])
+    # not a name at all: a TypeError naming the type (it was a ValueError)
+    for bad in (3, True, b"all"):
+        with pytest.raises(TypeError, match="pinned policy"):
+            osh.Runtime([bundled_path], pinned=bad)
 
 
 def test_creating_a_runtime_pins_nothing(bundled_path):

@@ -197,9 +197,13 @@ PIN_POLICIES = ("none", "mapped", "all")
 
 
 def resolve_pin_policy(policy: str | None) -> str:
-    """``policy`` or ``$OFFLOAD_SHIM_PINNED`` or ``"none"``.  Raises ValueError
-    for anything not in :data:`PIN_POLICIES`.  Also importable as
+    """``policy`` or ``$OFFLOAD_SHIM_PINNED`` or ``"none"``.  Raises TypeError for a
+    ``policy`` that is neither None nor a str, ValueError for a name not in
+    :data:`PIN_POLICIES`.  Also importable as
     ``offload_shim.memory.pinned.resolve_policy``."""
+    if policy is not None and not isinstance(policy, str):
+        raise TypeError(f"pinned policy must be one of {PIN_POLICIES} (a str) or None, "
+                        f"not {type(policy).__name__} {policy!r}")
     if policy is None:
         policy = os.environ.get(PINNED_ENV, "").strip().lower() or "none"
     if policy not in PIN_POLICIES:
