@@ -446,15 +446,14 @@ static void signals_restore(void)
  * construct while offloading is mandatory"), then abort()) -- what embed.start() does for
  * the failures it catches.  Without this, such a run printed one line and went on, the
  * program's target regions running on the host with exit status 0. */
-static char runtime_name[32];
-
-static int name_is_lomp_19_22(struct dl_phdr_info *info, size_t size, void *unused)
+/* dl_iterate_phdr callback: 1 for a loaded object whose file name (without its folder)
+ * starts with `prefix` (a const char *) */
+static int name_starts(struct dl_phdr_info *info, size_t size, void *prefix)
 {
-  (void)size; (void)unused;
+  (void)size;
   const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
   name = name ? name + 1 : info->dlpi_name;
-  return name && (strncmp(name, "libomptarget.so.19", 18) == 0 ||
-                  strncmp(name, "libomptarget.so.22", 18) == 0);
+  return name && strncmp(name, (const char *)prefix, strlen((const char *)prefix)) == 0;
 }
 
 /* embed.py _policy: the run command's policy option (OFFLOAD_SHIM_RUN_OPTIONS, JSON
@@ -477,14 +476,6 @@ static int policy_mandatory(void)
   return n == 9 && strncasecmp(env, "mandatory", 9) == 0;
 }
 
-static int name_is_lomp(struct dl_phdr_info *info, size_t size, void *unused)
-{
-  (void)size; (void)unused;
-  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-  name = name ? name + 1 : info->dlpi_name;
-  return name && strncmp(name, "libomptarget.so.", 16) == 0;
-}
-
 /* Only a program that maps a libomptarget (clang-built offload code) ends with its
  * fatal message.  A GCC-built program maps libgomp alone: its GOMP_* and omp_* entry
  * points pass through to libgomp without a callback table, and libgomp applies
@@ -495,7 +486,7 @@ static int name_is_lomp(struct dl_phdr_info *info, size_t size, void *unused)
 static void mandatory_fatal(void);
 static int failed_is_fatal(void)
 {
-  return policy_mandatory() && dl_iterate_phdr(name_is_lomp, NULL);
+  return policy_mandatory() && dl_iterate_phdr(name_starts, (void *)"libomptarget.so.");
 }
 
 static void boot_failed(void)
@@ -513,7 +504,9 @@ static void boot_failed(void)
 static void mandatory_fatal(void)
 {
   /* the program's release names itself: "omptarget" for 19.1 and 22.1 */
-  const char *name = dl_iterate_phdr(name_is_lomp_19_22, NULL) ? "omptarget" : "Libomptarget";
+  const char *name = dl_iterate_phdr(name_starts, (void *)"libomptarget.so.19") ||
+                     dl_iterate_phdr(name_starts, (void *)"libomptarget.so.22") ? "omptarget"
+                                                                        : "Libomptarget";
   fprintf(stderr, "%s fatal error 1: failure of target construct while offloading is "
           "mandatory\n", name);
   abort();
@@ -794,10 +787,8 @@ OSH_EXPORT void __tgt_register_requires(int64_t flags)
  * runtime stopped. */
 static int pin_one(struct dl_phdr_info *info, size_t size, void *unused)
 {
-  (void)size; (void)unused;
-  const char *name = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-  name = name ? name + 1 : info->dlpi_name;
-  if (name && strncmp(name, "libomptarget.so", 15) == 0) {
+  (void)unused;
+  if (name_starts(info, size, (void *)"libomptarget.so")) {
     void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (h)
       dlclose(h);                         /* NODELETE stays; the count is as before */

@@ -79,12 +79,7 @@ class LazyGompSide:
         self._table, self._lib = table, lib
         if _gabi.registered(lib):       # one came in before the table: replay it now
             side = self.side()
-            with self._build_lock:
-                # another thread's GOMP_* call through this module's table may have
-                # installed the side's own table since (_side_for_call): that one stays,
-                # a call may be running through it (a table replaced is freed)
-                if side._lib is None:
-                    side.install(lib, replay=False)
+            self._own_table(side)
             side.replay(lib)
 
     def _trampoline(self, name: str):
@@ -105,12 +100,18 @@ class LazyGompSide:
         replay: every registration since this module's table was installed came
         through it, and this call hands its own on)."""
         side = self.side()
-        with self._build_lock:
-            if self._lib is not None and side._lib is None:
-                side.install(self._lib, replay=False)
+        self._own_table(side)
         if not side.handlers:           # uninstalled meanwhile: the callbacks the
             side.handlers = side.callbacks()    # table would have had
         return side
+
+    def _own_table(self, side) -> None:
+        """Install the side's own table where this module's is, once: another thread's
+        GOMP_* call may have installed it already, and that one stays (a call may be
+        running through it; a table replaced is freed)."""
+        with self._build_lock:
+            if self._lib is not None and side._lib is None:
+                side.install(self._lib, replay=False)
 
     def uninstall(self, close_device: bool = True) -> None:
         """Remove whichever table is installed (:meth:`~.target.GompSide.uninstall`,
