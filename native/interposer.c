@@ -1133,6 +1133,18 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
   osh_cb_data f = cbs.target_data;
   if (!f)
     return;
+  /* a `target update` repeated with the same arguments on an unchanged table
+   * (interposer_repeat.c); the device resolved as frame_fill does */
+  if (kind == OSH_FRAME_UPDATE) {
+    int64_t d = dev;
+    if (d == -1) {
+      pthread_once(&frame_once, frame_key_make);
+      if (p_omp_default_device)
+        d = p_omp_default_device();
+    }
+    if (osh_ip_repeat_update(d, n, bases, args, sizes, types, mappers))
+      return;
+  }
   int rc = INT32_MIN;
   uint64_t *fr = cbs.construct ? frame_get() : NULL;
   if (fr) {

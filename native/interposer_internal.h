@@ -11,7 +11,7 @@
  * names them in this order. */
 enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
        C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
-       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_NCALLS };
+       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_NCALLS };
 
 void osh_ip_count(int which);
 /* start the embedded CPython of offload-shim run once, if asked for and not running */
@@ -40,6 +40,15 @@ uint64_t osh_ip_api_call(int which, const uint64_t *args, int nargs, uint64_t df
  * interposer.py API_*) */
 enum { OSH_API_IS_ACCESSIBLE = 8, OSH_API_UID_FROM_DEVICE, OSH_API_DEVICE_FROM_UID,
        OSH_API_DUMP_TABLES, OSH_API_RECORD_REPLAY, OSH_API_INTEROP };
+
+/* The repeat path of `target update` (interposer_repeat.c): devices 0..OSH_REPEAT_DEVS-1,
+ * constructs of at most OSH_REPEAT_MAXN items, OSH_REPEAT_SLOTS remembered at once (in
+ * sets of OSH_REPEAT_WAYS).
+ * osh_ip_repeat_update: 1 when the construct was done there (its device number resolved
+ * already), 0 when Python must do it. */
+enum { OSH_REPEAT_DEVS = 64, OSH_REPEAT_MAXN = 16, OSH_REPEAT_SLOTS = 256, OSH_REPEAT_WAYS = 4 };
+int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
+                         int64_t *types, void **mappers);
 
 #define OSH_IP_CB(call)                                                                    \
   ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })

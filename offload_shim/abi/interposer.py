@@ -99,7 +99,7 @@ CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_
                  "target_data", "target_alloc", "target_free", "target_memcpy",
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
                  "fallback", "gomp_target", "gomp_data", "gomp_fallback", "gomp_device",
-                 "api")
+                 "api", "update_repeated")
 
 
 def bind_interposer(path: str) -> ctypes.CDLL:
@@ -144,12 +144,34 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_mapper_components_get.argtypes = [c_void_p, POINTER(c_void_p)]
     lib.osh_mapper_components_free.restype = None
     lib.osh_mapper_components_free.argtypes = [c_void_p]
+    lib.osh_interposer_repeat_put.restype = c_int
+    lib.osh_interposer_repeat_put.argtypes = [c_int64, c_int32, c_void_p, c_uint64, c_uint64,
+                                              c_uint64, c_int32, c_void_p]
+    lib.osh_interposer_repeat_reset.restype = None
+    lib.osh_interposer_repeat_reset.argtypes = [c_int]
+    lib.osh_interposer_repeat_stamps.restype = c_void_p
+    lib.osh_interposer_repeat_stamps.argtypes = [POINTER(c_int32), POINTER(c_int32)]
     global _bound
     _bound = lib
     return lib
 
 
 _bound = None
+_stamps = None
+
+
+def repeat_stamps() -> tuple[memoryview, int, int] | None:
+    """The repeat path's stamps of the bound interposer (``native/interposer_repeat.c``
+    ``osh_interposer_repeat_stamps``): ``(words, devices, max_items)``, ``words`` a
+    writable view of ``devices + 1`` unsigned 64-bit words (one per OpenMP device
+    number below ``devices``, then the epoch); None while no interposer is bound."""
+    global _stamps
+    if _stamps is None and _bound is not None:
+        devs, maxn = c_int32(), c_int32()
+        addr = _bound.osh_interposer_repeat_stamps(ctypes.byref(devs), ctypes.byref(maxn))
+        words = (c_uint64 * (devs.value + 1)).from_address(addr)
+        _stamps = (memoryview(words).cast("B").cast("Q"), devs.value, maxn.value)
+    return _stamps
 # void (*)(void *handle, void *base, void *begin, int64_t size, int64_t type, void *name)
 MAPPER_FN = CFUNCTYPE(None, c_void_p, c_void_p, c_void_p, c_int64, c_int64, c_void_p)
 _COMPONENT = struct.Struct("<QQqqQ")       # MapComponentInfoTy, 40 bytes

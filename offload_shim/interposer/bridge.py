@@ -79,6 +79,9 @@ class Bridge:
     def __init__(self):
         self.lib = None
         self._table = None
+        #: the C side's repeat path while the table is installed
+        #: (:class:`~offload_shim.interposer.llvm.repeat.Repeats`), else None
+        self.repeats = None
 
     def install(self, handlers: dict) -> None:
         lib = load_interposer()
@@ -87,6 +90,9 @@ class Bridge:
             raise LifecycleError("osh_interposer_set_callbacks rejected the table "
                                  "(struct size mismatch: rebuild the native library)")
         self.lib, self._table = lib, table
+        from .llvm.repeat import Repeats
+        self.repeats = Repeats(lib)
+        self.repeats.reset(False)           # another table's repeats are not this one's
         # a library's destructor may call __tgt_unregister_lib after the interpreter
         # is finalised: the table must be gone by then (ctypes callbacks would crash)
         import atexit
@@ -130,6 +136,9 @@ class Bridge:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the
         rest of the process: another thread may have read a function pointer from
         the table just before and call it afterwards (freed thunks: SIGSEGV)."""
+        if self.repeats is not None:
+            self.repeats.reset(False)
+            self.repeats = None
         if self.lib is not None and self._table is not None:
             _abi.set_callbacks(self.lib, None)
             _RETIRED_TABLES.append(self._table)

@@ -116,6 +116,13 @@ class Plugin:
             fn.argtypes = argtypes
             self._fn[name] = fn
 
+    def raw_entry(self, name: str) -> int:
+        """The address of the bound entry point ``name`` (short name, e.g.
+        ``data_submit``), 0 when the plugin does not have it: for C code that calls it
+        itself (the interposer's repeat path, ``native/interposer_repeat.c``)."""
+        fn = self._fn.get(name)
+        return ctypes.cast(fn, ctypes.c_void_p).value or 0 if fn is not None else 0
+
     @property
     def object_address(self) -> int:
         """An address inside the plugin's loaded shared object (one of its entry

@@ -435,6 +435,7 @@ class Recorder:
 
         self._patch(fast, "_serve", wrap("cheap"))
         self._patch(fast, "_general", wrap("general"))
+        fast.invalidate()       # no construct may be repeated by the C side unrecorded
 
 
 class _Here(threading.local):

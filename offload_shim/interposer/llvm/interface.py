@@ -167,7 +167,8 @@ class Interposer(PluginManager, OffloadPolicy):
                              failed=self._construct_failed,
                              requires=lambda: self.rtls.requires_flags,
                              tracing=diag.tracing_possible,
-                             saw_kernel=self._saw_kernel_args)
+                             saw_kernel=self._saw_kernel_args,
+                             repeats=lambda: self._bridge.repeats)
 
     # -- views ------------------------------------------------------------------------
     @property
@@ -255,6 +256,7 @@ class Interposer(PluginManager, OffloadPolicy):
         # the words of the release mapped now, until a registration names its own
         diag.set_profile(self.profile)
         self._bridge.set_runtime_name(self.profile.name)
+        self.fast.invalidate()              # the C side's repeats: on (plan.py, repeat.py)
         # libraries registered before the callbacks existed (e.g. preloaded)
         for desc in self._bridge.registered():
             if desc not in self.libraries:

@@ -114,7 +114,7 @@ class DeviceMapper(DataTransfers):
                  profile=lambda: LIBOMPTARGET_16):
         self.device = device
         self.number = number
-        self.table = MappingTable()
+        self.table = MappingTable(number)
         self.retired: list[MapEntry] = []       # global rows of unregistered images
         self._requires = requires
         self._profile = profile

@@ -12,8 +12,13 @@ extends after; size-0 lookups).  The operations over a table (``getTargetPointer
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import count as _count
+
+from ...abi import interposer as _abi
 
 _INF = float("inf")
+#: the stamps of the tables (MappingTable.stamp_slot): unique over the process
+_STAMPS = _count(1)
 
 class MapEntry:
     """One row (libomptarget ``HostDataToTargetTy``): host ``[begin, end)`` with
@@ -122,10 +127,24 @@ class MappingTable:
     ``version``: grows by one with every insertion and removal of a row (and
     :meth:`clear`): while it is unchanged, a look-up of the same range finds the
     same row (the rows' host ranges never change), which lets the cheap path replay
-    a region's look-ups (:mod:`.plan_target`)."""
+    a region's look-ups (:mod:`.plan_target`).
 
-    def __init__(self):
+    ``stamp_slot``: the OpenMP device number whose word of the interposer's stamps
+    (:mod:`.repeat`, ``native/interposer_repeat.c``) this table writes, -1 for none (no
+    interposer bound when the table was made, or a number past the C side's limit).
+    The word gets a value unique over the process when the table is made and with
+    every insertion, removal, :meth:`clear` and :meth:`touch` (under the table's
+    lock, as the rest)."""
+
+    def __init__(self, slot: int = -1):
         self.version = 0
+        self.stamp_slot = -1
+        self._stamps = None
+        rs = _abi.repeat_stamps() if slot >= 0 else None
+        if rs is not None and slot < rs[1]:
+            self.stamp_slot = slot
+            self._stamps = rs[0]
+            self._stamps[slot] = next(_STAMPS)
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
@@ -206,6 +225,8 @@ class MappingTable:
         self._begins.insert(i, entry.begin)
         entry.live = True
         self.version += 1
+        if self._stamps is not None:
+            self._stamps[self.stamp_slot] = next(_STAMPS)
 
     def remove(self, entry: MapEntry) -> bool:
         """Take ``entry`` out of the table (and the shadow pointers inside its range);
@@ -221,6 +242,8 @@ class MappingTable:
             i -= 1
         entry.live = False
         self.version += 1
+        if self._stamps is not None:
+            self._stamps[self.stamp_slot] = next(_STAMPS)
         if self.shadow:
             for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
                 del self.shadow[addr]
@@ -235,8 +258,15 @@ class MappingTable:
         end = hp + (size or 1)
         return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
 
-    def clear(self) -> None:
+    def touch(self) -> None:
+        """Something a look-up's result depends on changed without a row inserted or
+        removed (a shadow pointer attached): the stamp moves on."""
         self.version += 1
+        if self._stamps is not None:
+            self._stamps[self.stamp_slot] = next(_STAMPS)
+
+    def clear(self) -> None:
+        self.touch()
         for e in self.entries:
             e.live = False
         self.entries.clear()

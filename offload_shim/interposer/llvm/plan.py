@@ -167,7 +167,7 @@ class FastPath:
 
     def __init__(self, *, check_device, default_device, slow_kernel, slow_data,
                  failed, requires=lambda: 0, tracing=lambda: False,
-                 saw_kernel=lambda host_ptr, version: None):
+                 saw_kernel=lambda host_ptr, version: None, repeats=lambda: None):
         self._check_device = check_device
         self._default_device = default_device
         self._slow_kernel = slow_kernel
@@ -176,6 +176,9 @@ class FastPath:
         self._requires = requires
         self._tracing = tracing
         self._saw_kernel = saw_kernel
+        self._repeats = repeats
+        #: the :class:`~.repeat.Repeats` update constructs are handed to, or None
+        self._repeat = None
         self._views: dict[int, memoryview] = {}
         self._plans: dict[tuple, Plan] = {}
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
@@ -208,13 +211,22 @@ class FastPath:
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
         register, unregister, requires, close).  Constructs in flight finish with
-        what they hold."""
+        what they hold; the C side's repeats (:mod:`.repeat`) are forgotten and
+        waited for."""
         with self._count_lock:
             self.generation += 1
         self._enabled = (self._wanted and not self._tracing()
                          and not self._requires() & REQ_USM)
         self._ready.clear()
         self._plans.clear()
+        rp = self._repeats()
+        if rp is not None:
+            # (a recorder wraps _serve: every construct must reach it)
+            on = self._enabled and "_serve" not in vars(self)
+            self._repeat = rp if on else None
+            rp.reset(on)                # waits for the repeats in flight
+        else:
+            self._repeat = None
 
     # -- the bridge callback ---------------------------------------------------------
     def on_construct(self, addr: int) -> int:
@@ -317,7 +329,7 @@ class FastPath:
             return _abi.CB_OK
         try:
             done = (plan_data.end(v, n, plan, dm) if kind == END
-                    else plan_data.update(v, n, plan, dm))
+                    else plan_data.update(v, n, plan, dm, self._repeat))
         except OffloadError as exc:
             return self._failed(kind, exc, v[W_LOC])
         return _abi.CB_OK if done else None

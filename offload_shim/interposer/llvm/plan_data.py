@@ -209,16 +209,19 @@ def end(v, n: int, plan, dm) -> bool:
     return True
 
 
-def update(v, n: int, plan, dm) -> bool:
+def update(v, n: int, plan, dm, repeat=None) -> bool:
     """targetDataUpdate: copy each mapped item from / to the device (runs of
     items in the same direction in one call), the look-ups under the table lock,
     the copies without it.  False (nothing done) when a row is still being
-    prepared by another thread."""
+    prepared by another thread.  ``repeat``: the :class:`~.repeat.Repeats` the
+    construct is handed to once done (the C side makes its copies again while the
+    table's stamp, read here before the look-ups, stays), or None."""
     a0, s0 = HEAD + n, HEAD + 2 * n
     items = []
     lock = dm.lock
     lock.acquire()
     try:
+        mark = repeat.mark(dm.table) if repeat is not None else None
         lookup = dm.table.lookup
         for i, to, frm, _implicit in plan.maps:
             hp = v[a0 + i]
@@ -250,6 +253,8 @@ def update(v, n: int, plan, dm) -> bool:
         run_from = frm
         run.append((alloc, tgt, hp, size))
     _flush(dev, run, run_from)
+    if mark is not None:
+        repeat.put(v, n, dm, items, mark)
     return True
 
 

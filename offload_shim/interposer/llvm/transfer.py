@@ -114,6 +114,7 @@ class DataTransfers:
             if old is not None and old[2] == tgt_value:
                 return
             self.table.shadow[ptr_host] = (host_value, ptr_tgt, tgt_value)
+            self.table.touch()
         cell = _abi.HostCell(tgt_value)
         self.submit(ptr_tgt, cell.address, 8, entry)
 

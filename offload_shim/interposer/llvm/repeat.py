@@ -1,0 +1,115 @@
+"""The native repeat path of ``target update``: what Python hands the C side.
+
+A ``target update`` (libomptarget 16 ``omptarget.cpp`` ``targetDataUpdate``) looks its
+items up in the device's mapping table without taking a reference and copies each one
+it finds with the plugin's ``__tgt_rtl_data_submit`` / ``__tgt_rtl_data_retrieve``.
+Programs run the same update again and again (a loop around a ``target data``
+region); while the table has the same rows, the same arguments give the same look-ups
+and so the same copies.  ``native/interposer_repeat.c`` repeats them without the
+crossing into Python: the first time, :func:`~.plan_data.update` (the cheap path) does
+the construct and, when every copy it made can be made by the C side alone, hands the
+copies over (:meth:`Repeats.put`) with the table's *stamp* -- a per-device word
+(:attr:`~.maptable.MappingTable.stamp`, unique over the process, moved on by every row
+inserted or removed and every shadow pointer attached) read under the table lock before
+its look-ups.  The C side repeats a construct only while the stamp is still the one
+it was handed.
+
+What the C side can do alone: the device's plugin is an LLVM plugin
+(:class:`~offload_shim.plugins.llvm.LLVMPlugin` itself, not a subclass, whose copies
+nothing wraps: a recorder or a test double makes the constructs come to Python), the
+device number is below the C side's limit and the construct has at most its number of
+items.  Everything that changes what an update means resets the C side
+(:meth:`Repeats.reset`, from :meth:`~.plan.FastPath.invalidate`: registration,
+unregistration, ``requires``, close) and waits for the repeats in flight, so none of
+their copies runs once an image is unloaded or a device torn down.  ``OFFLOAD_SHIM_NO_PLAN=1``
+turns it off with the cheap path; ``OFFLOAD_SHIM_NO_REPEAT=1`` turns off only this.
+
+``tests/test_repeat.py`` runs update loops of a compiled program with and without it
+(the same output, the same copies) and from several threads while other threads map
+and unmap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from ...abi import interposer as _abi
+from ...plugins.llvm import LLVMPlugin
+
+#: environment variable that turns the repeat path off (``1``)
+NO_REPEAT_VAR = "OFFLOAD_SHIM_NO_REPEAT"
+
+
+class Repeats:
+    """The repeat path of one installed callback table (``lib``: the bound
+    ``libosh_interposer.so``).  Thread-safe: its state is the C side's, under the C
+    side's lock."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        view = _abi.repeat_stamps()
+        self._stamps, self._devs, self.max_items = view
+        self._fns: dict[int, tuple | None] = {}     # id(Device) -> (device, fns)
+        self.wanted = os.environ.get(NO_REPEAT_VAR, "") in ("", "0")
+
+    def reset(self, on: bool) -> None:
+        """Forget every remembered construct, turn repeats on (``on`` and wanted) or
+        off, and return once no repeat is in flight (the GIL is released meanwhile:
+        the repeats need nothing of Python)."""
+        self._fns.clear()
+        self._lib.osh_interposer_repeat_reset(1 if on and self.wanted else 0)
+
+    def mark(self, table) -> tuple[int, int] | None:
+        """``(stamp, epoch)`` to read under the table lock before an update's look-ups;
+        None when the table has no stamp (see :attr:`~.maptable.MappingTable.stamp`)."""
+        slot = table.stamp_slot
+        if slot < 0:
+            return None
+        s = self._stamps
+        return s[slot], s[self._devs]
+
+    def _copy_fns(self, dev) -> tuple[int, int, int] | None:
+        """``(data_submit, data_retrieve, plugin device id)`` of a Device whose copies
+        the C side may make itself, else None."""
+        got = self._fns.get(id(dev))
+        if got is not None and got[0] is dev:
+            return got[1]
+        fns = None
+        plugin = dev.plugin
+        if (type(plugin) is LLVMPlugin and "submit" not in vars(plugin)
+                and "retrieve" not in vars(plugin)
+                and not {"submit_in", "retrieve_in", "submit_raw", "retrieve_raw",
+                         "submit_many", "retrieve_many"} & vars(dev).keys()):
+            sub, ret = plugin.raw_entry("data_submit"), plugin.raw_entry("data_retrieve")
+            if sub and ret:
+                fns = (sub, ret, dev.index)
+        self._fns[id(dev)] = (dev, fns)
+        return fns
+
+    def put(self, v, n: int, dm, items, mark) -> bool:
+        """Hand the C side an update construct the cheap path has just done: ``v`` its
+        frame, ``n`` its items, ``items`` the copies it made, in order, as
+        :func:`~.plan_data.update` lists them (``(block, tgt, hp, size, to, from)``),
+        ``mark`` :meth:`mark` read before its look-ups.  Whether the C side kept it."""
+        if n > self.max_items or not 0 <= dm.number < self._devs:
+            return False
+        fns = self._copy_fns(dm.device)
+        if fns is None:
+            return False
+        sub, ret, index = fns
+        ops = (ctypes.c_uint64 * (5 * len(items) or 1))()
+        k = 0
+        for _block, tgt, hp, size, to, _frm in items:
+            if to:
+                ops[k:k + 5] = (sub, index, tgt, hp, size)
+            else:
+                ops[k:k + 5] = (ret, index, hp, tgt, size)
+            k += 5
+        head = _abi.FRAME_HEAD
+        words = (ctypes.c_uint64 * (4 * n)).from_buffer_copy(v[head:head + 4 * n])
+        return bool(self._lib.osh_interposer_repeat_put(
+            dm.number, n, words, v[_abi.FRAME_TYPES_P], mark[0], mark[1], len(items), ops))
+
+
+__all__ = ["NO_REPEAT_VAR", "Repeats"]

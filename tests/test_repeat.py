@@ -1,0 +1,102 @@
+"""The repeat path of ``target update`` (native/interposer_repeat.c,
+offload_shim/interposer/llvm/repeat.py): compiled programs that run the same update
+again and again while the mapping table changes under it.
+
+``update_repeated.c`` updates data that is absent, then mapped, unmapped and mapped
+again (a new row, new device memory), a row with an update of a part of it, and
+sections that cycle through four places; ``update_repeated_threads.c`` has four threads
+update their own parts of a mapped array while a fifth maps and unmaps another array
+400 times (every map and unmap moves the device's stamp).  Each runs as built (the
+real libomptarget 16), under ``offload-shim run`` with the repeat path and without it
+(``OFFLOAD_SHIM_NO_REPEAT=1``); the outputs must be the reference's, the report must
+show that the C side repeated most updates (and none without it), no error and no
+device memory left.  Under ``run --record`` every update reaches Python: the trace
+has one construct line per update the program made.  (The conformance suite runs the
+same two programs through clang 16, 19 and 22 against their own runtimes.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import conformance as cf
+from conftest import NEXTGEN16
+
+PROGRAMS = ("update_repeated.c", "update_repeated_threads.c")
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def exes():
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    from offload_shim.cli.run import libpython_path
+    try:
+        libpython_path()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    progs = [p for p in cf.programs() if p.name in PROGRAMS]
+    assert sorted(p.name for p in progs) == sorted(PROGRAMS)
+    built = cf.build_all(progs, cf.CLANG16, library=False)
+    bad = {n: b.error for n, b in built.items() if b.error}
+    assert not bad, bad
+    return {n: str(b.exe) for n, b in built.items()}
+
+
+def _shim(exe, tmp_path, name, extra_env=None, record=None):
+    from offload_shim.cli.compare import run_outcome
+    from offload_shim.cli.run import run_environment
+    base = dict(os.environ, **(extra_env or {}))
+    for k in ("LIBOMPTARGET_INFO", "OFFLOAD_SHIM_NO_REPEAT", "OFFLOAD_SHIM_NO_PLAN"):
+        if k not in (extra_env or {}):
+            base.pop(k, None)
+    report = tmp_path / f"{name}.json"
+    env = run_environment(base=base, report=str(report), plugins=[str(NEXTGEN16)],
+                          record=record)
+    got = run_outcome([exe], env=env, timeout=TIMEOUT)
+    assert got.status != "timeout", got.stderr[-2000:]
+    assert report.exists(), got.stderr[-2000:]
+    rep = json.loads(report.read_text())
+    assert rep["errors"] == [] and rep["leaks"] == {}, {k: rep[k] for k in ("errors", "leaks")}
+    return got, rep["calls"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
+    from offload_shim.cli.compare import Comparison, run_outcome
+    exe = exes[program]
+    env = dict(os.environ)
+    env.pop("LIBOMPTARGET_INFO", None)
+    ref = run_outcome([exe], env=env, timeout=TIMEOUT)
+    assert ref.status == 0, ref.render()
+    on, calls_on = _shim(exe, tmp_path, "on")
+    off, calls_off = _shim(exe, tmp_path, "off", {"OFFLOAD_SHIM_NO_REPEAT": "1"})
+    for got in (on, off):
+        c = Comparison([exe], ref, got)
+        assert c.same, "\n" + "\n".join(c.diff()) + f"\n--- stderr:\n{got.stderr[-2000:]}"
+    assert calls_off["update_repeated"] == 0
+    assert calls_on["target_data"] == calls_off["target_data"]
+    # most updates repeat: only the first of each after a change of the table goes to
+    # Python (the single-threaded program changes its table 8 times in 300 iterations)
+    if program == "update_repeated.c":
+        assert calls_on["update_repeated"] >= 0.8 * 6 * 300, calls_on
+    else:
+        assert calls_on["update_repeated"] > 0, calls_on
+
+
+def test_a_recorded_run_sees_every_update(exes, tmp_path):
+    exe = exes["update_repeated.c"]
+    trace = tmp_path / "t.jsonl"
+    got, calls = _shim(exe, tmp_path, "rec", record=str(trace))
+    assert got.status == 0, got.render()
+    assert calls["update_repeated"] == 0
+    updates = sum(1 for line in trace.read_text().splitlines()
+                  if '"op":"construct"' in line and '"kind":"update"' in line)
+    assert updates == 6 * 300
