@@ -183,12 +183,14 @@ OSH_EXPORT int osh_interposer_repeat_put(int64_t dev, int32_t n, const uint64_t 
   return kept;
 }
 
-/* Forget every remembered construct, turn repeats on or off, and wait until no repeat
- * is in flight (a repeat's copies run without any lock: this is what makes an unload or
- * a device teardown after it safe). */
+/* Forget every remembered construct, turn repeats off (on = 0), on (1) or leave them as
+ * they were (2), and wait until no repeat is in flight (a repeat's copies run without
+ * any lock: this is what makes an unload or a device teardown after it safe). */
 OSH_EXPORT void osh_interposer_repeat_reset(int on)
 {
   pthread_mutex_lock(&rp_lock);
+  if (on == 2)
+    on = __atomic_load_n(&rp_on, __ATOMIC_SEQ_CST);
   __atomic_store_n(&rp_on, 0, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&rp_stamps[OSH_REPEAT_DEVS], 1, __ATOMIC_SEQ_CST);
   for (int i = 0; i < OSH_REPEAT_SLOTS; i++)

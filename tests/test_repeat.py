@@ -100,3 +100,70 @@ def test_a_recorded_run_sees_every_update(exes, tmp_path):
     updates = sum(1 for line in trace.read_text().splitlines()
                   if '"op":"construct"' in line and '"kind":"update"' in line)
     assert updates == 6 * 300
+
+
+_LIB = r"""
+static double a[64];
+void setup(void) {
+  for (int i = 0; i < 64; i++) a[i] = i;
+#pragma omp target enter data map(to: a[0:64])
+}
+double bump(void) {
+  for (int it = 0; it < 20; it++) {
+    a[it % 64] += 1.0;
+#pragma omp target update to(a[0:64])
+#pragma omp target update from(a[0:64])
+  }
+  double s = 0;
+  for (int i = 0; i < 64; i++) s += a[i];
+  return s;
+}
+"""
+
+_DRIVER = r"""
+import ctypes, json, sys
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    bump = lib.function("bump", restype=ctypes.c_double)
+    lib.function("setup", restype=None)()
+    first = bump()
+    print(json.dumps({"first": first, "repeated": call_counts()["update_repeated"]}))
+    sys.stdout.flush()
+    rt.devices[0].deinit()              # the rows' device memory is freed
+    bump()                              # the first copy finds no allocation there
+    print("survived")
+"""
+
+
+def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):
+    """A deinit while the interposer is active frees the device memory the remembered
+    updates copy into: the repeats are forgotten at the teardown (Device
+    ``TEARDOWN_HOOKS``), so the next update reaches Python, which refuses the copy
+    (the construct fails, fatal under the in-process default ``mandatory``) instead of
+    a copy into freed memory."""
+    import subprocess
+    import sys
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    src = tmp_path / "upd.c"
+    src.write_text(_LIB)
+    so = tmp_path / "libupd.so"
+    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
+                   capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
+    r = subprocess.run([sys.executable, "-c", _DRIVER, str(so), str(NEXTGEN16)],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    lines = r.stdout.strip().splitlines()
+    out = json.loads(lines[0])
+    assert out["first"] == sum(range(64)) + 20
+    assert out["repeated"] >= 30, out               # 40 updates, the first two in Python
+    # the next update comes to Python, which finds the copy outside any allocation
+    # (a repeat would have copied into the freed memory and returned)
+    assert "survived" not in lines, r.stdout
+    assert "Copying data to device failed" in r.stderr, r.stderr[-3000:]

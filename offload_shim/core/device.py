@@ -51,6 +51,13 @@ from ..lazylog import log  # logging.getLogger("offload_shim"), imported on firs
 
 
 
+#: callables ``hook(device)`` run when a device is torn down (deinit, shutdown), after
+#: its calls in flight finished and before its memory is freed: code outside the
+#: Python layer that copies into a device's memory stops there (the interposer's
+#: repeat path, offload_shim/interposer/llvm/repeat.py).  ``list.append`` / ``remove``.
+TEARDOWN_HOOKS: list = []
+
+
 def _pointer_args(args, what: str = "argument") -> list[int]:
     """Kernel arguments (or offsets) as pointer-sized ints (device addresses
     or scalars).  TypeError for non-ints, ValueError beyond 64 bits."""
@@ -373,6 +380,8 @@ class Device(DeviceMemory, DeviceImages, CompiledCodeForms):
             self._hit_pool = None
             self._state = DeviceState.UNINIT  # refuse new calls
         self._wait_idle()
+        for hook in list(TEARDOWN_HOOKS):
+            hook(self)
         if self._views_exported:
             # an export books itself while holding the device, so none begins now;
             # nothing was torn down yet: the device stays as it was

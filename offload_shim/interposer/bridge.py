@@ -90,9 +90,11 @@ class Bridge:
             raise LifecycleError("osh_interposer_set_callbacks rejected the table "
                                  "(struct size mismatch: rebuild the native library)")
         self.lib, self._table = lib, table
+        from ..core.device import TEARDOWN_HOOKS
         from .llvm.repeat import Repeats
         self.repeats = Repeats(lib)
         self.repeats.reset(False)           # another table's repeats are not this one's
+        TEARDOWN_HOOKS.append(self.repeats.on_device_teardown)
         # a library's destructor may call __tgt_unregister_lib after the interpreter
         # is finalised: the table must be gone by then (ctypes callbacks would crash)
         import atexit
@@ -137,7 +139,12 @@ class Bridge:
         rest of the process: another thread may have read a function pointer from
         the table just before and call it afterwards (freed thunks: SIGSEGV)."""
         if self.repeats is not None:
+            from ..core.device import TEARDOWN_HOOKS
             self.repeats.reset(False)
+            try:
+                TEARDOWN_HOOKS.remove(self.repeats.on_device_teardown)
+            except ValueError:
+                pass
             self.repeats = None
         if self.lib is not None and self._table is not None:
             _abi.set_callbacks(self.lib, None)

@@ -53,6 +53,12 @@ class Repeats:
         self._fns: dict[int, tuple | None] = {}     # id(Device) -> (device, fns)
         self.wanted = os.environ.get(NO_REPEAT_VAR, "") in ("", "0")
 
+    def on_device_teardown(self, dev) -> None:
+        """A device is torn down (a deinit, possibly while this interposer is active:
+        :data:`offload_shim.core.device.TEARDOWN_HOOKS`): forget everything and wait
+        for the repeats in flight before its memory is freed; they stay on."""
+        self._lib.osh_interposer_repeat_reset(2)
+
     def reset(self, on: bool) -> None:
         """Forget every remembered construct, turn repeats on (``on`` and wanted) or
         off, and return once no repeat is in flight (the GIL is released meanwhile:
