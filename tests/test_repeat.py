@@ -83,7 +83,7 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
         assert c.same, "\n" + "\n".join(c.diff()) + f"\n--- stderr:\n{got.stderr[-2000:]}"
     assert calls_off["update_repeated"] == 0
     assert calls_on["target_data"] == calls_off["target_data"]
-    # most updates repeat: only the first of each after a change of the table goes to
+    # most updates repeat: only the first two of each after a change of the table go to
     # Python (the single-threaded program changes its table 8 times in 300 iterations)
     if program == "update_repeated.c":
         assert calls_on["update_repeated"] >= 0.8 * 6 * 300, calls_on
@@ -162,7 +162,7 @@ def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):
     lines = r.stdout.strip().splitlines()
     out = json.loads(lines[0])
     assert out["first"] == sum(range(64)) + 20
-    assert out["repeated"] >= 30, out               # 40 updates, the first two in Python
+    assert out["repeated"] >= 30, out       # 40 updates, the first two of each in Python
     # the next update comes to Python, which finds the copy outside any allocation
     # (a repeat would have copied into the freed memory and returned)
     assert "survived" not in lines, r.stdout

@@ -121,8 +121,11 @@ class Plan:
     the same look-ups find the same rows); ``args``: the same words -> ``(tgts,
     implicit, args, offsets)``, the launch arguments made from them (dicts: their
     ``get`` and item assignment are atomic; at most ``plan_target.MAX_REPLAYS``
-    each)."""
-    __slots__ = ("types", "simple", "maps", "params", "launch", "parked", "replay", "args")
+    each); ``seen``: an update's words -> the table stamp its last run in Python
+    had (:meth:`~.repeat.Repeats.offer`: handed to the C side on its second run under
+    the same stamp)."""
+    __slots__ = ("types", "simple", "maps", "params", "launch", "parked", "replay", "args",
+                 "seen")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
@@ -130,6 +133,7 @@ class Plan:
         self.parked = []
         self.replay = {}
         self.args = {}
+        self.seen = {}
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -222,7 +226,7 @@ class FastPath:
         rp = self._repeats()
         if rp is not None:
             # (a recorder wraps _serve: every construct must reach it)
-            on = self._enabled and "_serve" not in vars(self)
+            on = self._enabled and rp.wanted and "_serve" not in vars(self)
             self._repeat = rp if on else None
             rp.reset(on)                # waits for the repeats in flight
         else:

@@ -214,14 +214,19 @@ def update(v, n: int, plan, dm, repeat=None) -> bool:
     items in the same direction in one call), the look-ups under the table lock,
     the copies without it.  False (nothing done) when a row is still being
     prepared by another thread.  ``repeat``: the :class:`~.repeat.Repeats` the
-    construct is handed to once done (the C side makes its copies again while the
+    construct is offered to once done (the C side makes its copies again while the
     table's stamp, read here before the look-ups, stays), or None."""
     a0, s0 = HEAD + n, HEAD + 2 * n
     items = []
     lock = dm.lock
     lock.acquire()
     try:
-        mark = repeat.mark(dm.table) if repeat is not None else None
+        mark = None
+        if repeat is not None:
+            slot = dm.table.stamp_slot
+            if slot >= 0:               # Repeats.mark, inlined: (stamp, epoch)
+                stamps = repeat.stamps
+                mark = (stamps[slot], stamps[repeat.devices])
         lookup = dm.table.lookup
         for i, to, frm, _implicit in plan.maps:
             hp = v[a0 + i]
@@ -254,7 +259,17 @@ def update(v, n: int, plan, dm, repeat=None) -> bool:
         run.append((alloc, tgt, hp, size))
     _flush(dev, run, run_from)
     if mark is not None:
-        repeat.put(v, n, dm, items, mark)
+        # Repeats.offer, its first step inlined: handed over on the second run of the
+        # same words under the same stamp
+        key = v[HEAD:a0 + 3 * n].tobytes()
+        seen = plan.seen
+        if seen.get(key) == mark:
+            repeat.put(v, n, dm, items, mark)
+        elif len(seen) < 64:
+            seen[key] = mark
+        else:
+            seen.clear()
+            seen[key] = mark
     return True
 
 

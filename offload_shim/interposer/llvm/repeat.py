@@ -6,9 +6,10 @@ it finds with the plugin's ``__tgt_rtl_data_submit`` / ``__tgt_rtl_data_retrieve
 Programs run the same update again and again (a loop around a ``target data``
 region); while the table has the same rows, the same arguments give the same look-ups
 and so the same copies.  ``native/interposer_repeat.c`` repeats them without the
-crossing into Python: the first time, :func:`~.plan_data.update` (the cheap path) does
-the construct and, when every copy it made can be made by the C side alone, hands the
-copies over (:meth:`Repeats.put`) with the table's *stamp* -- a per-device word
+crossing into Python: :func:`~.plan_data.update` (the cheap path) does the construct
+the first times and, when it runs a second time with the same words under the same
+stamp (:meth:`Repeats.offer`) and every copy it made can be made by the C side alone,
+hands the copies over (:meth:`Repeats.put`) with the table's *stamp* -- a per-device word
 (:attr:`~.maptable.MappingTable.stamp`, unique over the process, moved on by every row
 inserted or removed and every shadow pointer attached) read under the table lock before
 its look-ups.  The C side repeats a construct only while the stamp is still the one
@@ -39,6 +40,9 @@ from ...plugins.llvm import LLVMPlugin
 
 #: environment variable that turns the repeat path off (``1``)
 NO_REPEAT_VAR = "OFFLOAD_SHIM_NO_REPEAT"
+_HEAD = _abi.FRAME_HEAD
+#: most sets of update words a plan remembers for :meth:`Repeats.offer`
+_MAX_SEEN = 64
 
 
 class Repeats:
@@ -49,7 +53,9 @@ class Repeats:
     def __init__(self, lib):
         self._lib = lib
         view = _abi.repeat_stamps()
-        self._stamps, self._devs, self.max_items = view
+        #: the stamps (a view of ``devices + 1`` words: per device, then the epoch),
+        #: how many devices have one, most items of a repeated construct
+        self.stamps, self.devices, self.max_items = view
         self._fns: dict[int, tuple | None] = {}     # id(Device) -> (device, fns)
         self.wanted = os.environ.get(NO_REPEAT_VAR, "") in ("", "0")
 
@@ -72,8 +78,8 @@ class Repeats:
         slot = table.stamp_slot
         if slot < 0:
             return None
-        s = self._stamps
-        return s[slot], s[self._devs]
+        s = self.stamps
+        return s[slot], s[self.devices]
 
     def _copy_fns(self, dev) -> tuple[int, int, int] | None:
         """``(data_submit, data_retrieve, plugin device id)`` of a Device whose copies
@@ -93,12 +99,29 @@ class Repeats:
         self._fns[id(dev)] = (dev, fns)
         return fns
 
+    def offer(self, plan, v, n: int, dm, items, mark) -> bool:
+        """An update the cheap path has just done (arguments as :meth:`put`'s; ``plan``
+        its :class:`~.plan.Plan`): handed to the C side (:meth:`put`) when the plan saw
+        the same words under the same stamp before -- the update repeats while the
+        table stands still --, else only noted in ``plan.seen`` (a loop that maps or
+        unmaps between its updates never pays for a hand-over that no repeat would
+        use).  Whether it was handed over and kept.  (:func:`~.plan_data.update`
+        inlines it, and :meth:`mark`.)"""
+        key = v[_HEAD:_HEAD + 4 * n].tobytes()
+        seen = plan.seen
+        if seen.get(key) != mark:
+            if len(seen) >= _MAX_SEEN:
+                seen.clear()
+            seen[key] = mark
+            return False
+        return self.put(v, n, dm, items, mark)
+
     def put(self, v, n: int, dm, items, mark) -> bool:
         """Hand the C side an update construct the cheap path has just done: ``v`` its
         frame, ``n`` its items, ``items`` the copies it made, in order, as
         :func:`~.plan_data.update` lists them (``(block, tgt, hp, size, to, from)``),
         ``mark`` :meth:`mark` read before its look-ups.  Whether the C side kept it."""
-        if n > self.max_items or not 0 <= dm.number < self._devs:
+        if n > self.max_items or not 0 <= dm.number < self.devices:
             return False
         fns = self._copy_fns(dm.device)
         if fns is None:
@@ -112,8 +135,7 @@ class Repeats:
             else:
                 ops[k:k + 5] = (ret, index, hp, tgt, size)
             k += 5
-        head = _abi.FRAME_HEAD
-        words = (ctypes.c_uint64 * (4 * n)).from_buffer_copy(v[head:head + 4 * n])
+        words = (ctypes.c_uint64 * (4 * n)).from_buffer_copy(v[_HEAD:_HEAD + 4 * n])
         return bool(self._lib.osh_interposer_repeat_put(
             dm.number, n, words, v[_abi.FRAME_TYPES_P], mark[0], mark[1], len(items), ops))
 
