@@ -167,3 +167,72 @@ def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):
     # (a repeat would have copied into the freed memory and returned)
     assert "survived" not in lines, r.stdout
     assert "Copying data to device failed" in r.stderr, r.stderr[-3000:]
+
+
+_CLOSE_DRIVER = r"""
+import ctypes, json, sys, threading
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+from offload_shim.interposer.llvm.mapping import DeviceMapper
+seen = {}
+free_rows = DeviceMapper.release_all
+
+
+def release_all(dm):
+    # the interposer closes: another thread's updates now, just before the rows'
+    # device memory is freed
+    before = call_counts()["update_repeated"]
+    t = threading.Thread(target=bump)
+    t.start()
+    t.join()
+    seen["during_close"] = call_counts()["update_repeated"] - before
+    free_rows(dm)
+
+
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    # a second reference: the library stays mapped once the interposer closes it
+    keep = ctypes.CDLL(sys.argv[1])
+    bump = keep.bump
+    bump.restype = ctypes.c_double
+    keep.setup()
+    # unregistered before the close (as a program's own destructor does at exit, while
+    # its other threads go on updating)
+    for desc in list(ip.libraries):
+        ip._on_unregister(desc)
+    bump()
+    seen["before_close"] = call_counts()["update_repeated"]
+    DeviceMapper.release_all = release_all
+    ip.close()
+print(json.dumps(seen))
+"""
+
+
+def test_no_repeat_while_the_interposer_closes(tmp_path):
+    """Once :meth:`Interposer.close` begins, the other threads' constructs reach
+    Python, which does nothing for them, and the devices' memory is then freed
+    (``DeviceMapper.release_all``): the C side must not repeat their updates then (it
+    copied into the freed memory: a program whose threads update while ``main``
+    returns crashed at exit under ``offload-shim run``, 4 runs in 6: the program's
+    own unregistration at exit forgets the repeats, its threads' next updates are
+    handed over again, and nothing turned them off before the close freed the rows)."""
+    import subprocess
+    import sys
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    src = tmp_path / "upd.c"
+    src.write_text(_LIB)
+    so = tmp_path / "libupd.so"
+    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
+                   capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
+    r = subprocess.run([sys.executable, "-c", _CLOSE_DRIVER, str(so), str(NEXTGEN16)],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["before_close"] >= 30, out           # the repeats were on
+    assert out["during_close"] == 0, (out, r.stderr[-3000:])

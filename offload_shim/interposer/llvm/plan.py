@@ -162,12 +162,16 @@ class FastPath:
     return, as the general code reports it), ``requires()`` (the
     ``__tgt_register_requires`` flags), ``tracing()`` (True while diagnostics are
     printed per construct: the general code prints them) and ``saw_kernel(host_ptr,
-    version)`` (a region's first launch showed this ``KernelArgsTy`` version).
+    version)`` (a region's first launch showed this ``KernelArgsTy`` version),
+    ``repeats()`` (the :class:`~.repeat.Repeats` of the installed callback table, or
+    None) and ``closing()`` (True once the interposer closes: :meth:`invalidate` turns
+    the C side's repeats off for good then).
     Thread-safe: any number of threads may call :meth:`on_construct` at once."""
 
     def __init__(self, *, check_device, default_device, slow_kernel, slow_data,
                  failed, requires=lambda: 0, tracing=lambda: False,
-                 saw_kernel=lambda host_ptr, version: None, repeats=lambda: None):
+                 saw_kernel=lambda host_ptr, version: None, repeats=lambda: None,
+                 closing=lambda: False):
         self._check_device = check_device
         self._default_device = default_device
         self._slow_kernel = slow_kernel
@@ -177,6 +181,7 @@ class FastPath:
         self._tracing = tracing
         self._saw_kernel = saw_kernel
         self._repeats = repeats
+        self._closing = closing
         #: the :class:`~.repeat.Repeats` update constructs are handed to, or None
         self._repeat = None
         self._views: dict[int, memoryview] = {}
@@ -221,8 +226,10 @@ class FastPath:
         self._plans.clear()
         rp = self._repeats()
         if rp is not None:
-            # (a recorder wraps _serve: every construct must reach it)
-            on = self._enabled and "_serve" not in vars(self)
+            # (a recorder wraps _serve: every construct must reach it; once the
+            # interposer closes, the other threads' constructs must reach Python,
+            # which does nothing for them, before the devices' memory is freed)
+            on = self._enabled and "_serve" not in vars(self) and not self._closing()
             self._repeat = rp if on else None
             rp.reset(on)                # waits for the repeats in flight
         else:
