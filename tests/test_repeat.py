@@ -320,3 +320,48 @@ def test_an_update_racing_a_pointer_attachment_is_not_repeated_plain(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out == {"repeated": 0, "host_buf0": 0.0}, (out, r.stderr[-3000:])
+
+
+def test_concurrent_invalidations_leave_the_later_state():
+    """Two threads invalidate the cheap path at once (``__tgt_set_info_flag`` turning
+    tracing on in one, a registration in the other): the state each reads and the
+    reset it makes of the C side's repeats are one step (``FastPath.invalidate``
+    under its own lock), so the one that read the older state cannot turn the repeats
+    back on after the other turned them off for tracing (repeated updates would print
+    no INFO lines)."""
+    import threading
+    from offload_shim.interposer.llvm.plan import FastPath
+
+    tracing = [False]
+    applied = []
+    first_reset = threading.Event()
+    second_done = threading.Event()
+
+    class FakeRepeats:
+        def reset(self, on):
+            if not first_reset.is_set():
+                first_reset.set()
+                # the other thread's invalidation runs now, if nothing holds it off
+                second_done.wait(1.0)
+            applied.append(on)
+
+    rp = FakeRepeats()
+    fp = FastPath(check_device=None, default_device=None, slow_kernel=None, slow_data=None,
+                  failed=None, tracing=lambda: tracing[0], repeats=lambda: rp)
+    applied.clear()
+
+    def first():
+        fp.invalidate()                 # reads tracing off
+
+    def second():
+        first_reset.wait(10.0)
+        tracing[0] = True               # __tgt_set_info_flag
+        fp.invalidate()
+        second_done.set()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30.0)
+    assert applied[-1] is False, applied
+    assert fp._repeat is None

@@ -189,6 +189,9 @@ class FastPath:
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
         # guards generation and the counter below; never held across a plugin call
         self._count_lock = threading.Lock()
+        # one invalidate() at a time; held across the C side's reset, which waits for
+        # the repeats in flight (they take no Python lock)
+        self._invalidate_lock = threading.Lock()
         self.generation = 0
         self._wanted = os.environ.get(NO_PLAN_VAR, "") in ("", "0")
         self._enabled = self._wanted and not tracing()   # requires(): invalidate()
@@ -215,25 +218,27 @@ class FastPath:
 
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
-        register, unregister, requires, close).  Constructs in flight finish with
-        what they hold; the C side's repeats (:mod:`.repeat`) are forgotten and
-        waited for."""
-        with self._count_lock:
-            self.generation += 1
-        self._enabled = (self._wanted and not self._tracing()
-                         and not self._requires() & REQ_USM)
-        self._ready.clear()
-        self._plans.clear()
-        rp = self._repeats()
-        if rp is not None:
-            # (a recorder wraps _serve: every construct must reach it; once the
-            # interposer closes, the other threads' constructs must reach Python,
-            # which does nothing for them, before the devices' memory is freed)
-            on = self._enabled and "_serve" not in vars(self) and not self._closing()
-            self._repeat = rp if on else None
-            rp.reset(on)                # waits for the repeats in flight
-        else:
-            self._repeat = None
+        register, unregister, requires, ``__tgt_set_info_flag``, close).  Constructs in
+        flight finish with what they hold; the C side's repeats (:mod:`.repeat`) are
+        forgotten and waited for.  One invalidation at a time (``_invalidate_lock``):
+        the state read and the C side's reset are one step, so the later state wins."""
+        with self._invalidate_lock:
+            with self._count_lock:
+                self.generation += 1
+            self._enabled = (self._wanted and not self._tracing()
+                             and not self._requires() & REQ_USM)
+            self._ready.clear()
+            self._plans.clear()
+            rp = self._repeats()
+            if rp is not None:
+                # (a recorder wraps _serve: every construct must reach it; once the
+                # interposer closes, the other threads' constructs must reach Python,
+                # which does nothing for them, before the devices' memory is freed)
+                on = self._enabled and "_serve" not in vars(self) and not self._closing()
+                self._repeat = rp if on else None
+                rp.reset(on)            # waits for the repeats in flight
+            else:
+                self._repeat = None
 
     # -- the bridge callback ---------------------------------------------------------
     def on_construct(self, addr: int) -> int:
