@@ -26,7 +26,7 @@ import pytest
 import conformance as cf
 from conftest import NEXTGEN16
 
-PROGRAMS = ("update_repeated.c", "update_repeated_threads.c")
+PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c")
 TIMEOUT = 120
 
 
