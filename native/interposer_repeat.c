@@ -61,6 +61,7 @@ static uint64_t rp_stamps[OSH_REPEAT_DEVS + 1];
 static int rp_on;
 static int64_t rp_inflight;
 static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t rp_reset_lock = PTHREAD_MUTEX_INITIALIZER;  /* never taken by a repeat */
 static struct rp_entry rp_tab[OSH_REPEAT_SLOTS];
 static unsigned rp_turn;        /* the way a full set gives up next (under rp_lock) */
 
@@ -188,6 +189,9 @@ OSH_EXPORT int osh_interposer_repeat_put(int64_t dev, int32_t n, const uint64_t 
  * any lock: this is what makes an unload or a device teardown after it safe). */
 OSH_EXPORT void osh_interposer_repeat_reset(int on)
 {
+  /* one reset at a time, the wait included: a reset that leaves the repeats as they
+   * were (2) reads what the one before it left, never the 0 of a reset still waiting */
+  pthread_mutex_lock(&rp_reset_lock);
   pthread_mutex_lock(&rp_lock);
   if (on == 2)
     on = __atomic_load_n(&rp_on, __ATOMIC_SEQ_CST);
@@ -201,6 +205,7 @@ OSH_EXPORT void osh_interposer_repeat_reset(int on)
     nanosleep(&ts, NULL);
   }
   __atomic_store_n(&rp_on, on ? 1 : 0, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&rp_reset_lock);
 }
 
 /* The stamps: OSH_REPEAT_DEVS per-device words that Python writes, then the epoch (read

@@ -26,7 +26,7 @@ import pytest
 import conformance as cf
 from conftest import NEXTGEN16
 
-PROGRAMS = ("update_repeated.c", "update_repeated_threads.c")
+PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c")
 TIMEOUT = 120
 
 
@@ -167,3 +167,201 @@ def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):
     # (a repeat would have copied into the freed memory and returned)
     assert "survived" not in lines, r.stdout
     assert "Copying data to device failed" in r.stderr, r.stderr[-3000:]
+
+
+_CLOSE_DRIVER = r"""
+import ctypes, json, sys, threading
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+from offload_shim.interposer.llvm.mapping import DeviceMapper
+seen = {}
+free_rows = DeviceMapper.release_all
+
+
+def release_all(dm):
+    # the interposer closes: another thread's updates now, just before the rows'
+    # device memory is freed
+    before = call_counts()["update_repeated"]
+    t = threading.Thread(target=bump)
+    t.start()
+    t.join()
+    seen["during_close"] = call_counts()["update_repeated"] - before
+    free_rows(dm)
+
+
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    # a second reference: the library stays mapped once the interposer closes it
+    keep = ctypes.CDLL(sys.argv[1])
+    bump = keep.bump
+    bump.restype = ctypes.c_double
+    keep.setup()
+    # unregistered before the close (as a program's own destructor does at exit, while
+    # its other threads go on updating)
+    for desc in list(ip.libraries):
+        ip._on_unregister(desc)
+    bump()
+    seen["before_close"] = call_counts()["update_repeated"]
+    DeviceMapper.release_all = release_all
+    ip.close()
+print(json.dumps(seen))
+"""
+
+
+def test_no_repeat_while_the_interposer_closes(tmp_path):
+    """Once :meth:`Interposer.close` begins, the other threads' constructs reach
+    Python, which does nothing for them, and the devices' memory is then freed
+    (``DeviceMapper.release_all``): the C side must not repeat their updates then (it
+    copied into the freed memory: a program whose threads update while ``main``
+    returns crashed at exit under ``offload-shim run``, 4 runs in 6: the program's
+    own unregistration at exit forgets the repeats, its threads' next updates are
+    handed over again, and nothing turned them off before the close freed the rows)."""
+    import subprocess
+    import sys
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    src = tmp_path / "upd.c"
+    src.write_text(_LIB)
+    so = tmp_path / "libupd.so"
+    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
+                   capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
+    r = subprocess.run([sys.executable, "-c", _CLOSE_DRIVER, str(so), str(NEXTGEN16)],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["before_close"] >= 30, out           # the repeats were on
+    assert out["during_close"] == 0, (out, r.stderr[-3000:])
+
+
+_SHADOW_LIB = r"""
+struct S { double *p; double v[8]; };
+struct S s;
+double buf[16];
+void setup(void) {
+  s.p = buf;
+#pragma omp target enter data map(to: s)
+}
+void attach(void) {
+#pragma omp target enter data map(to: s.p[0:16])
+}
+void upd(void) {
+#pragma omp target update to(s)
+}
+/* writes through the device's copy of s.p: the device's buf while it is attached,
+   the host's buf when a copy of s left the host's pointer there */
+double poke(void) {
+#pragma omp target map(alloc: s)
+  { s.p[0] = 42.0; }
+  return buf[0];
+}
+"""
+
+_SHADOW_DRIVER = r"""
+import ctypes, json, sys, threading
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+from offload_shim.interposer.llvm import plan_data
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    f = {n: lib.function(n, restype=ctypes.c_double if n == "poke" else None)
+         for n in ("setup", "attach", "upd", "poke")}
+    f["setup"]()
+    update = plan_data.update
+    once = []
+
+    def racing_update(v, n, plan, dm, repeat=None):
+        # another thread attaches the pointer inside s after the cheap path saw no
+        # shadow pointer and before this update takes the table lock
+        if not once:
+            once.append(1)
+            t = threading.Thread(target=f["attach"])
+            t.start()
+            t.join()
+        return update(v, n, plan, dm, repeat)
+    plan_data.update = racing_update
+    before = call_counts()["update_repeated"]
+    for _ in range(5):
+        f["upd"]()
+    out = {"repeated": call_counts()["update_repeated"] - before, "host_buf0": f["poke"]()}
+print(json.dumps(out))
+"""
+
+
+def test_an_update_racing_a_pointer_attachment_is_not_repeated_plain(tmp_path):
+    """A pointer attached inside a mapped struct (a shadow pointer) between the cheap
+    path's look at the table (FastPath._serve, without the lock) and the update's
+    look-ups: under the lock the update sees it and hands the construct to the general
+    code, whose copy of ``to(s)`` writes the device's pointer back (libomptarget 16
+    targetDataUpdate).  Before, the plain copy was made and handed to the C side,
+    which repeated it while the table stayed so: the device's ``s.p`` kept the host's
+    address and a kernel wrote through it into the host's ``buf`` (42.0 here)."""
+    import subprocess
+    import sys
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    src = tmp_path / "sh.c"
+    src.write_text(_SHADOW_LIB)
+    so = tmp_path / "libsh.so"
+    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
+                   capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OFFLOAD_SHIM_NO_REPEAT", "OFFLOAD_SHIM_NO_PLAN", "LIBOMPTARGET_INFO")}
+    r = subprocess.run([sys.executable, "-c", _SHADOW_DRIVER, str(so), str(NEXTGEN16)],
+                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"repeated": 0, "host_buf0": 0.0}, (out, r.stderr[-3000:])
+
+
+def test_concurrent_invalidations_leave_the_later_state():
+    """Two threads invalidate the cheap path at once (``__tgt_set_info_flag`` turning
+    tracing on in one, a registration in the other): the state each reads and the
+    reset it makes of the C side's repeats are one step (``FastPath.invalidate``
+    under its own lock), so the one that read the older state cannot turn the repeats
+    back on after the other turned them off for tracing (repeated updates would print
+    no INFO lines)."""
+    import threading
+    from offload_shim.interposer.llvm.plan import FastPath
+
+    tracing = [False]
+    applied = []
+    first_reset = threading.Event()
+    second_done = threading.Event()
+
+    class FakeRepeats:
+        def reset(self, on):
+            if not first_reset.is_set():
+                first_reset.set()
+                # the other thread's invalidation runs now, if nothing holds it off
+                second_done.wait(1.0)
+            applied.append(on)
+
+    rp = FakeRepeats()
+    fp = FastPath(check_device=None, default_device=None, slow_kernel=None, slow_data=None,
+                  failed=None, tracing=lambda: tracing[0], repeats=lambda: rp)
+    applied.clear()
+
+    def first():
+        fp.invalidate()                 # reads tracing off
+
+    def second():
+        first_reset.wait(10.0)
+        tracing[0] = True               # __tgt_set_info_flag
+        fp.invalidate()
+        second_done.set()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30.0)
+    assert applied[-1] is False, applied
+    assert fp._repeat is None

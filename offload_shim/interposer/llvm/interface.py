@@ -168,7 +168,8 @@ class Interposer(PluginManager, OffloadPolicy):
                              requires=lambda: self.rtls.requires_flags,
                              tracing=diag.tracing_possible,
                              saw_kernel=self._saw_kernel_args,
-                             repeats=lambda: self._bridge.repeats)
+                             repeats=lambda: self._bridge.repeats,
+                             closing=lambda: self._closing)
 
     # -- views ------------------------------------------------------------------------
     @property
@@ -354,6 +355,10 @@ class Interposer(PluginManager, OffloadPolicy):
                 return
             self._closer = threading.get_ident()
             self._closing = True
+            # the C side's repeats of `target update` stop (and those in flight end)
+            # before the devices' memory is freed: from now on the other threads'
+            # updates reach Python, which does nothing for them (_closed_construct)
+            self.fast.invalidate()
             self._wait_for_calls()
             with self._rtl_lock:
                 for lib in reversed(self._loaded):

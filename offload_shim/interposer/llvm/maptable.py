@@ -133,8 +133,8 @@ class MappingTable:
     (:mod:`.repeat`, ``native/interposer_repeat.c``) this table writes, -1 for none (no
     interposer bound when the table was made, or a number past the C side's limit).
     The word gets a value unique over the process when the table is made and with
-    every insertion, removal, :meth:`clear` and :meth:`touch` (under the table's
-    lock, as the rest)."""
+    every insertion, removal, :meth:`clear`, :meth:`touch` and :meth:`reserved` (under
+    the table's lock, as the rest)."""
 
     def __init__(self, slot: int = -1):
         self.version = 0
@@ -257,6 +257,13 @@ class MappingTable:
         found mapped (``targetDataBegin`` moved the row's begin back by it)."""
         end = hp + (size or 1)
         return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
+
+    def reserved(self) -> None:
+        """A reservation joined :attr:`private` (a row a look-up would publish, that
+        the C side's repeats cannot see): the stamp moves on, the version stays (the
+        rows did not change)."""
+        if self._stamps is not None:
+            self._stamps[self.stamp_slot] = next(_STAMPS)
 
     def touch(self) -> None:
         """Something a look-up's result depends on changed without a row inserted or

@@ -166,12 +166,16 @@ class FastPath:
     return, as the general code reports it), ``requires()`` (the
     ``__tgt_register_requires`` flags), ``tracing()`` (True while diagnostics are
     printed per construct: the general code prints them) and ``saw_kernel(host_ptr,
-    version)`` (a region's first launch showed this ``KernelArgsTy`` version).
+    version)`` (a region's first launch showed this ``KernelArgsTy`` version),
+    ``repeats()`` (the :class:`~.repeat.Repeats` of the installed callback table, or
+    None) and ``closing()`` (True once the interposer closes: :meth:`invalidate` turns
+    the C side's repeats off for good then).
     Thread-safe: any number of threads may call :meth:`on_construct` at once."""
 
     def __init__(self, *, check_device, default_device, slow_kernel, slow_data,
                  failed, requires=lambda: 0, tracing=lambda: False,
-                 saw_kernel=lambda host_ptr, version: None, repeats=lambda: None):
+                 saw_kernel=lambda host_ptr, version: None, repeats=lambda: None,
+                 closing=lambda: False):
         self._check_device = check_device
         self._default_device = default_device
         self._slow_kernel = slow_kernel
@@ -181,6 +185,7 @@ class FastPath:
         self._tracing = tracing
         self._saw_kernel = saw_kernel
         self._repeats = repeats
+        self._closing = closing
         #: the :class:`~.repeat.Repeats` update constructs are handed to, or None
         self._repeat = None
         self._views: dict[int, memoryview] = {}
@@ -188,6 +193,9 @@ class FastPath:
         self._ready: dict[int, tuple] = {}      # device number -> (gen, mapper, init count)
         # guards generation and the counter below; never held across a plugin call
         self._count_lock = threading.Lock()
+        # one invalidate() at a time; held across the C side's reset, which waits for
+        # the repeats in flight (they take no Python lock)
+        self._invalidate_lock = threading.Lock()
         self.generation = 0
         self._wanted = os.environ.get(NO_PLAN_VAR, "") in ("", "0")
         self._enabled = self._wanted and not tracing()   # requires(): invalidate()
@@ -214,23 +222,28 @@ class FastPath:
 
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
-        register, unregister, requires, close).  Constructs in flight finish with
-        what they hold; the C side's repeats (:mod:`.repeat`) are forgotten and
-        waited for."""
-        with self._count_lock:
-            self.generation += 1
-        self._enabled = (self._wanted and not self._tracing()
-                         and not self._requires() & REQ_USM)
-        self._ready.clear()
-        self._plans.clear()
-        rp = self._repeats()
-        if rp is not None:
-            # (a recorder wraps _serve: every construct must reach it)
-            on = self._enabled and rp.wanted and "_serve" not in vars(self)
-            self._repeat = rp if on else None
-            rp.reset(on)                # waits for the repeats in flight
-        else:
-            self._repeat = None
+        register, unregister, requires, ``__tgt_set_info_flag``, close).  Constructs in
+        flight finish with what they hold; the C side's repeats (:mod:`.repeat`) are
+        forgotten and waited for.  One invalidation at a time (``_invalidate_lock``):
+        the state read and the C side's reset are one step, so the later state wins."""
+        with self._invalidate_lock:
+            with self._count_lock:
+                self.generation += 1
+            self._enabled = (self._wanted and not self._tracing()
+                             and not self._requires() & REQ_USM)
+            self._ready.clear()
+            self._plans.clear()
+            rp = self._repeats()
+            if rp is not None:
+                # (a recorder wraps _serve: every construct must reach it; once the
+                # interposer closes, the other threads' constructs must reach Python,
+                # which does nothing for them, before the devices' memory is freed)
+                on = (self._enabled and rp.wanted and "_serve" not in vars(self)
+                      and not self._closing())
+                self._repeat = rp if on else None
+                rp.reset(on)            # waits for the repeats in flight
+            else:
+                self._repeat = None
 
     # -- the bridge callback ---------------------------------------------------------
     def on_construct(self, addr: int) -> int:

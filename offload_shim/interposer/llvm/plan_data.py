@@ -213,21 +213,30 @@ def update(v, n: int, plan, dm, repeat=None) -> bool:
     """targetDataUpdate: copy each mapped item from / to the device (runs of
     items in the same direction in one call), the look-ups under the table lock,
     the copies without it.  False (nothing done) when a row is still being
-    prepared by another thread.  ``repeat``: the :class:`~.repeat.Repeats` the
-    construct is offered to once done (the C side makes its copies again while the
-    table's stamp, read here before the look-ups, stays), or None."""
+    prepared by another thread, or when the table has shadow pointers or padded rows
+    (FastPath._serve looks without the lock; under it, the answer is exact).
+    ``repeat``: the :class:`~.repeat.Repeats` the construct is offered to once done
+    (the C side makes its copies again while the table's stamp, read here before the
+    look-ups, stays), or None."""
     a0, s0 = HEAD + n, HEAD + 2 * n
     items = []
     lock = dm.lock
     lock.acquire()
     try:
+        table = dm.table
+        if table.shadow or table.padded:
+            # attached since FastPath._serve looked (another thread): the copies of a
+            # `to` must write the device values of the pointers back, the general
+            # code's (a plain copy handed to the C side would be repeated as long as
+            # the table stays so)
+            return False
         mark = None
         if repeat is not None:
-            slot = dm.table.stamp_slot
+            slot = table.stamp_slot
             if slot >= 0:               # Repeats.mark, inlined: (stamp, epoch)
                 stamps = repeat.stamps
                 mark = (stamps[slot], stamps[repeat.devices])
-        lookup = dm.table.lookup
+        lookup = table.lookup
         for i, to, frm, _implicit in plan.maps:
             hp = v[a0 + i]
             size = v[s0 + i]

@@ -225,6 +225,8 @@ def target(v, n: int, plan, dm, got, failed):
             rec.phase = RESERVED
             rec.entries = rec.ended = None
             table.private.append(rec)
+            # an update's look-up would publish it: the C side's repeats go to Python
+            table.reserved()
     finally:
         lock.release()
     nfound = nm - len(fresh) if fresh is not None else nm

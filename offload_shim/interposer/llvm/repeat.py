@@ -21,8 +21,10 @@ nothing wraps: a recorder or a test double makes the constructs come to Python),
 device number is below the C side's limit and the construct has at most its number of
 items.  Everything that changes what an update means resets the C side
 (:meth:`Repeats.reset`, from :meth:`~.plan.FastPath.invalidate`: registration,
-unregistration, ``requires``, close) and waits for the repeats in flight, so none of
-their copies runs once an image is unloaded or a device torn down.  ``OFFLOAD_SHIM_NO_PLAN=1``
+unregistration, ``requires``, ``__tgt_set_info_flag``, close; one at a time) and waits
+for the repeats in flight, so none of their copies runs once an image is unloaded or a
+device torn down; from the start of a close they stay off (the other threads' updates
+reach Python, which does nothing for them, before the rows' device memory is freed).  ``OFFLOAD_SHIM_NO_PLAN=1``
 turns it off with the cheap path; ``OFFLOAD_SHIM_NO_REPEAT=1`` turns off only this.
 
 ``tests/test_repeat.py`` runs update loops of a compiled program with and without it
