@@ -258,12 +258,28 @@ class MappingTable:
         end = hp + (size or 1)
         return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
 
-    def reserved(self) -> None:
+    def reserved(self):
         """A reservation joined :attr:`private` (a row a look-up would publish, that
         the C side's repeats cannot see): the stamp moves on, the version stays (the
-        rows did not change)."""
-        if self._stamps is not None:
-            self._stamps[self.stamp_slot] = next(_STAMPS)
+        rows did not change).  Returns ``(before, after)``, the stamp before and after
+        (for :meth:`unreserved`), or None without a stamp."""
+        stamps = self._stamps
+        if stamps is None:
+            return None
+        slot = self.stamp_slot
+        before = stamps[slot]
+        after = stamps[slot] = next(_STAMPS)
+        return before, after
+
+    def unreserved(self, marks) -> None:
+        """The reservation whose :meth:`reserved` gave ``marks`` left :attr:`private`
+        without being published (its construct ended, its rows never entered the
+        table; table lock held): when nothing moved the stamp since it did, the
+        table is what it was before it, and the stamp goes back to what it was then
+        -- the updates the C side remembered under it repeat again (a loop of an
+        update and a kernel construct with rows of its own)."""
+        if marks is not None and self._stamps[self.stamp_slot] == marks[1]:
+            self._stamps[self.stamp_slot] = marks[0]
 
     def touch(self) -> None:
         """Something a look-up's result depends on changed without a row inserted or

@@ -45,7 +45,9 @@ class _Reservation:
     RUNNING); ``entries``: None, or the rows
     :meth:`publish` made; ``ended``: None until the construct's end was applied to
     those rows, then per row whether it dropped the row's last reference (the row's
-    ``ends`` count is then the construct's until it finishes).
+    ``ends`` count is then the construct's until it finishes).  ``marks``: what
+    :meth:`~.maptable.MappingTable.reserved` gave when the reservation was made
+    (:meth:`~.maptable.MappingTable.unreserved` when it ends unpublished).
 
     The owner moves ``phase`` on without the table lock and then reads ``entries``;
     :meth:`publish` (table lock held) writes ``entries`` and then reads ``phase``
@@ -53,12 +55,13 @@ class _Reservation:
     brings the rows up to the phase (:meth:`settle`, :meth:`drop`, both idempotent;
     the owner takes the table lock for that).  Everything else changes under the
     table lock."""
-    __slots__ = ("v", "maps", "fresh", "phase", "tgts", "lease", "entries", "ended")
+    __slots__ = ("v", "maps", "fresh", "phase", "tgts", "lease", "entries", "ended",
+                 "marks")
 
     def __init__(self, v, maps, fresh):
         self.v, self.maps, self.fresh = v, maps, fresh
         self.phase = RESERVED
-        self.entries = self.ended = None
+        self.entries = self.ended = self.marks = None
 
     def publish(self, table) -> None:
         """Insert the rows (table lock held; :meth:`MappingTable.publish`): pending
@@ -226,7 +229,8 @@ def target(v, n: int, plan, dm, got, failed):
             rec.entries = rec.ended = None
             table.private.append(rec)
             # an update's look-up would publish it: the C side's repeats go to Python
-            table.reserved()
+            # (until the construct ends with its rows unpublished: unreserved)
+            rec.marks = table.reserved()
     finally:
         lock.release()
     nfound = nm - len(fresh) if fresh is not None else nm
@@ -350,6 +354,13 @@ def target(v, n: int, plan, dm, got, failed):
             table.private.remove(rec)       # atomic: publish() pops its reservations
         except ValueError:
             published = True                # publish() took it meanwhile
+        else:
+            if rec.marks is not None:
+                lock.acquire()
+                try:
+                    table.unreserved(rec.marks)
+                finally:
+                    lock.release()
     if removed is not None or published:
         lock.acquire()
         try:
@@ -427,6 +438,7 @@ def _withdraw(dm, rec, found) -> None:
         _undo(found)
         if rec.entries is None:
             dm.table.private.remove(rec)
+            dm.table.unreserved(rec.marks)
         else:
             for e in rec.entries:
                 if e.live:
