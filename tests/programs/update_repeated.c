@@ -1,4 +1,4 @@
-/* the same `target update` again and again while the table changes under it: absent, mapped, unmapped, mapped again elsewhere.
+/* the same `target update` again and again while the table changes under it: absent, mapped, unmapped, mapped again elsewhere; a kernel with a row of its own between them.
    feature: target-update, target-data, enter-exit-data
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -10,6 +10,7 @@ int main(void) {
   for (int i = 0; i < 64; i++) { a[i] = i; b[i] = -i; }
   for (int i = 0; i < 16; i++) c[i] = 0;
   double s = 0;
+  long ksum = 0;
 #pragma omp target data map(tofrom: a[0:64])
   {
     for (int it = 0; it < 300; it++) {
@@ -18,6 +19,12 @@ int main(void) {
 #pragma omp target map(alloc: a[0:64])
       { a[it % 64] *= 2.0; }
 #pragma omp target update from(a[it % 4 * 16 : 16])
+      /* a kernel construct with a row of its own (kept out of the table while it
+         runs): the updates around it still repeat */
+      long k = it;
+#pragma omp target map(tofrom: k)
+      { k = k * 3 + 1; }
+      ksum += k;
       /* b is absent for it < 50, present for 50 <= it < 150 and 200 <= it < 250 (a
          new row: its device copy starts from the host's) */
       b[it % 64] += 0.5;
@@ -46,7 +53,7 @@ int main(void) {
         for (int i = 0; i < 64; i++) s += a[i] + b[i];
         long t = 0;
         for (int i = 0; i < 16; i++) t += c[i] * (i + 1);
-        printf("%d %.1f %ld\n", it, s, t);
+        printf("%d %.1f %ld %ld\n", it, s, t, ksum);
       }
     }
   }
