@@ -550,8 +550,14 @@ static void embed_boot(void)
    * program as it would without offload-shim, instead of a KeyboardInterrupt that
    * failed the boot while the program went on without a device */
   static const char boot_signal[] = "import _signal\n";
+  /* the garbage collector is off while the boot imports (some 100 modules: their
+   * allocations set off collections that find nothing to free, about 8 million
+   * instructions) and on again once it has ended (boot_gc_on), failed or not; what the
+   * boot built (modules, classes, the runtime) is then frozen -- set aside from every
+   * later collection, and the allocation count that would start one at once reset
+   * (gc.freeze, CPython gcmodule.c gc_freeze_impl) */
   static const char boot[] =
-      "import os, sys\n"
+      "import os, sys, gc as _osh_gc; _osh_gc.disable(); del _osh_gc\n"
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
       "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
@@ -564,6 +570,7 @@ static void embed_boot(void)
       "del _osh_p\n"
       "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
+  static const char boot_gc_on[] = "__import__('gc').freeze(); __import__('gc').enable()\n";
   static const char boot_host[] =
       "import os, sys\n"
       "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
@@ -587,8 +594,10 @@ static void embed_boot(void)
     init_ex(0);                           /* no signal handlers: the program keeps its own */
     rc = p_run(boot_signal);
     signals_restore();                    /* and those `import _signal` installed go */
-    if (rc == 0)
+    if (rc == 0) {
       rc = p_run(boot);
+      p_run(boot_gc_on);
+    }
     signals_restore();                    /* anything the boot's imports installed */
     save();                               /* release the GIL for good */
   }
