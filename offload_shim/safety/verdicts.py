@@ -381,7 +381,8 @@ def sha256(data: bytes) -> str:
 VOLATILE_VARIABLES = frozenset({
     "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "PS3", "PS4",
     "PROMPT_COMMAND", "HISTCMD", "TERM_SESSION_ID", "WINDOWID", "PYTEST_CURRENT_TEST",
-    "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_LIBPYTHON", "OFFLOAD_SHIM_PYTHON",
+    "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_EMBED_LAZY", "OFFLOAD_SHIM_LIBPYTHON",
+    "OFFLOAD_SHIM_PYTHON",
     "OFFLOAD_SHIM_PYTHONPATH", "OFFLOAD_SHIM_RUN_OPTIONS", "OSH_CHILD_SCOPES",
     # offload_shim gives the processes it starts (run's program, child processes) a
     # private TMPDIR per run: with it in the fingerprint every run would probe again
