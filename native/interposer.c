@@ -102,6 +102,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *registered[MAX_REG];
 static int num_registered;
 static int64_t requires_flags;
+/* deferred boot (boot_deferred below) */
+static int64_t lazy_requires;             /* the first requires a deferred boot recorded */
+static int lazy_requires_seen;            /* ... recorded (kept: later ones compare with it) */
+static int lazy_requires_pending;         /* ... not yet delivered to Python */
 static uint64_t calls[24];
 
 static void count(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
@@ -550,8 +554,14 @@ static void embed_boot(void)
    * program as it would without offload-shim, instead of a KeyboardInterrupt that
    * failed the boot while the program went on without a device */
   static const char boot_signal[] = "import _signal\n";
+  /* the garbage collector is off while the boot imports (some 100 modules: their
+   * allocations set off collections that find nothing to free, about 8 million
+   * instructions) and on again once it has ended (boot_gc_on), failed or not; what the
+   * boot built (modules, classes, the runtime) is then frozen -- set aside from every
+   * later collection, and the allocation count that would start one at once reset
+   * (gc.freeze, CPython gcmodule.c gc_freeze_impl) */
   static const char boot[] =
-      "import os, sys\n"
+      "import os, sys, gc as _osh_gc; _osh_gc.disable(); del _osh_gc\n"
       "sys.argv = sys.argv or ['offload-shim-run']\n"
       "if os.environ.get('OFFLOAD_SHIM_PYTHON'):\n"
       "    sys.executable = os.environ['OFFLOAD_SHIM_PYTHON']\n"
@@ -564,6 +574,7 @@ static void embed_boot(void)
       "del _osh_p\n"
       "import offload_shim.interposer.embed as _osh_e\n"
       "_osh_e.start()\n";
+  static const char boot_gc_on[] = "__import__('gc').freeze(); __import__('gc').enable()\n";
   static const char boot_host[] =
       "import os, sys\n"
       "sys.path[:0] = [p for p in os.environ.get('OFFLOAD_SHIM_PYTHONPATH', '')"
@@ -587,8 +598,10 @@ static void embed_boot(void)
     init_ex(0);                           /* no signal handlers: the program keeps its own */
     rc = p_run(boot_signal);
     signals_restore();                    /* and those `import _signal` installed go */
-    if (rc == 0)
+    if (rc == 0) {
       rc = p_run(boot);
+      p_run(boot_gc_on);
+    }
     signals_restore();                    /* anything the boot's imports installed */
     save();                               /* release the GIL for good */
   }
@@ -690,6 +703,21 @@ OSH_EXPORT int osh_interposer_registered(void **out, int max)
 
 OSH_EXPORT int64_t osh_interposer_requires(void) { return requires_flags; }
 
+/* The __tgt_register_requires a deferred boot (boot_deferred) recorded without a callback
+ * table: 1 and its flags in *flags the first time it is asked after such a call, 0 when
+ * none is pending (every call since reached Python).  Python's install delivers it before
+ * it replays the registrations, in the order the program made them. */
+OSH_EXPORT int osh_interposer_pending_requires(int64_t *flags)
+{
+  pthread_mutex_lock(&lock);
+  int pending = lazy_requires_pending;
+  if (pending && flags)
+    *flags = lazy_requires;
+  lazy_requires_pending = 0;
+  pthread_mutex_unlock(&lock);
+  return pending;
+}
+
 OSH_EXPORT uint64_t osh_interposer_calls(int which)
 {
   return (which >= 0 && which < C_NCALLS) ? __atomic_load_n(&calls[which], __ATOMIC_RELAXED)
@@ -766,11 +794,57 @@ static int frame_call(uint64_t *f)
   return rc;
 }
 
+/* ---- deferred boot (offload-shim run, OFFLOAD_SHIM_EMBED_LAZY=1) ---------------------
+ * A program's registration constructors (__tgt_register_requires, __tgt_register_lib)
+ * run before main; a program that never offloads only unregisters at exit.  With the
+ * launcher's OFFLOAD_SHIM_EMBED_LAZY=1 (set only when no option or variable makes the
+ * registrations themselves say anything: no --report, --record or --gomp-host-device, the
+ * default policy, no LIBOMPTARGET_* variable: offload_shim/cli/run.py lazy_boot_ok), these
+ * three entry points only record what they were given, and CPython starts at the first
+ * other entry point (a construct, omp_get_num_devices, omp_target_*...), where install
+ * delivers the recorded requires and replays the registrations, in their order, before
+ * the construct.  So does libomptarget 16 itself: it loads its plugins at the first
+ * registration but initialises a device only at its first use (device.cpp
+ * DeviceTy::initOnce), and a program without a construct never reaches one.  Not
+ * deferred: a program that is itself a Python (its interpreter is already running), one
+ * that maps no libomptarget.so.16 (19.1 and 22.1 print a line for every
+ * __tgt_register_requires; GCC's registrations are libgomp's), and a second requires
+ * whose flags differ from the first (libomptarget 16 stops the program there: the
+ * runtime must see it at that point). */
+
+static int boot_deferred(void)
+{
+  if (__atomic_load_n(&embed_active, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&embed_failed, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&cbs_installed, __ATOMIC_ACQUIRE) || tls_starting)
+    return 0;
+  const char *on = getenv("OFFLOAD_SHIM_EMBED"), *lazy = getenv("OFFLOAD_SHIM_EMBED_LAZY");
+  if (!on || strcmp(on, "1") != 0 || !lazy || strcmp(lazy, "1") != 0)
+    return 0;
+  int (*is_init)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+  if (is_init && is_init())
+    return 0;                             /* the program is a Python: boot_host as before */
+  return dl_iterate_phdr(name_starts, (void *)"libomptarget.so.16") &&
+         !dl_iterate_phdr(name_starts, (void *)"libomptarget.so.19") &&
+         !dl_iterate_phdr(name_starts, (void *)"libomptarget.so.22");
+}
+
 /* ---- libomptarget 16 interface (VERS1.0) ------------------------------------------ */
 OSH_EXPORT void __tgt_register_requires(int64_t flags)
 {
   count(C_REQ);
   requires_flags = flags;
+  if (boot_deferred()) {
+    pthread_mutex_lock(&lock);
+    int differs = lazy_requires_seen && lazy_requires != flags;
+    if (!lazy_requires_seen) {
+      lazy_requires = flags;
+      lazy_requires_seen = lazy_requires_pending = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!differs)
+      return;                             /* libomptarget 16 keeps the first: nothing to do */
+  }
   ensure_python();
   osh_cb_requires f = cbs.register_requires;
   if (f)
@@ -801,7 +875,8 @@ OSH_EXPORT void __tgt_register_lib(void *desc)
   count(C_REG);
   if (getenv("OFFLOAD_SHIM_EMBED"))
     dl_iterate_phdr(pin_one, NULL);
-  ensure_python();
+  if (!boot_deferred())
+    ensure_python();
   pthread_mutex_lock(&lock);
   if (num_registered < MAX_REG)
     registered[num_registered++] = desc;
@@ -814,7 +889,8 @@ OSH_EXPORT void __tgt_register_lib(void *desc)
 OSH_EXPORT void __tgt_unregister_lib(void *desc)
 {
   count(C_UNREG);
-  ensure_python();
+  if (!boot_deferred())
+    ensure_python();
   pthread_mutex_lock(&lock);
   for (int i = 0; i < num_registered; i++)
     if (registered[i] == desc) {

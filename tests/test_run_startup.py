@@ -84,8 +84,8 @@ def test_the_embedded_runtime_imports_neither_logging_nor_pathlib(prog, options)
 #: measures what it costs).  ``-m``'s own runpy and importlib parts are not counted.
 LAUNCHER_MODULES = frozenset({
     "__future__", "_collections", "_functools", "_json", "_operator", "_sha256", "_struct",
-    "collections", "contextlib", "errno", "functools", "importlib", "itertools", "keyword",
-    "offload_shim", "offload_shim.cli", "offload_shim.cli.common",
+    "atexit", "collections", "contextlib", "errno", "functools", "gc", "importlib",
+    "itertools", "keyword", "offload_shim", "offload_shim.cli", "offload_shim.cli.common",
     "offload_shim.cli.run", "offload_shim.errors", "offload_shim.jsontext",
     "offload_shim.safety", "offload_shim.safety.children", "offload_shim.safety.isolation",
     "offload_shim.safety.leftovers", "offload_shim.safety.verdicts", "operator", "reprlib",
@@ -96,7 +96,7 @@ EMBEDDED_MODULES = frozenset({
     "__future__", "_bisect", "_collections", "_ctypes", "_functools", "_json",
     "_operator", "_sha256", "_struct", "_weakrefset", "array", "atexit", "bisect",
     "collections", "collections.abc", "contextlib", "ctypes", "ctypes._endian", "enum",
-    "errno", "fcntl", "functools", "importlib", "itertools", "keyword", "mmap",
+    "errno", "fcntl", "functools", "gc", "importlib", "itertools", "keyword", "mmap",
     "offload_shim", "offload_shim.abi", "offload_shim.abi.gomp_interposer",
     "offload_shim.abi.native", "offload_shim.core", "offload_shim.core.compiled",
     "offload_shim.core.device", "offload_shim.core.device_images",
@@ -429,3 +429,22 @@ def test_jsontext_refuses_bad_text_before_json_is_imported():
     r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_launcher_ends_without_finalising_only_from_the_command_line(tmp_path):
+    """The console script's `run` ends with os._exit once the program has ended (no
+    interpreter finalisation: start-up cost), with the program's status; an atexit
+    handler registered in the launcher still runs (then it exits as before), and
+    main(argv) called in-process returns the status and leaves the collector on."""
+    import gc
+    from offload_shim.cli import main
+    assert main(["run", "/bin/sh", "-c", "exit 3"]) == 3
+    assert gc.isenabled()
+    code = ("import atexit, sys; from offload_shim.cli import main; {pre}"
+            "sys.exit(main())")
+    for pre, out in (("", ""), ("atexit.register(lambda: print('atexit ran'));",
+                                "atexit ran\n")):
+        r = subprocess.run([sys.executable, "-c", code.format(pre=pre), "run", "/bin/sh",
+                            "-c", "echo prog; exit 5"], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        assert (r.returncode, r.stdout, r.stderr) == (5, "prog\n" + out, "")

@@ -198,3 +198,54 @@ def test_cache_command(cache):
     cache.chmod(0o777)
     p = subprocess.run([*cli, "clear"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("offload-shim: error: cache clear:")
+
+
+def _forget_digests(monkeypatch):
+    """A new process's view: no digest or verdict remembered in memory."""
+    monkeypatch.setattr(verdicts, "_digests", {})
+    monkeypatch.setattr(verdicts, "_seen", {})
+
+
+def test_file_sha256_is_stored_under_the_stat_identity(cache, tmp_path, monkeypatch):
+    """file_sha256 keeps a file's digest under its path, inode, size, mtime and ctime: a
+    later process reads it instead of hashing (a plugin is hashed once, not in every run),
+    and any write -- even one that keeps the size and puts the mtime back -- is hashed
+    again (the ctime moved)."""
+    import hashlib
+    f = tmp_path / "plugin.so"
+    f.write_bytes(b"a" * 5000)
+    old = os.stat(f).st_mtime_ns - 3_000_000_000
+    os.utime(f, ns=(old, old))
+    monkeypatch.setattr(verdicts, "RACY_S", 0.0)    # the ctime is the write's: not racy here
+    want = hashlib.sha256(b"a" * 5000).hexdigest()
+    assert verdicts.file_sha256(str(f)) == want
+    stored = [p.name for p in cache.iterdir() if p.name.startswith("file-sha256-")]
+    assert len(stored) == 1
+    _forget_digests(monkeypatch)
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: (reads.append(str(p)),
+                                                             real_open(p, *a, **k))[1])
+    assert verdicts.file_sha256(str(f)) == want
+    assert str(f) not in reads                    # read from the stored digest
+    monkeypatch.undo()
+    monkeypatch.setenv(verdicts.CACHE_DIR_VAR, str(cache))
+    monkeypatch.delenv(verdicts.NO_CACHE_VAR, raising=False)
+    _forget_digests(monkeypatch)
+    f.write_bytes(b"b" * 5000)                    # same size, mtime put back: ctime moves
+    os.utime(f, ns=(old, old))
+    assert verdicts.file_sha256(str(f)) == hashlib.sha256(b"b" * 5000).hexdigest()
+
+
+def test_file_sha256_does_not_store_a_file_changed_just_now(cache, tmp_path, monkeypatch):
+    """A file changed within RACY_S of the read is hashed every time (a second change in
+    the same timestamp tick would keep its stat identity), with the right digest."""
+    import hashlib
+    f = tmp_path / "lib.so"
+    f.write_bytes(b"x" * 100)
+    monkeypatch.setattr(verdicts, "RACY_S", 3600.0)
+    assert verdicts.file_sha256(str(f)) == hashlib.sha256(b"x" * 100).hexdigest()
+    assert not [p for p in cache.iterdir() if p.name.startswith("file-sha256-")] \
+        if cache.exists() else True
+    with pytest.raises(OSError):
+        verdicts.file_sha256(str(tmp_path / "missing.so"))

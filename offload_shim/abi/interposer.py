@@ -111,6 +111,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
       not unregistered, in order; returns the total)
     * ``uint64_t osh_interposer_calls(int which)``
     * ``int64_t osh_interposer_requires(void)``
+    * ``int osh_interposer_pending_requires(int64_t *flags)`` (a ``__tgt_register_requires``
+      recorded by a deferred boot and not yet delivered: 1 and its flags, once)
     * ``void osh_interposer_note_plugin(const void *addr)`` (the object holding
       ``addr`` is one of the runtime's plugins: ``offload-shim run`` stops the runtime
       before an exit handler of that object runs)
@@ -130,6 +132,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_calls.argtypes = [c_int]
     lib.osh_interposer_calls.restype = c_uint64
     lib.osh_interposer_requires.restype = c_int64
+    lib.osh_interposer_pending_requires.argtypes = [POINTER(c_int64)]
+    lib.osh_interposer_pending_requires.restype = c_int
     lib.osh_interposer_note_plugin.restype = None
     lib.osh_interposer_exiting.restype = c_int
     lib.osh_interposer_exiting.argtypes = []

@@ -212,7 +212,8 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     interposer (before any preload already set), ``OFFLOAD_SHIM_EMBED=1``,
     ``OFFLOAD_SHIM_LIBPYTHON``, ``OFFLOAD_SHIM_PYTHONPATH`` (the directory this
     offload_shim is imported from, then this interpreter's ``sys.path``) and
-    ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.interposer.embed`).  Raises
+    ``OFFLOAD_SHIM_RUN_OPTIONS`` (:mod:`offload_shim.interposer.embed`), and
+    ``OFFLOAD_SHIM_EMBED_LAZY=1`` where :func:`lazy_boot_ok` allows it.  Raises
     FileNotFoundError (interposer not built), RuntimeError (no shared libpython)."""
     import os                   # os.path, not pathlib: start-up of every run
     import offload_shim
@@ -226,12 +227,38 @@ def run_environment(*, plugins=(), bundled=False, policy=None, report=None,
     here = os.path.dirname(os.path.dirname(os.path.realpath(offload_shim.__file__)))
     paths = [here] + [p for p in sys.path if p and p != here and os.path.isabs(p)]
     env["OFFLOAD_SHIM_PYTHONPATH"] = os.pathsep.join(paths)
+    if lazy_boot_ok(env, policy=policy, report=report, record=record,
+                    gomp_host_device=gomp_host_device):
+        env["OFFLOAD_SHIM_EMBED_LAZY"] = "1"
+    else:
+        env.pop("OFFLOAD_SHIM_EMBED_LAZY", None)
     env["OFFLOAD_SHIM_RUN_OPTIONS"] = dumps(
         {"plugins": [os.path.realpath(p) for p in plugins], "bundled": bool(bundled),
          "policy": policy, "report": os.path.realpath(report) if report else None,
          "gomp_host_device": bool(gomp_host_device),
          "record": os.path.abspath(record) if record else None})
     return env
+
+
+def lazy_boot_ok(env: dict, *, policy=None, report=None, record=None,
+                 gomp_host_device: bool = False) -> bool:
+    """Whether the program's embedded runtime may start at its first construct instead
+    of its first registration (``OFFLOAD_SHIM_EMBED_LAZY=1``, ``native/interposer.c``
+    "deferred boot"): only where the registrations alone show nothing -- no ``--report``
+    (written at exit from the runtime's state) or ``--record`` (a trace from the first
+    registration), no ``--gomp-host-device``, the default policy (``--policy`` and
+    ``OMP_TARGET_OFFLOAD``: under ``mandatory`` a runtime that cannot start ends the
+    program before ``main``; under ``disabled`` nothing offloads anyway) and no
+    ``LIBOMPTARGET_*`` variable (debug and info output, plugin and memory-manager
+    settings read at the first registration).  A program that never offloads then never
+    starts CPython (start-up: issue 29)."""
+    if report is not None or record is not None or gomp_host_device:
+        return False
+    if policy not in (None, "default"):
+        return False
+    if env.get("OMP_TARGET_OFFLOAD", "default").strip().lower() != "default":
+        return False
+    return not any(k.startswith("LIBOMPTARGET_") for k in env)
 
 
 def cmd_run(args) -> int:

@@ -105,6 +105,17 @@ class Bridge:
         registered before the table existed), in order."""
         return _abi.registered_descriptors(self.lib) if self.lib is not None else []
 
+    def pending_requires(self) -> int | None:
+        """The flags of a ``__tgt_register_requires`` the C side recorded without a
+        callback table under a deferred boot (``native/interposer.c`` boot_deferred) and
+        has not delivered yet, once; None when there is none (or nothing loaded)."""
+        if self.lib is None:
+            return None
+        import ctypes
+        flags = ctypes.c_int64(0)
+        return flags.value if self.lib.osh_interposer_pending_requires(
+            ctypes.byref(flags)) else None
+
     def note_plugins(self, plugins) -> None:
         """Tell the C side which loaded objects are the runtime's plugins: under
         ``offload-shim run`` an exit handler of one of them stops the runtime before

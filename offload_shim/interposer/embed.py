@@ -2,7 +2,9 @@
 
 ``offload-shim run`` starts ``PROGRAM`` with ``LD_PRELOAD=libosh_interposer.so`` and
 ``OFFLOAD_SHIM_EMBED=1``.  The program's first offload call (the ``__tgt_register_lib``
-of its registration constructor, before ``main``) makes the interposer ``dlopen`` the
+of its registration constructor, before ``main``; under ``OFFLOAD_SHIM_EMBED_LAZY=1``
+its first construct or other call past the registrations: ``native/interposer.c``
+"deferred boot") makes the interposer ``dlopen`` the
 shared ``libpython`` named by ``OFFLOAD_SHIM_LIBPYTHON``, ``Py_InitializeEx(0)``, extend
 ``sys.path`` from ``OFFLOAD_SHIM_PYTHONPATH`` and call :func:`start`; it then releases the
 GIL, and every later callback takes it (``PyGILState_Ensure``/``Release``), whichever

@@ -381,7 +381,8 @@ def sha256(data: bytes) -> str:
 VOLATILE_VARIABLES = frozenset({
     "_", "OLDPWD", "SHLVL", "COLUMNS", "LINES", "PS1", "PS2", "PS3", "PS4",
     "PROMPT_COMMAND", "HISTCMD", "TERM_SESSION_ID", "WINDOWID", "PYTEST_CURRENT_TEST",
-    "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_LIBPYTHON", "OFFLOAD_SHIM_PYTHON",
+    "OFFLOAD_SHIM_EMBED", "OFFLOAD_SHIM_EMBED_LAZY", "OFFLOAD_SHIM_LIBPYTHON",
+    "OFFLOAD_SHIM_PYTHON",
     "OFFLOAD_SHIM_PYTHONPATH", "OFFLOAD_SHIM_RUN_OPTIONS", "OSH_CHILD_SCOPES",
     # offload_shim gives the processes it starts (run's program, child processes) a
     # private TMPDIR per run: with it in the fingerprint every run would probe again
@@ -419,13 +420,54 @@ def environment_fingerprint(env=None) -> str:
     return fp
 
 
+#: a file's digest is stored for :func:`file_sha256` only when its last change (the
+#: later of ``st_mtime`` and ``st_ctime``) is at least this many seconds older than the
+#: read: a change within the file system's timestamp granularity of the read would
+#: otherwise leave the same stat key on other bytes (git's "racy clean" entries)
+RACY_S = 2.0
+_digests: dict[tuple, str] = {}
+
+
+def _stat_key(st) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def file_sha256(path: str) -> str:
-    """SHA-256 of a file's bytes (hex)."""
+    """SHA-256 of a file's bytes (hex); OSError when it cannot be read.
+
+    The digest is kept, in the process and as a verdict of kind ``file-sha256``
+    (:func:`get`/:func:`put`), under the file's path and its stat identity -- device,
+    inode, size, ``st_mtime_ns`` and ``st_ctime_ns``: any write changes the ctime
+    (which no user can set back), a replaced file its inode -- so a plugin file is
+    hashed once, not in every ``offload-shim run`` (the launcher's check of a
+    ``--plugin`` and the program's probe hashed the 180 kB LLVM 16 nextgen plugin every
+    time: some 16 million instructions).  A digest is stored only when the file did not
+    change during the read and its last change is :data:`RACY_S` older than the
+    read."""
+    import time
+    st = os.stat(path)
+    sk = (path, *_stat_key(st))
+    got = _digests.get(sk)
+    if got is not None:
+        return got
+    skey = _new_sha256(repr(sk).encode("utf-8", "surrogateescape")).hexdigest()
+    stored = get("file-sha256", (), skey)
+    got = stored.get("sha256") if stored else None
+    if isinstance(got, str) and len(got) == 64 and _HEX.issuperset(got):
+        _digests[sk] = got
+        return got
+    now = time.time_ns()
     h = _new_sha256()
     with open(path, "rb") as f:
+        same = _stat_key(os.fstat(f.fileno())) == sk[1:]
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+        same = same and _stat_key(os.fstat(f.fileno())) == sk[1:]
+    digest = h.hexdigest()
+    if same and max(st.st_mtime_ns, st.st_ctime_ns) < now - int(RACY_S * 1e9):
+        _digests[sk] = digest
+        put("file-sha256", (), skey, {"sha256": digest})
+    return digest
 
 
 __all__ = ["CACHE_DIR_VAR", "MAX_AGE_S", "MAX_ENTRIES", "NO_CACHE_VAR", "VOLATILE_VARIABLES",

@@ -258,7 +258,13 @@ class Interposer(PluginManager, OffloadPolicy):
         diag.set_profile(self.profile)
         self._bridge.set_runtime_name(self.profile.name)
         self.fast.invalidate()              # the C side's repeats: on (plan.py, repeat.py)
-        # libraries registered before the callbacks existed (e.g. preloaded)
+        # a requires a deferred boot recorded (offload-shim run: the program's
+        # constructors ran before its first construct started CPython), then the
+        # libraries registered before the callbacks existed (e.g. preloaded), in the
+        # order the program made them
+        flags = self._bridge.pending_requires()
+        if flags is not None:
+            self._on_requires(flags)
         for desc in self._bridge.registered():
             if desc not in self.libraries:
                 self._on_register(desc)
