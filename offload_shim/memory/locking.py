@@ -56,11 +56,14 @@ class TokenLock:
     ``with lock:``, and ``acquire``/``release``/``locked`` as in
     ``threading.Lock`` (no timeout)."""
 
-    __slots__ = ("tokens", "waiting", "_cond")
+    __slots__ = ("tokens", "waiting", "asleep", "_cond")
 
     def __init__(self):
         self.tokens = deque((TOKEN,))
         self.waiting = 0
+        #: ``waiting > 0`` as a bool, what the hot paths test: a jump on ``True`` or
+        #: ``False`` takes the interpreter's fast path (an int calls its ``__bool__``)
+        self.asleep = False
         self._cond = threading.Condition(threading.Lock())
 
     def wait_token(self) -> None:
@@ -69,6 +72,7 @@ class TokenLock:
         cond = self._cond
         with cond:
             self.waiting += 1
+            self.asleep = True
             try:
                 while True:
                     try:
@@ -83,6 +87,7 @@ class TokenLock:
                         raise
             finally:
                 self.waiting -= 1
+                self.asleep = self.waiting > 0
 
     def wake(self) -> None:
         """Wake one thread asleep in :meth:`wait_token` (the token was given back)."""

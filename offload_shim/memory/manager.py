@@ -231,7 +231,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "_steps", "__weakref__")
+                 "_closed", "_log", "_slow", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -292,6 +292,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._buckets = {}                         # bucket -> BucketCounters
         self._closed = False
         self._log = log
+        #: parked frees (``_parcel``) or an event log: the hit path's one test of both
+        self._slow = log is not None
         if log is not None:
             log.config({"policy": policy, "threshold": threshold, "oom": oom,
                         "cache_limit": cache_limit, "debug": mode or "",
@@ -334,15 +336,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         except IndexError:
             self._lock.wait_token()
         try:
-            if self._parcel is not None:
-                self._unpark_locked()
-            try:
-                fl = self._free.get(size)
-            except TypeError:           # unhashable: not a size (_allocate_other says so)
-                fl = None
-            if fl and type(size) is int or (  # binned: else a larger size of the class
-                    self._index is not None and type(size) is int and 0 < size <= self._pool_max
-                    and (fl := self._index.larger(size, self._free))):
+            if self._slow:                  # parked frees or an event log: one flag
+                ptr = self._hit_slow_locked(size)
+            elif type(size) is int and ((fl := self._free.get(size)) or (
+                    self._index is not None and 0 < size <= self._pool_max  # binned: else
+                    and (fl := self._index.larger(size, self._free)))):  # a larger size
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
@@ -356,19 +354,29 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._acc = acc = self._acc + block.hit_step    # bytes in use and the hit
                 if acc > self._peak_acc:
                     self._peak_acc = acc | _HITS
-                if self._log is None:
-                    return ptr
-                self._log.record("alloc", size, ptr, True, {"block": block.size})
+                return ptr
             else:
                 ptr = 0
         finally:
             lockq.append(True)      # TOKEN as a constant (LOAD_CONST)
-            if self._lock.waiting:
+            if self._lock.asleep:
                 self._lock.wake()
-        if ptr:
-            self._log.flush()
+        if ptr:                         # a hit of the slow round trip
+            if self._log is not None:
+                self._log.flush()
             return ptr
         return self._allocate_other(size)
+
+    def _hit_slow_locked(self, size):
+        """(Lock held.)  :meth:`allocate`'s round trip while ``_slow`` (parked frees
+        or an event log): the parked frees join their free lists (any request voids
+        a parcel), then for an int pooled ``size`` the hit path of the policy with
+        its ``alloc`` event (:meth:`_reuse_locked`).  The pointer, or 0 (no hit)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        if type(size) is int and 0 < size <= self._pool_max:
+            return self._reuse_locked(size)
+        return 0
 
     def allocate_many(self, sizes) -> list:
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
@@ -573,30 +581,46 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         except IndexError:
             self._lock.wait_token()
         try:
-            if self._parcel is not None:
-                self._unpark_locked()
-            block = self._live.pop(ptr, None)
-            if block is not None:
-                fl = block.cache_list
-                if fl is not None:
-                    # a pooled block, no cap/poison: cache it (the hot path; with an
-                    # event log, its event).  No closed check: drain() empties _live.
+            if self._slow:                  # parked frees or an event log
+                block = self._free_slow_locked(ptr)
+            elif (block := self._live.pop(ptr, None)) is not None:
+                if (fl := block.cache_list) is not None:
+                    # a pooled block, no cap/poison: cache it (the hot path).  No
+                    # closed check: drain() empties _live.
                     self._acc -= block.free_step
                     fl.append(block)
-                    if self._log is None:
-                        return
-                    self._log.record("free", block.size, ptr, True)
-                else:
-                    self._live[ptr] = block     # the other path books it
-                    block = None
+                    return
+                self._live[ptr] = block     # the other path books it
+                block = None
         finally:
-            lockq.append(TOKEN)
-            if self._lock.waiting:
+            lockq.append(True)
+            if self._lock.asleep:
                 self._lock.wake()
-        if block is not None:           # cached, with an event log
-            self._log.flush()
+        if block is not None:           # cached in the slow round trip
+            if self._log is not None:
+                self._log.flush()
             return
         self._free_other(ptr, strict)
+
+    def _free_slow_locked(self, ptr):
+        """(Lock held.)  :meth:`free`'s round trip while ``_slow``: the parked frees
+        join their free lists, then the cached free of a live pooled block (no cap or
+        poison) with its ``free`` event.  The block cached, or None (anything else:
+        :meth:`_free_other` after the round trip)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        block = self._live.pop(ptr, None)
+        if block is None:
+            return None
+        fl = block.cache_list
+        if fl is None:
+            self._live[ptr] = block     # the other path books it
+            return None
+        self._acc -= block.free_step
+        fl.append(block)
+        if self._log is not None:
+            self._log.record("free", block.size, ptr, True)
+        return block
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache
