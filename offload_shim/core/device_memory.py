@@ -134,7 +134,7 @@ class DeviceMemory:
                 ptr = 0
         finally:
             lockq.append(True)
-            if pool._lock.asleep:
+            if pool._asleep:
                 pool._lock.wake()
         if ptr:
             if pool._log is not None:
@@ -201,7 +201,7 @@ class DeviceMemory:
                 block = None
         finally:
             lockq.append(True)
-            if pool._lock.asleep:
+            if pool._asleep:
                 pool._lock.wake()
         if block is not None:           # cached in the slow round trip
             if pool._log is not None:

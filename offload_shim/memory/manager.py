@@ -231,7 +231,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "_slow", "_steps", "__weakref__")
+                 "_closed", "_log", "_slow", "_asleep", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -268,7 +268,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
 
-        self._lock = TokenLock()
+        self._asleep = False                       # the lock's asleep (TokenLock owner)
+        self._lock = TokenLock(self)
         self._lockq = self._lock.tokens            # the hot paths take it directly
         self._live = {}
         self._free = {}
@@ -359,7 +360,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 ptr = 0
         finally:
             lockq.append(True)      # TOKEN as a constant (LOAD_CONST)
-            if self._lock.asleep:
+            if self._asleep:            # (TokenLock.asleep, kept here by the lock)
                 self._lock.wake()
         if ptr:                         # a hit of the slow round trip
             if self._log is not None:
@@ -594,7 +595,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 block = None
         finally:
             lockq.append(True)
-            if self._lock.asleep:
+            if self._asleep:
                 self._lock.wake()
         if block is not None:           # cached in the slow round trip
             if self._log is not None:
