@@ -116,9 +116,11 @@ class DeviceMemory:
         try:
             if pool._slow:
                 ptr = pool._hit_slow_locked(size)
-            elif type(size) is int and ((fl := pool._free.get(size)) or (
+            elif type(size) is not int:
+                ptr = 0
+            elif (fl := pool._free.get(size)) or (
                     pool._index is not None and 0 < size <= pool._pool_max
-                    and (fl := pool._index.larger(size, pool._free)))):
+                    and (fl := pool._index.larger(size, pool._free))):
                 if pool._newest_first:
                     block = fl.pop()
                     block.requested = size
@@ -126,9 +128,9 @@ class DeviceMemory:
                     block = fl.popleft()
                 ptr = block.ptr
                 pool._live[ptr] = block
-                pool._acc = acc = pool._acc + block.hit_step
-                if acc > pool._peak_acc:
-                    pool._peak_acc = acc | _HITS
+                pool._acc = pool._acc + block.hit_step
+                if pool._acc > pool._peak_acc:
+                    pool._peak_acc = pool._acc | _HITS
                 return ptr
             else:
                 ptr = 0
@@ -193,9 +195,9 @@ class DeviceMemory:
             if pool._slow:
                 block = pool._free_slow_locked(ptr)
             elif (block := pool._live.pop(ptr, None)) is not None:
-                if (fl := block.cache_list) is not None:
+                if block.cache_list is not None:
                     pool._acc -= block.free_step
-                    fl.append(block)
+                    block.cache_list.append(block)
                     return
                 pool._live[ptr] = block     # the other path books it
                 block = None

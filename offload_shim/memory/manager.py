@@ -326,11 +326,16 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
-        # (with a wake-up when a thread sleeps for it).  No
-        # closed check: drain() empties the free lists, so afterwards every request
+        # (with a wake-up when a thread sleeps for it: the lock keeps _asleep).  One
+        # flag, _slow, sends a pool with parked frees or an event log to
+        # _hit_slow_locked (the same hit, with the parcel first and the event after).
+        # No closed check: drain() empties the free lists, so afterwards every request
         # misses, and the miss path checks.  No size check before the lock: only int
-        # sizes 1..threshold have free lists, so a hit is a pooled size once the key
-        # is an int; anything else is checked after the round trip (_allocate_other).
+        # sizes 1..threshold have free lists, so a hit is a pooled size once the size
+        # is an int (a float equal to one would find its list: the type is tested
+        # first); anything else is checked after the round trip (_allocate_other).
+        # Attributes are read again rather than kept in locals: a local costs a store
+        # and a load and one more slot for the frame to clear (cachegrind, per pair).
         lockq = self._lockq
         try:
             lockq.pop()
@@ -339,9 +344,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         try:
             if self._slow:                  # parked frees or an event log: one flag
                 ptr = self._hit_slow_locked(size)
-            elif type(size) is int and ((fl := self._free.get(size)) or (
+            elif type(size) is not int:     # checked after the round trip
+                ptr = 0
+            elif (fl := self._free.get(size)) or (
                     self._index is not None and 0 < size <= self._pool_max  # binned: else
-                    and (fl := self._index.larger(size, self._free)))):  # a larger size
+                    and (fl := self._index.larger(size, self._free))):  # a larger size
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
@@ -352,9 +359,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     block = fl.popleft()    # exact: requested is the size already
                 ptr = block.ptr
                 self._live[ptr] = block
-                self._acc = acc = self._acc + block.hit_step    # bytes in use and the hit
-                if acc > self._peak_acc:
-                    self._peak_acc = acc | _HITS
+                self._acc = self._acc + block.hit_step      # bytes in use and the hit
+                if self._acc > self._peak_acc:
+                    self._peak_acc = self._acc | _HITS
                 return ptr
             else:
                 ptr = 0
@@ -585,11 +592,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             if self._slow:                  # parked frees or an event log
                 block = self._free_slow_locked(ptr)
             elif (block := self._live.pop(ptr, None)) is not None:
-                if (fl := block.cache_list) is not None:
+                if block.cache_list is not None:
                     # a pooled block, no cap/poison: cache it (the hot path).  No
                     # closed check: drain() empties _live.
                     self._acc -= block.free_step
-                    fl.append(block)
+                    block.cache_list.append(block)
                     return
                 self._live[ptr] = block     # the other path books it
                 block = None
