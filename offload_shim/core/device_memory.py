@@ -31,7 +31,7 @@ import operator
 
 from ..abi.buffers import host_view as _host_view, new_buffer
 from ..errors import LifecycleError, UnknownPointerError
-from ..memory.records import HITS as _HITS
+from ..memory.records import HITS as _HITS, SHIFT as _SHIFT
 from .device_state import READY as _READY, DeviceState, check_size as _check_size
 
 __all__ = ["DeviceMemory"]
@@ -129,8 +129,9 @@ class DeviceMemory:
                 ptr = block.ptr
                 pool._live[ptr] = block
                 pool._acc = pool._acc + block.hit_step
-                if pool._acc > pool._peak_acc:
+                if pool._peak_open and pool._acc > pool._peak_acc:
                     pool._peak_acc = pool._acc | _HITS
+                    pool._peak_open = (pool._acc >> _SHIFT) < pool._held
                 return ptr
             else:
                 ptr = 0

@@ -230,7 +230,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
                  "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
-                 "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
+                 "_hit_unit", "_held", "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets",
                  "_closed", "_log", "_slow", "_asleep", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
@@ -288,6 +288,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._held = 0                             # bytes held from the backend
         # the peak of _acc's high part, low bits all set: hits never pass it
         self._peak_acc = 0
+        #: False only while the peak of bytes in use is at least the bytes held: then no
+        #: hit can pass it (bytes in use never exceed bytes held), and the hit path
+        #: skips the comparison.  Set where bytes held grow (a miss, a failed backend
+        #: free undone), cleared where a new peak reaches them.
+        self._peak_open = False
         self._peak_held = 0
         self._foreign = 0
         self._buckets = {}                         # bucket -> BucketCounters
@@ -360,8 +365,9 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 ptr = block.ptr
                 self._live[ptr] = block
                 self._acc = self._acc + block.hit_step      # bytes in use and the hit
-                if self._acc > self._peak_acc:
+                if self._peak_open and self._acc > self._peak_acc:
                     self._peak_acc = self._acc | _HITS
+                    self._peak_open = (self._acc >> _SHIFT) < self._held
                 return ptr
             else:
                 ptr = 0
@@ -535,6 +541,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._acc = acc = self._acc + step
         if acc > self._peak_acc:
             self._peak_acc = acc | _HITS
+        self._peak_open = (self._peak_acc >> _SHIFT) < held
         bc = None
         if self._cfg.stats:
             bc = self._buckets.get(bucket)
