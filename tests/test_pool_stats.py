@@ -259,3 +259,97 @@ def test_a_new_manager_reports_zero_everywhere_and_counts_hits_only_with_statist
     s = mm.stats
     assert (s.hits, s.bytes_in_use, s.peak_bytes_total) == ((1 if stats else 0), 64, 64)
     mm.drain()
+
+
+@pytest.mark.parametrize("policy", ["exact", "binned"])
+@pytest.mark.parametrize("stats", [True, False])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_peak_in_use_is_the_highest_bytes_in_use_seen(policy, stats, seed):
+    """The hit path compares the accounting word with its peak only while the peak is
+    below the bytes held (``_peak_open``; a hit cannot pass bytes held): on a random
+    trace of hits, misses, bypasses, trims and backend frees that fail (a block kept
+    live or cached again, bytes held back up) the peak of bytes in use is exactly the
+    highest bytes in use seen after any call, and hits are counted as before."""
+    rng = random.Random(seed)
+    b = FakeBackend()
+    fails = [False]
+
+    def free(ptr):
+        if fails[0] and rng.random() < 0.5:
+            raise osh.PluginCallError("free failed")
+        b.free(ptr)
+
+    mm = MemoryManager(b.alloc, free, threshold=2048, policy=policy, stats=stats,
+                       debug="", device_label="fake:0")
+    live, peak = [], 0
+    for _ in range(2000):
+        fails[0] = rng.random() < 0.1
+        r = rng.random()
+        try:
+            if live and r < 0.45:
+                mm.free(live.pop(rng.randrange(len(live))))
+            elif r < 0.5:
+                mm.trim(rng.choice((0, 500)))
+            else:
+                live.append(mm.allocate(rng.choice((24, 100, 130, 512, 2000, 3000))))
+        except osh.PluginCallError:
+            pass
+        fails[0] = False
+        s = mm.stats
+        peak = max(peak, s.bytes_in_use)
+        assert s.peak_bytes_in_use == peak
+        assert s.bytes_in_use <= s.bytes_total
+    for p in live:
+        mm.free(p)
+    mm.drain()
+
+
+def test_a_hit_after_a_larger_miss_raises_the_peak():
+    """Bytes held grew past the peak (a miss while a block was cached): the next hit
+    brings bytes in use to a new peak, and the hit path must compare again."""
+    b, mm = make()
+    mm.free(mm.allocate(100))                       # 100 held, peak 100, cached 100
+    q = mm.allocate(200)                            # a miss: 300 held, peak 200
+    assert mm.stats.peak_bytes_in_use == 200
+    p = mm.allocate(100)                            # a hit: 300 in use
+    assert mm.stats.peak_bytes_in_use == 300 and mm.stats.hits == 1
+    mm.free(p)
+    mm.free(q)
+    p = mm.allocate(100)                            # a hit below the peak
+    assert mm.stats.peak_bytes_in_use == 300 and mm.stats.hits == 2
+    mm.free(p)
+
+
+@pytest.mark.parametrize("how", ["free", "trim"])
+def test_bytes_held_coming_back_after_a_failed_backend_free_reopen_the_peak(how):
+    """The lock is dropped around ``backend_free``: a miss in another call meanwhile
+    (here inside the failing backend free) books bytes held without the block being
+    freed; when the free fails the block's bytes are held again, above the peak, so
+    the next hit must raise the peak (``_restore_live`` / ``_recache`` reopen it)."""
+    b = FakeBackend()
+    mm = None
+    state = {"armed": False, "other": None}
+
+    def free(ptr):
+        if state["armed"]:
+            state["armed"] = False
+            state["other"] = mm.allocate(300)       # a miss while the block is out
+            raise osh.PluginCallError("free failed")
+        b.free(ptr)
+
+    mm = MemoryManager(b.alloc, free, threshold=2048, debug="", device_label="fake:0")
+    a = mm.allocate(100)
+    x = mm.allocate(5000)                           # bypass: 5100 held and in use
+    mm.free(a)                                      # cached
+    state["armed"] = True
+    with pytest.raises(osh.PluginCallError):
+        if how == "free":
+            mm.free(x)                              # x live again: 5400 held
+        else:
+            mm.trim()                               # a cached again: 5400 held
+    assert mm.stats.bytes_total == 5400 and mm.stats.peak_bytes_in_use == 5300
+    p = mm.allocate(100)                            # a hit: 5400 in use
+    assert mm.stats.peak_bytes_in_use == 5400 == mm.stats.bytes_in_use
+    for q in (p, x, state["other"]):
+        mm.free(q)
+    mm.drain()

@@ -31,7 +31,7 @@ import operator
 
 from ..abi.buffers import host_view as _host_view, new_buffer
 from ..errors import LifecycleError, UnknownPointerError
-from ..memory.records import HITS as _HITS
+from ..memory.records import HITS as _HITS, SHIFT as _SHIFT
 from .device_state import READY as _READY, DeviceState, check_size as _check_size
 
 __all__ = ["DeviceMemory"]
@@ -114,14 +114,12 @@ class DeviceMemory:
         except IndexError:
             pool._lock.wait_token()
         try:
-            if pool._parcel is not None:
-                pool._unpark_locked()
-            try:
-                fl = pool._free.get(size)
-            except TypeError:
-                fl = None
-            if fl and type(size) is int or (
-                    pool._index is not None and type(size) is int and 0 < size <= pool._pool_max
+            if pool._slow:
+                ptr = pool._hit_slow_locked(size)
+            elif type(size) is not int:
+                ptr = 0
+            elif (fl := pool._free.get(size)) or (
+                    pool._index is not None and 0 < size <= pool._pool_max
                     and (fl := pool._index.larger(size, pool._free))):
                 if pool._newest_first:
                     block = fl.pop()
@@ -130,20 +128,20 @@ class DeviceMemory:
                     block = fl.popleft()
                 ptr = block.ptr
                 pool._live[ptr] = block
-                pool._acc = acc = pool._acc + block.hit_step
-                if acc > pool._peak_acc:
-                    pool._peak_acc = acc | _HITS
-                if pool._log is None:
-                    return ptr
-                pool._log.record("alloc", size, ptr, True, {"block": block.size})
+                pool._acc = pool._acc + block.hit_step
+                if pool._peak_open and pool._acc > pool._peak_acc:
+                    pool._peak_acc = pool._acc | _HITS
+                    pool._peak_open = (pool._acc >> _SHIFT) < pool._held
+                return ptr
             else:
                 ptr = 0
         finally:
             lockq.append(True)
-            if pool._lock.waiting:
+            if pool._asleep:
                 pool._lock.wake()
         if ptr:
-            pool._log.flush()
+            if pool._log is not None:
+                pool._log.flush()
             return ptr
         return pool._allocate_other(size)
 
@@ -195,26 +193,22 @@ class DeviceMemory:
         except IndexError:
             pool._lock.wait_token()
         try:
-            if pool._parcel is not None:
-                pool._unpark_locked()
-            block = pool._live.pop(ptr, None)
-            if block is not None:
-                fl = block.cache_list
-                if fl is not None:
+            if pool._slow:
+                block = pool._free_slow_locked(ptr)
+            elif (block := pool._live.pop(ptr, None)) is not None:
+                if block.cache_list is not None:
                     pool._acc -= block.free_step
-                    fl.append(block)
-                    if pool._log is None:
-                        return
-                    pool._log.record("free", block.size, ptr, True)
-                else:
-                    pool._live[ptr] = block     # the other path books it
-                    block = None
+                    block.cache_list.append(block)
+                    return
+                pool._live[ptr] = block     # the other path books it
+                block = None
         finally:
             lockq.append(True)
-            if pool._lock.waiting:
+            if pool._asleep:
                 pool._lock.wake()
-        if block is not None:           # cached, with an event log
-            pool._log.flush()
+        if block is not None:           # cached in the slow round trip
+            if pool._log is not None:
+                pool._log.flush()
             return
         try:
             pool._free_other(ptr, None)

@@ -42,6 +42,7 @@ elsewhere :class:`TokenLock` is the context manager over the same deque.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 
 __all__ = ["TokenLock", "TOKEN"]
@@ -56,12 +57,27 @@ class TokenLock:
     ``with lock:``, and ``acquire``/``release``/``locked`` as in
     ``threading.Lock`` (no timeout)."""
 
-    __slots__ = ("tokens", "waiting", "_cond")
+    __slots__ = ("tokens", "waiting", "asleep", "_owner", "_cond")
 
-    def __init__(self):
+    def __init__(self, owner=None):
         self.tokens = deque((TOKEN,))
         self.waiting = 0
+        #: ``waiting > 0`` as a bool, what the hot paths test: a jump on ``True`` or
+        #: ``False`` takes the interpreter's fast path (an int calls its ``__bool__``)
+        self.asleep = False
+        #: None, or a weak reference to an object whose ``_asleep`` attribute is kept
+        #: equal to :attr:`asleep` (a memory manager: its hot paths read one attribute
+        #: of their own instead of two)
+        self._owner = None if owner is None else weakref.ref(owner)
         self._cond = threading.Condition(threading.Lock())
+
+    def _set_asleep(self, value: bool) -> None:
+        """:attr:`asleep` and the owner's ``_asleep`` (the condition's lock held)."""
+        self.asleep = value
+        if self._owner is not None:
+            owner = self._owner()
+            if owner is not None:
+                owner._asleep = value
 
     def wait_token(self) -> None:
         """Take the token, sleeping until a holder gives it back (the slow path of
@@ -69,6 +85,7 @@ class TokenLock:
         cond = self._cond
         with cond:
             self.waiting += 1
+            self._set_asleep(True)
             try:
                 while True:
                     try:
@@ -83,6 +100,7 @@ class TokenLock:
                         raise
             finally:
                 self.waiting -= 1
+                self._set_asleep(self.waiting > 0)
 
     def wake(self) -> None:
         """Wake one thread asleep in :meth:`wait_token` (the token was given back)."""

@@ -230,8 +230,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
                  "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
-                 "_hit_unit", "_held", "_peak_acc", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "_steps", "__weakref__")
+                 "_hit_unit", "_held", "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets",
+                 "_closed", "_log", "_slow", "_asleep", "_steps", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -268,7 +268,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
 
-        self._lock = TokenLock()
+        self._asleep = False                       # the lock's asleep (TokenLock owner)
+        self._lock = TokenLock(self)
         self._lockq = self._lock.tokens            # the hot paths take it directly
         self._live = {}
         self._free = {}
@@ -287,11 +288,18 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._held = 0                             # bytes held from the backend
         # the peak of _acc's high part, low bits all set: hits never pass it
         self._peak_acc = 0
+        #: False only while the peak of bytes in use is at least the bytes held: then no
+        #: hit can pass it (bytes in use never exceed bytes held), and the hit path
+        #: skips the comparison.  Set where bytes held grow (a miss, a failed backend
+        #: free undone), cleared where a new peak reaches them.
+        self._peak_open = False
         self._peak_held = 0
         self._foreign = 0
         self._buckets = {}                         # bucket -> BucketCounters
         self._closed = False
         self._log = log
+        #: parked frees (``_parcel``) or an event log: the hit path's one test of both
+        self._slow = log is not None
         if log is not None:
             log.config({"policy": policy, "threshold": threshold, "oom": oom,
                         "cache_limit": cache_limit, "debug": mode or "",
@@ -323,26 +331,29 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
-        # (with a wake-up when a thread sleeps for it).  No
-        # closed check: drain() empties the free lists, so afterwards every request
+        # (with a wake-up when a thread sleeps for it: the lock keeps _asleep).  One
+        # flag, _slow, sends a pool with parked frees or an event log to
+        # _hit_slow_locked (the same hit, with the parcel first and the event after).
+        # No closed check: drain() empties the free lists, so afterwards every request
         # misses, and the miss path checks.  No size check before the lock: only int
-        # sizes 1..threshold have free lists, so a hit is a pooled size once the key
-        # is an int; anything else is checked after the round trip (_allocate_other).
+        # sizes 1..threshold have free lists, so a hit is a pooled size once the size
+        # is an int (a float equal to one would find its list: the type is tested
+        # first); anything else is checked after the round trip (_allocate_other).
+        # Attributes are read again rather than kept in locals: a local costs a store
+        # and a load and one more slot for the frame to clear (cachegrind, per pair).
         lockq = self._lockq
         try:
             lockq.pop()
         except IndexError:
             self._lock.wait_token()
         try:
-            if self._parcel is not None:
-                self._unpark_locked()
-            try:
-                fl = self._free.get(size)
-            except TypeError:           # unhashable: not a size (_allocate_other says so)
-                fl = None
-            if fl and type(size) is int or (  # binned: else a larger size of the class
-                    self._index is not None and type(size) is int and 0 < size <= self._pool_max
-                    and (fl := self._index.larger(size, self._free))):
+            if self._slow:                  # parked frees or an event log: one flag
+                ptr = self._hit_slow_locked(size)
+            elif type(size) is not int:     # checked after the round trip
+                ptr = 0
+            elif (fl := self._free.get(size)) or (
+                    self._index is not None and 0 < size <= self._pool_max  # binned: else
+                    and (fl := self._index.larger(size, self._free))):  # a larger size
                 # exact: the least recently freed block of the size (LLVM's multiset
                 # find); binned: the most recently freed of the size, else of the
                 # smallest larger cached size of the request's class
@@ -353,22 +364,33 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                     block = fl.popleft()    # exact: requested is the size already
                 ptr = block.ptr
                 self._live[ptr] = block
-                self._acc = acc = self._acc + block.hit_step    # bytes in use and the hit
-                if acc > self._peak_acc:
-                    self._peak_acc = acc | _HITS
-                if self._log is None:
-                    return ptr
-                self._log.record("alloc", size, ptr, True, {"block": block.size})
+                self._acc = self._acc + block.hit_step      # bytes in use and the hit
+                if self._peak_open and self._acc > self._peak_acc:
+                    self._peak_acc = self._acc | _HITS
+                    self._peak_open = (self._acc >> _SHIFT) < self._held
+                return ptr
             else:
                 ptr = 0
         finally:
             lockq.append(True)      # TOKEN as a constant (LOAD_CONST)
-            if self._lock.waiting:
+            if self._asleep:            # (TokenLock.asleep, kept here by the lock)
                 self._lock.wake()
-        if ptr:
-            self._log.flush()
+        if ptr:                         # a hit of the slow round trip
+            if self._log is not None:
+                self._log.flush()
             return ptr
         return self._allocate_other(size)
+
+    def _hit_slow_locked(self, size):
+        """(Lock held.)  :meth:`allocate`'s round trip while ``_slow`` (parked frees
+        or an event log): the parked frees join their free lists (any request voids
+        a parcel), then for an int pooled ``size`` the hit path of the policy with
+        its ``alloc`` event (:meth:`_reuse_locked`).  The pointer, or 0 (no hit)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        if type(size) is int and 0 < size <= self._pool_max:
+            return self._reuse_locked(size)
+        return 0
 
     def allocate_many(self, sizes) -> list:
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
@@ -519,6 +541,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._acc = acc = self._acc + step
         if acc > self._peak_acc:
             self._peak_acc = acc | _HITS
+        self._peak_open = (self._peak_acc >> _SHIFT) < held
         bc = None
         if self._cfg.stats:
             bc = self._buckets.get(bucket)
@@ -573,30 +596,46 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         except IndexError:
             self._lock.wait_token()
         try:
-            if self._parcel is not None:
-                self._unpark_locked()
-            block = self._live.pop(ptr, None)
-            if block is not None:
-                fl = block.cache_list
-                if fl is not None:
-                    # a pooled block, no cap/poison: cache it (the hot path; with an
-                    # event log, its event).  No closed check: drain() empties _live.
+            if self._slow:                  # parked frees or an event log
+                block = self._free_slow_locked(ptr)
+            elif (block := self._live.pop(ptr, None)) is not None:
+                if block.cache_list is not None:
+                    # a pooled block, no cap/poison: cache it (the hot path).  No
+                    # closed check: drain() empties _live.
                     self._acc -= block.free_step
-                    fl.append(block)
-                    if self._log is None:
-                        return
-                    self._log.record("free", block.size, ptr, True)
-                else:
-                    self._live[ptr] = block     # the other path books it
-                    block = None
+                    block.cache_list.append(block)
+                    return
+                self._live[ptr] = block     # the other path books it
+                block = None
         finally:
-            lockq.append(TOKEN)
-            if self._lock.waiting:
+            lockq.append(True)
+            if self._asleep:
                 self._lock.wake()
-        if block is not None:           # cached, with an event log
-            self._log.flush()
+        if block is not None:           # cached in the slow round trip
+            if self._log is not None:
+                self._log.flush()
             return
         self._free_other(ptr, strict)
+
+    def _free_slow_locked(self, ptr):
+        """(Lock held.)  :meth:`free`'s round trip while ``_slow``: the parked frees
+        join their free lists, then the cached free of a live pooled block (no cap or
+        poison) with its ``free`` event.  The block cached, or None (anything else:
+        :meth:`_free_other` after the round trip)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        block = self._live.pop(ptr, None)
+        if block is None:
+            return None
+        fl = block.cache_list
+        if fl is None:
+            self._live[ptr] = block     # the other path books it
+            return None
+        self._acc -= block.free_step
+        fl.append(block)
+        if self._log is not None:
+            self._log.record("free", block.size, ptr, True)
+        return block
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache

@@ -128,10 +128,11 @@ class OutOfMemory:
             return self._reuse_locked(size)
 
     def _reuse_locked(self, size):
-        """(Lock held.)  The hit path of :meth:`allocate`, for the OOM ladder: take a
-        cached block that fits ``size`` bytes (the policy's choice, as on the hit path)
-        and book it as live and as a hit; 0 if none is cached.  No closed check: drain
-        empties the free lists."""
+        """(Lock held.)  The hit path of :meth:`allocate`, for the OOM ladder and for
+        :meth:`_hit_slow_locked` (a pool with parked frees or an event log): take a
+        cached block that fits ``size`` bytes (a pooled int size; the policy's choice,
+        as on the hit path) and book it as live and as a hit, with its ``alloc`` event;
+        0 if none is cached.  No closed check: drain empties the free lists."""
         if self._parcel is not None:
             self._unpark_locked()
         fl = self._free.get(size)

@@ -91,6 +91,7 @@ class ParkedFrees:
                 if fl:                          # blocks of the size are cached already
                     return None
             parcel = self._parcel = _new(Parcel, (ptrs, known))
+            self._slow = True
             self._acc -= known.free_step
             if log is not None:
                 live = self._live
@@ -125,6 +126,7 @@ class ParkedFrees:
             if self._parcel is not parcel:
                 return False
             self._parcel = None
+            self._slow = log is not None
             self._acc = acc = self._acc + parcel.sums.hit_step
             if acc > self._peak_acc:
                 self._peak_acc = acc | _HITS
@@ -172,6 +174,7 @@ class ParkedFrees:
         cached when they were parked)."""
         ptrs = self._parcel.ptrs
         self._parcel = None
+        self._slow = self._log is not None
         live = self._live
         for ptr in ptrs:
             block = live.pop(ptr, None)

@@ -131,6 +131,7 @@ class BlockRelease:
             self._held = held = self._held + size
             if acc > self._peak_acc:
                 self._peak_acc = acc | _HITS
+            self._peak_open = (self._peak_acc >> _SHIFT) < held     # held grew
             if held > self._peak_held:
                 self._peak_held = held
             if block.bucket is not None:
@@ -241,6 +242,7 @@ class BlockRelease:
                 if bc is not None:
                     bc.evictions -= 1
                     bc.unreleased(block.size)
+            self._peak_open = (self._peak_acc >> _SHIFT) < self._held     # held grew
 
     def _release_all_cached(self) -> int:
         """OOM ladder step: release every cached block."""
