@@ -288,18 +288,15 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         self._held = 0                             # bytes held from the backend
         # the peak of _acc's high part, low bits all set: hits never pass it
         self._peak_acc = 0
-        #: False only while the peak of bytes in use is at least the bytes held: then no
-        #: hit can pass it (bytes in use never exceed bytes held), and the hit path
-        #: skips the comparison.  Set where bytes held grow (a miss, a failed backend
-        #: free undone), cleared where a new peak reaches them.
+        #: False while peak in use >= bytes held: no hit can pass it, the hit path skips
+        #: the comparison.  Recomputed where bytes held grow and at a hit's new peak.
         self._peak_open = False
         self._peak_held = 0
         self._foreign = 0
         self._buckets = {}                         # bucket -> BucketCounters
         self._closed = False
         self._log = log
-        #: parked frees (``_parcel``) or an event log: the hit path's one test of both
-        self._slow = log is not None
+        self._slow = log is not None    # parked frees (_parcel) or an event log
         if log is not None:
             log.config({"policy": policy, "threshold": threshold, "oom": oom,
                         "cache_limit": cache_limit, "debug": mode or "",
@@ -331,16 +328,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
-        # (with a wake-up when a thread sleeps for it: the lock keeps _asleep).  One
-        # flag, _slow, sends a pool with parked frees or an event log to
-        # _hit_slow_locked (the same hit, with the parcel first and the event after).
-        # No closed check: drain() empties the free lists, so afterwards every request
-        # misses, and the miss path checks.  No size check before the lock: only int
-        # sizes 1..threshold have free lists, so a hit is a pooled size once the size
-        # is an int (a float equal to one would find its list: the type is tested
-        # first); anything else is checked after the round trip (_allocate_other).
-        # Attributes are read again rather than kept in locals: a local costs a store
-        # and a load and one more slot for the frame to clear (cachegrind, per pair).
+        # (wake-up when _asleep).  _slow (parked frees, event log): _hit_slow_locked.
+        # No closed check: drain() empties the free lists.  Only the size's type before
+        # the lookup; the rest after the round trip (_allocate_other).  No locals for
+        # the word: a local costs a store, a load and a frame slot (cachegrind).
         lockq = self._lockq
         try:
             lockq.pop()
@@ -380,17 +371,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._log.flush()
             return ptr
         return self._allocate_other(size)
-
-    def _hit_slow_locked(self, size):
-        """(Lock held.)  :meth:`allocate`'s round trip while ``_slow`` (parked frees
-        or an event log): the parked frees join their free lists (any request voids
-        a parcel), then for an int pooled ``size`` the hit path of the policy with
-        its ``alloc`` event (:meth:`_reuse_locked`).  The pointer, or 0 (no hit)."""
-        if self._parcel is not None:
-            self._unpark_locked()
-        if type(size) is int and 0 < size <= self._pool_max:
-            return self._reuse_locked(size)
-        return 0
 
     def allocate_many(self, sizes) -> list:
         """:meth:`allocate` of each of ``sizes`` (bytes), in order: the pointers.  The
@@ -616,26 +596,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._log.flush()
             return
         self._free_other(ptr, strict)
-
-    def _free_slow_locked(self, ptr):
-        """(Lock held.)  :meth:`free`'s round trip while ``_slow``: the parked frees
-        join their free lists, then the cached free of a live pooled block (no cap or
-        poison) with its ``free`` event.  The block cached, or None (anything else:
-        :meth:`_free_other` after the round trip)."""
-        if self._parcel is not None:
-            self._unpark_locked()
-        block = self._live.pop(ptr, None)
-        if block is None:
-            return None
-        fl = block.cache_list
-        if fl is None:
-            self._live[ptr] = block     # the other path books it
-            return None
-        self._acc -= block.free_step
-        fl.append(block)
-        if self._log is not None:
-            self._log.record("free", block.size, ptr, True)
-        return block
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache

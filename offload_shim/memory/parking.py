@@ -180,3 +180,34 @@ class ParkedFrees:
             block = live.pop(ptr, None)
             if block is not None:
                 block.free_list.append(block)
+
+    def _hit_slow_locked(self, size):
+        """(Lock held.)  :meth:`MemoryManager.allocate`'s round trip while ``_slow`` (parked frees
+        or an event log): the parked frees join their free lists (any request voids
+        a parcel), then for an int pooled ``size`` the hit path of the policy with
+        its ``alloc`` event (:meth:`_reuse_locked`).  The pointer, or 0 (no hit)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        if type(size) is int and 0 < size <= self._pool_max:
+            return self._reuse_locked(size)
+        return 0
+
+    def _free_slow_locked(self, ptr):
+        """(Lock held.)  :meth:`MemoryManager.free`'s round trip while ``_slow``: the parked frees
+        join their free lists, then the cached free of a live pooled block (no cap or
+        poison) with its ``free`` event.  The block cached, or None (anything else:
+        ``_free_other`` after the round trip)."""
+        if self._parcel is not None:
+            self._unpark_locked()
+        block = self._live.pop(ptr, None)
+        if block is None:
+            return None
+        fl = block.cache_list
+        if fl is None:
+            self._live[ptr] = block     # the other path books it
+            return None
+        self._acc -= block.free_step
+        fl.append(block)
+        if self._log is not None:
+            self._log.record("free", block.size, ptr, True)
+        return block
