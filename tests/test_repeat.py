@@ -143,22 +143,7 @@ def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):
     ``TEARDOWN_HOOKS``), so the next update reaches Python, which refuses the copy
     (the construct fails, fatal under the in-process default ``mandatory``) instead of
     a copy into freed memory."""
-    import subprocess
-    import sys
-    why = cf.CLANG16.missing()
-    if why:
-        pytest.skip(f"{cf.CLANG16.name}: {why}")
-    if not Path(NEXTGEN16).exists():
-        pytest.skip(f"{NEXTGEN16} is not installed")
-    src = tmp_path / "upd.c"
-    src.write_text(_LIB)
-    so = tmp_path / "libupd.so"
-    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
-                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
-                   capture_output=True, timeout=300)
-    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
-    r = subprocess.run([sys.executable, "-c", _DRIVER, str(so), str(NEXTGEN16)],
-                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    r = _drive(tmp_path, _DRIVER)
     lines = r.stdout.strip().splitlines()
     out = json.loads(lines[0])
     assert out["first"] == sum(range(64)) + 20
@@ -216,22 +201,7 @@ def test_no_repeat_while_the_interposer_closes(tmp_path):
     returns crashed at exit under ``offload-shim run``, 4 runs in 6: the program's
     own unregistration at exit forgets the repeats, its threads' next updates are
     handed over again, and nothing turned them off before the close freed the rows)."""
-    import subprocess
-    import sys
-    why = cf.CLANG16.missing()
-    if why:
-        pytest.skip(f"{cf.CLANG16.name}: {why}")
-    if not Path(NEXTGEN16).exists():
-        pytest.skip(f"{NEXTGEN16} is not installed")
-    src = tmp_path / "upd.c"
-    src.write_text(_LIB)
-    so = tmp_path / "libupd.so"
-    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
-                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
-                   capture_output=True, timeout=300)
-    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
-    r = subprocess.run([sys.executable, "-c", _CLOSE_DRIVER, str(so), str(NEXTGEN16)],
-                       capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    r = _drive(tmp_path, _CLOSE_DRIVER)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["before_close"] >= 30, out           # the repeats were on
@@ -367,3 +337,24 @@ def test_concurrent_invalidations_leave_the_later_state():
         t.join(30.0)
     assert len(applied) == 2 and applied[-1] is False, applied
     assert fp._repeat is None
+
+
+def _drive(tmp_path, driver):
+    """``driver`` (Python) run in a child with ``_LIB`` built by clang-16 as a shared
+    library and the LLVM 16 nextgen plugin as its arguments; the CompletedProcess."""
+    import subprocess
+    import sys
+    why = cf.CLANG16.missing()
+    if why:
+        pytest.skip(f"{cf.CLANG16.name}: {why}")
+    if not Path(NEXTGEN16).exists():
+        pytest.skip(f"{NEXTGEN16} is not installed")
+    src = tmp_path / "upd.c"
+    src.write_text(_LIB)
+    so = tmp_path / "libupd.so"
+    subprocess.run([cf.CLANG16.cc, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                    "-shared", "-fPIC", str(src), "-o", str(so)], check=True,
+                   capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("OFFLOAD_SHIM_NO_REPEAT",)}
+    return subprocess.run([sys.executable, "-c", driver, str(so), str(NEXTGEN16)],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
