@@ -794,6 +794,25 @@ static int frame_call(uint64_t *f)
   return rc;
 }
 
+int osh_ip_repeat_cross(int kind, int64_t dev, void *loc, void *host_ptr, int64_t code,
+                        int32_t n, const uint64_t *words)
+{
+  if (n < 0 || 5 * (int64_t)n > 4 * (int64_t)OSH_FRAME_MAX || osh_ip_python_gone())
+    return INT32_MIN;
+  uint64_t *f = cbs.construct ? frame_get() : NULL;
+  if (!f)
+    return INT32_MIN;
+  memset(f, 0, OSH_FRAME_HEAD * sizeof(uint64_t));
+  f[OSH_FRAME_KIND] = (uint64_t)kind;
+  f[OSH_FRAME_N] = (uint64_t)n;
+  f[OSH_FRAME_DEV] = (uint64_t)dev;
+  f[OSH_FRAME_LOC] = (uint64_t)(uintptr_t)loc;
+  f[OSH_FRAME_HOST_PTR] = (uint64_t)(uintptr_t)host_ptr;
+  f[OSH_FRAME_KARGS] = (uint64_t)code;
+  memcpy(&f[OSH_FRAME_HEAD], words, (size_t)n * 5 * 8);
+  return frame_call(f);
+}
+
 /* ---- deferred boot (offload-shim run, OFFLOAD_SHIM_EMBED_LAZY=1) ---------------------
  * A program's registration constructors (__tgt_register_requires, __tgt_register_lib)
  * run before main; a program that never offloads only unregisters at exit.  With the
@@ -925,6 +944,29 @@ OSH_EXPORT int __tgt_target_kernel(void *loc, int64_t dev, int32_t teams, int32_
   if (args) {
     memcpy(&kv, args, 4);
     memcpy(&kflags, (const unsigned char *)args + 64, 8);
+  }
+  /* a construct repeated with the same arguments on rows that all exist
+   * (interposer_repeat.c); the device resolved as frame_fill does */
+  if (cbs.construct && args && kv >= 1 && kv <= 3 && !(kv >= 3 && (kflags & 2))) {
+    const unsigned char *ka = (const unsigned char *)args;
+    uint32_t nargs;
+    void *arr[6];
+    memcpy(&nargs, ka + 4, 4);
+    memcpy(arr, ka + 8, sizeof arr);
+    int64_t d = dev;
+    if (d == -1) {
+      pthread_once(&frame_once, frame_key_make);
+      if (p_omp_default_device)
+        d = p_omp_default_device();
+    }
+    if (osh_ip_repeat_kernel(d, loc, host_ptr, kv, (int32_t)nargs, (void **)arr[0],
+                             (void **)arr[1], (int64_t *)arr[2], (int64_t *)arr[3],
+                             (void **)arr[5], &rc)) {
+      fatal_if(rc);
+      if (rc != 0)
+        count(C_FALLBACK);
+      return rc == 0 ? OMP_TGT_SUCCESS : OMP_TGT_FAIL;
+    }
   }
   uint64_t *fr = cbs.construct && args && !(kv >= 3 && (kflags & 2)) ? frame_get() : NULL;
   if (fr) {

@@ -46,7 +46,14 @@ enum osh_frame_kind {
   OSH_FRAME_BEGIN = 0,
   OSH_FRAME_END = 1,
   OSH_FRAME_UPDATE = 2,
-  OSH_FRAME_KERNEL = 3
+  OSH_FRAME_KERNEL = 3,
+  /* crossings of the repeat path of kernel constructs (interposer_repeat.c), never a
+   * construct of the program: word OSH_FRAME_N rows of 5 words after the header (row slot,
+   * its generation, host begin, size, 1 when the construct's map of it has FROM) */
+  OSH_FRAME_REPEAT_END = 4,     /* the last holder of rows that Python gave up dropped them */
+  OSH_FRAME_REPEAT_FAILED = 5   /* a repeated launch failed (word OSH_FRAME_KARGS: the
+                                   plugin's return code): the construct keeps its
+                                   references, as the general code leaves them */
 };
 
 /* most arguments copied into a frame */

@@ -11,7 +11,7 @@
  * names them in this order. */
 enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
        C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
-       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_NCALLS };
+       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_KREPEAT, C_KORPHAN, C_NCALLS };
 
 void osh_ip_count(int which);
 /* start the embedded CPython of offload-shim run once, if asked for and not running */
@@ -49,6 +49,21 @@ enum { OSH_API_IS_ACCESSIBLE = 8, OSH_API_UID_FROM_DEVICE, OSH_API_DEVICE_FROM_U
 enum { OSH_REPEAT_DEVS = 64, OSH_REPEAT_MAXN = 16, OSH_REPEAT_SLOTS = 256, OSH_REPEAT_WAYS = 4 };
 int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
                          int64_t *types, void **mappers);
+/* The repeat path of a kernel construct whose rows all exist (interposer_repeat.c):
+ * kernels of at most OSH_REPEAT_MAXARGS arguments; OSH_REPEAT_ROWS rows of the mapping
+ * tables can be held by repeats at once.  osh_ip_repeat_kernel: 1 when the construct was
+ * done there (*rc: its callback code), 0 when Python must do it. */
+enum { OSH_REPEAT_MAXARGS = 32, OSH_REPEAT_ROWS = 4096 };
+int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t version, int32_t n,
+                         void **bases, void **args, int64_t *sizes, int64_t *types,
+                         void **mappers, int *rc);
+/* A crossing the repeat path makes itself (interposer.c): a frame of kind `kind`
+ * (OSH_FRAME_REPEAT_END / OSH_FRAME_REPEAT_FAILED) with header words dev, loc, host_ptr
+ * and `code` (word OSH_FRAME_KARGS), and n rows of 5 words after the header; the
+ * construct callback's code, INT32_MIN when it cannot be made (no callback table, no
+ * free frame, Python gone). */
+int osh_ip_repeat_cross(int kind, int64_t dev, void *loc, void *host_ptr, int64_t code,
+                        int32_t n, const uint64_t *words);
 
 #define OSH_IP_CB(call)                                                                    \
   ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "interposer_frame.h"
 #include "interposer_internal.h"
 
 #define OSH_EXPORT __attribute__((visibility("default")))
@@ -65,6 +66,51 @@ static pthread_mutex_t rp_reset_lock = PTHREAD_MUTEX_INITIALIZER;  /* never take
 static struct rp_entry rp_tab[OSH_REPEAT_SLOTS];
 static unsigned rp_turn;        /* the way a full set gives up next (under rp_lock) */
 
+/* kernel constructs (below) */
+typedef int32_t (*rk_launch_fn)(int32_t, void *, void **, int64_t *, void *, void *);
+
+#define RK_KA_BYTES 104         /* KernelArgsTy, versions 1..3 (LLVM 16 omptarget.h) */
+
+struct rk_row {
+  int32_t slot;
+  uint32_t gen;
+  uint64_t hp;                  /* host begin and size of the construct's map of it */
+  int64_t size;
+  int32_t from;                 /* the map says FROM */
+};
+
+struct rk_entry {
+  int used;
+  int32_t n;
+  uint32_t version;             /* KernelArgsTy Version of the construct */
+  int64_t dev;
+  uint64_t host_ptr, types_p;
+  uint64_t stamp;
+  uint64_t words[4 * OSH_REPEAT_MAXN];
+  rk_launch_fn fn;
+  int32_t id;                   /* the plugin's device id */
+  uint64_t entry;               /* the kernel's device entry */
+  int32_t nargs;
+  uint64_t args[OSH_REPEAT_MAXARGS];
+  int64_t offs[OSH_REPEAT_MAXARGS];
+  unsigned char ka[RK_KA_BYTES];
+  int32_t nrows;
+  struct rk_row rows[OSH_REPEAT_MAXN];
+};
+
+static struct rk_entry rk_tab[OSH_REPEAT_SLOTS];
+static unsigned rk_turn;
+/* per row slot (under rp_lock): holds of repeats in flight, whether Python gave it up
+ * while held (orphaned), whether its row left the table (dead: freed at the last
+ * hold), in use, generation (one more each time it is given out) */
+static int32_t rk_holds[OSH_REPEAT_ROWS];
+static unsigned char rk_orph[OSH_REPEAT_ROWS], rk_dead[OSH_REPEAT_ROWS],
+    rk_used[OSH_REPEAT_ROWS];
+static uint32_t rk_gen[OSH_REPEAT_ROWS];
+static unsigned rk_next;        /* where the search for a free slot starts */
+static int64_t rk_kernels;      /* kernel repeats in flight (all threads) */
+static __thread int64_t rp_mine; /* this thread's repeats in flight */
+
 /* the first of the OSH_REPEAT_WAYS slots a construct may be kept in (splitmix64's
  * finaliser over its identity and its begins) */
 static unsigned rp_slot(int64_t dev, int32_t n, uint64_t types_p, const uint64_t *begins)
@@ -98,6 +144,7 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
     return 0;
   int done = 0;
   __atomic_fetch_add(&rp_inflight, 1, __ATOMIC_SEQ_CST);
+  rp_mine++;
   if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST)) {
     struct rp_op ops[OSH_REPEAT_MAXN];
     int32_t nops = -1;
@@ -125,6 +172,7 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
   }
   if (done)
     osh_ip_count(C_REPEAT);           /* osh_interposer_calls: "update_repeated" */
+  rp_mine--;
   __atomic_fetch_sub(&rp_inflight, 1, __ATOMIC_SEQ_CST);
   return done;
 }
@@ -185,12 +233,16 @@ OSH_EXPORT int osh_interposer_repeat_put(int64_t dev, int32_t n, const uint64_t 
 }
 
 /* Forget every remembered construct, turn repeats off (on = 0), on (1) or leave them as
- * they were (2), and wait until no repeat is in flight (a repeat's copies run without
- * any lock: this is what makes an unload or a device teardown after it safe). */
+ * they were (2), and wait until no repeat of another thread is in flight (a repeat's
+ * copies and launches run without any lock: this is what makes an unload or a device
+ * teardown after it safe); on | 4 (OSH_REPEAT_NO_WAIT): do not wait.  The rows' slots
+ * and holds stay (rows still in the tables keep theirs). */
 OSH_EXPORT void osh_interposer_repeat_reset(int on)
 {
   /* one reset at a time, the wait included: a reset that leaves the repeats as they
    * were (2) reads what the one before it left, never the 0 of a reset still waiting */
+  int nowait = (on & 4) != 0;
+  on &= 3;
   pthread_mutex_lock(&rp_reset_lock);
   pthread_mutex_lock(&rp_lock);
   if (on == 2)
@@ -198,9 +250,12 @@ OSH_EXPORT void osh_interposer_repeat_reset(int on)
   __atomic_store_n(&rp_on, 0, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&rp_stamps[OSH_REPEAT_DEVS], 1, __ATOMIC_SEQ_CST);
   for (int i = 0; i < OSH_REPEAT_SLOTS; i++)
-    rp_tab[i].used = 0;
+    rp_tab[i].used = rk_tab[i].used = 0;
   pthread_mutex_unlock(&rp_lock);
-  while (__atomic_load_n(&rp_inflight, __ATOMIC_SEQ_CST) != 0) {
+  /* this thread's own repeat (a kernel that exits, or tears a device down) ends only
+   * after the reset; with OSH_REPEAT_NO_WAIT (the runtime is abandoned: nothing is
+   * unloaded or freed) the others are not waited for either */
+  while (!nowait && __atomic_load_n(&rp_inflight, __ATOMIC_SEQ_CST) != rp_mine) {
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   }
@@ -216,4 +271,292 @@ OSH_EXPORT uint64_t *osh_interposer_repeat_stamps(int32_t *devs, int32_t *maxn)
   *devs = OSH_REPEAT_DEVS;
   *maxn = OSH_REPEAT_MAXN;
   return rp_stamps;
+}
+
+/* ---- kernel constructs on rows that all exist ----------------------------------------
+ * libomptarget 16 target() (omptarget.cpp) for a region whose maps all find a row:
+ * targetDataBegin takes one dynamic reference on each row (no copy: the rows exist and
+ * no map says `always`), the plugin's __tgt_rtl_launch_kernel runs the kernel, and
+ * targetDataEnd drops the references again; a row whose last reference that drop is
+ * copies back (FROM) and goes.  Python (offload_shim/interposer/llvm/plan_target.py)
+ * does such a construct the first times and then hands this file its launch: the
+ * plugin's launch function, the kernel's entry, the argument and offset arrays and
+ * KernelArgsTy it built, with the rows it found and the table's stamp.  A repeat here,
+ * while the stamp stands, takes a *hold* on each row (rk_holds, a C-side reference:
+ * Python gave the row a slot), launches, and drops the holds.
+ *
+ * Python's reference counts do not see the holds: whenever Python is about to drop what
+ * it thinks is a row's last reference it asks here first (osh_interposer_repeat_claim,
+ * under the table lock; that also moves the device's stamp, so no repeat takes a new
+ * hold on the row afterwards).  A row a repeat holds is then not at its last reference
+ * -- libomptarget's count includes the running region's -- and Python leaves it in the
+ * table at zero, *orphaned*; the repeat that drops the last hold on it crosses into
+ * Python (OSH_FRAME_REPEAT_END), which ends the row as that region's targetDataEnd
+ * would (copy back if its map says FROM, remove, free) unless a construct took it again
+ * meanwhile.  A failed launch crosses with OSH_FRAME_REPEAT_FAILED: Python takes the
+ * references the general code leaves after a failed launch and reports the failure.
+ *
+ * A repeat counts itself in rp_inflight (and, per thread, in rp_mine) from its look-up
+ * to the drop of its holds; the crossings come after, as any construct's callback.  A
+ * reset waits for the repeats of the other threads only (a kernel that calls exit()
+ * unregisters and resets from inside its own repeat).  Mechanism only: what is handed
+ * over is decided in Python. */
+
+
+static unsigned rk_hash(int64_t dev, int32_t n, uint64_t host_ptr, uint64_t types_p,
+                        const uint64_t *begins)
+{
+  return rp_slot(dev, n, types_p ^ (host_ptr * 0x9E3779B97F4A7C15ull), begins);
+}
+
+int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t version, int32_t n,
+                         void **bases, void **args, int64_t *sizes, int64_t *types,
+                         void **mappers, int *rc)
+{
+  if (!__atomic_load_n(&rp_on, __ATOMIC_RELAXED) || mappers || n < 0 ||
+      n > OSH_REPEAT_MAXN || (n > 0 && (!bases || !args || !sizes || !types)) || dev < 0 ||
+      dev >= OSH_REPEAT_DEVS)
+    return 0;
+  __atomic_fetch_add(&rp_inflight, 1, __ATOMIC_SEQ_CST);
+  __atomic_fetch_add(&rk_kernels, 1, __ATOMIC_SEQ_CST);
+  rp_mine++;
+  int got = 0;
+  rk_launch_fn fn = NULL;
+  int32_t id = 0, nargs = 0, nrows = 0;
+  uint64_t entry = 0;
+  void *argv[OSH_REPEAT_MAXARGS > 0 ? OSH_REPEAT_MAXARGS : 1];
+  int64_t offs[OSH_REPEAT_MAXARGS > 0 ? OSH_REPEAT_MAXARGS : 1];
+  uint64_t ka[RK_KA_BYTES / 8];
+  struct rk_row rows[OSH_REPEAT_MAXN];
+  if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST)) {
+    uint64_t tp = (uint64_t)(uintptr_t)types, hptr = (uint64_t)(uintptr_t)host_ptr;
+    unsigned s = rk_hash(dev, n, hptr, tp, (const uint64_t *)args);
+    pthread_mutex_lock(&rp_lock);
+    uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS; w++) {
+      struct rk_entry *e = &rk_tab[s + w];
+      if (e->used && e->dev == dev && e->n == n && e->types_p == tp &&
+          e->host_ptr == hptr && e->version == version && e->stamp == stamp &&
+          memcmp(e->words, bases, (size_t)n * 8) == 0 &&
+          memcmp(e->words + n, args, (size_t)n * 8) == 0 &&
+          memcmp(e->words + 2 * n, sizes, (size_t)n * 8) == 0 &&
+          memcmp(e->words + 3 * n, types, (size_t)n * 8) == 0) {
+        fn = e->fn;
+        id = e->id;
+        entry = e->entry;
+        nargs = e->nargs;
+        for (int32_t i = 0; i < nargs; i++) {
+          argv[i] = (void *)(uintptr_t)e->args[i];
+          offs[i] = e->offs[i];
+        }
+        memcpy(ka, e->ka, RK_KA_BYTES);
+        nrows = e->nrows;
+        memcpy(rows, e->rows, (size_t)nrows * sizeof rows[0]);
+        for (int32_t i = 0; i < nrows; i++)
+          rk_holds[rows[i].slot]++;
+        got = 1;
+        break;
+      }
+    }
+    pthread_mutex_unlock(&rp_lock);
+  }
+  int32_t lrc = 0;
+  if (got) {
+    void *ap = argv;
+    memcpy((unsigned char *)ka + 8, &ap, 8);     /* ArgBasePtrs */
+    memcpy((unsigned char *)ka + 16, &ap, 8);    /* ArgPtrs */
+    lrc = fn(id, (void *)(uintptr_t)entry, argv, offs, ka, NULL);
+  }
+  /* drop the holds; the orphaned rows whose last hold this was go to Python */
+  uint64_t ends[5 * OSH_REPEAT_MAXN];
+  int32_t nends = 0;
+  if (got && nrows) {
+    pthread_mutex_lock(&rp_lock);
+    for (int32_t i = 0; i < nrows; i++) {
+      int32_t sl = rows[i].slot;
+      if (--rk_holds[sl] > 0)
+        continue;
+      if (rk_dead[sl]) {
+        rk_dead[sl] = rk_orph[sl] = 0;
+        rk_used[sl] = 0;
+      } else if (rk_orph[sl]) {
+        rk_orph[sl] = 0;
+        if (lrc == 0) {
+          uint64_t *w = &ends[5 * nends++];
+          w[0] = (uint64_t)sl;
+          w[1] = rows[i].gen;
+          w[2] = rows[i].hp;
+          w[3] = (uint64_t)rows[i].size;
+          w[4] = (uint64_t)rows[i].from;
+        }
+      }
+    }
+    pthread_mutex_unlock(&rp_lock);
+  }
+  rp_mine--;
+  __atomic_fetch_sub(&rk_kernels, 1, __ATOMIC_SEQ_CST);
+  __atomic_fetch_sub(&rp_inflight, 1, __ATOMIC_SEQ_CST);
+  if (!got)
+    return 0;
+  osh_ip_count(C_KREPEAT);            /* osh_interposer_calls: "kernel_repeated" */
+  *rc = 0;
+  if (lrc != 0) {
+    uint64_t all[5 * OSH_REPEAT_MAXN];
+    for (int32_t i = 0; i < nrows; i++) {
+      uint64_t *w = &all[5 * i];
+      w[0] = (uint64_t)rows[i].slot;
+      w[1] = rows[i].gen;
+      w[2] = rows[i].hp;
+      w[3] = (uint64_t)rows[i].size;
+      w[4] = (uint64_t)rows[i].from;
+    }
+    int r = osh_ip_repeat_cross(OSH_FRAME_REPEAT_FAILED, dev, loc, host_ptr, lrc, nrows, all);
+    *rc = r == INT32_MIN ? -1 : r;
+  } else if (nends) {
+    int r = osh_ip_repeat_cross(OSH_FRAME_REPEAT_END, dev, loc, host_ptr, 0, nends, ends);
+    *rc = r == INT32_MIN ? 0 : r;
+  }
+  return 1;
+}
+
+/* Remember a kernel construct (Python: offload_shim/interposer/llvm/repeat.py
+ * Repeats.put_kernel): device `dev`, region `host_ptr`, KernelArgsTy `version`, its n
+ * maps' words (bases, begins, sizes, map types: 4n words) and map-type array address,
+ * the stamp and epoch read before its look-ups; its launch (the plugin's launch
+ * function, device id, kernel entry, nargs arguments and offsets, a KernelArgsTy of
+ * RK_KA_BYTES whose two argument pointers are filled per launch) and the rows it holds
+ * (5 words each: slot, generation, host begin, size, FROM).  Returns 1 when kept, 0
+ * when refused (repeats off, the stamp moved on meanwhile, a slot not live, out of
+ * range). */
+OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
+                                                uint32_t version, int32_t n,
+                                                const uint64_t *words, uint64_t types_p,
+                                                uint64_t stamp, uint64_t epoch, uint64_t fn,
+                                                int32_t id, uint64_t entry, int32_t nargs,
+                                                const uint64_t *args, const int64_t *offs,
+                                                const unsigned char *ka, int32_t nrows,
+                                                const uint64_t *rows)
+{
+  if (n < 0 || n > OSH_REPEAT_MAXN || nrows < 0 || nrows > OSH_REPEAT_MAXN || dev < 0 ||
+      dev >= OSH_REPEAT_DEVS || !fn || nargs < 0 || nargs > OSH_REPEAT_MAXARGS || !ka)
+    return 0;
+  for (int32_t i = 0; i < nrows; i++)
+    if (rows[5 * i] >= OSH_REPEAT_ROWS)
+      return 0;
+  unsigned s = rk_hash(dev, n, host_ptr, types_p, words + n);
+  int kept = 0;
+  pthread_mutex_lock(&rp_lock);
+  int live = 1;
+  for (int32_t i = 0; i < nrows && live; i++) {
+    uint64_t sl = rows[5 * i];
+    live = rk_used[sl] && !rk_dead[sl] && rk_gen[sl] == (uint32_t)rows[5 * i + 1];
+  }
+  if (live && __atomic_load_n(&rp_on, __ATOMIC_SEQ_CST) &&
+      __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST) == stamp &&
+      __atomic_load_n(&rp_stamps[OSH_REPEAT_DEVS], __ATOMIC_SEQ_CST) == epoch) {
+    struct rk_entry *e = NULL;
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !e; w++) {
+      struct rk_entry *x = &rk_tab[s + w];
+      if (x->used && x->dev == dev && x->n == n && x->types_p == types_p &&
+          x->host_ptr == host_ptr && x->version == version &&
+          memcmp(x->words, words, (size_t)n * 4 * 8) == 0)
+        e = x;
+    }
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !e; w++)
+      if (!rk_tab[s + w].used)
+        e = &rk_tab[s + w];
+    if (!e)
+      e = &rk_tab[s + (rk_turn++ % OSH_REPEAT_WAYS)];
+    e->used = 1;
+    e->n = n;
+    e->version = version;
+    e->dev = dev;
+    e->host_ptr = host_ptr;
+    e->types_p = types_p;
+    e->stamp = stamp;
+    memcpy(e->words, words, (size_t)n * 4 * 8);
+    e->fn = (rk_launch_fn)(uintptr_t)fn;
+    e->id = id;
+    e->entry = entry;
+    e->nargs = nargs;
+    memcpy(e->args, args, (size_t)nargs * 8);
+    memcpy(e->offs, offs, (size_t)nargs * 8);
+    memcpy(e->ka, ka, RK_KA_BYTES);
+    e->nrows = nrows;
+    for (int32_t i = 0; i < nrows; i++) {
+      e->rows[i].slot = (int32_t)rows[5 * i];
+      e->rows[i].gen = (uint32_t)rows[5 * i + 1];
+      e->rows[i].hp = rows[5 * i + 2];
+      e->rows[i].size = (int64_t)rows[5 * i + 3];
+      e->rows[i].from = (int32_t)rows[5 * i + 4];
+    }
+    kept = 1;
+  }
+  pthread_mutex_unlock(&rp_lock);
+  return kept;
+}
+
+/* A slot for a row kernel repeats may hold: its index (and *gen its generation), -1 when
+ * every slot is in use. */
+OSH_EXPORT int32_t osh_interposer_repeat_slot_new(uint32_t *gen)
+{
+  int32_t got = -1;
+  pthread_mutex_lock(&rp_lock);
+  for (unsigned k = 0; k < OSH_REPEAT_ROWS; k++) {
+    unsigned sl = (rk_next + k) % OSH_REPEAT_ROWS;
+    if (!rk_used[sl]) {
+      rk_used[sl] = 1;
+      rk_dead[sl] = rk_orph[sl] = 0;
+      rk_holds[sl] = 0;
+      *gen = ++rk_gen[sl];
+      rk_next = sl + 1;
+      got = (int32_t)sl;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&rp_lock);
+  return got;
+}
+
+/* The slot's row left the table: the slot is free again once no repeat holds it. */
+OSH_EXPORT void osh_interposer_repeat_slot_drop(int32_t slot)
+{
+  if (slot < 0 || slot >= OSH_REPEAT_ROWS)
+    return;
+  pthread_mutex_lock(&rp_lock);
+  if (rk_holds[slot] > 0) {
+    rk_dead[slot] = 1;
+  } else {
+    rk_used[slot] = 0;
+    rk_dead[slot] = rk_orph[slot] = 0;
+  }
+  pthread_mutex_unlock(&rp_lock);
+}
+
+/* Python is about to drop what it counts as the last reference of the slot's row
+ * (table lock held): device `dev`'s stamp becomes `stamp` (no repeat takes a new hold
+ * on the row from now on) and, when a repeat holds the row, it is orphaned -- the last
+ * hold's drop hands it back (OSH_FRAME_REPEAT_END).  Returns 1 when held (the
+ * reference is not the last), 0 otherwise. */
+OSH_EXPORT int osh_interposer_repeat_claim(int32_t slot, int64_t dev, uint64_t stamp)
+{
+  int held = 0;
+  pthread_mutex_lock(&rp_lock);
+  if (dev >= 0 && dev < OSH_REPEAT_DEVS)
+    __atomic_store_n(&rp_stamps[dev], stamp, __ATOMIC_SEQ_CST);
+  if (slot >= 0 && slot < OSH_REPEAT_ROWS && rk_used[slot] && rk_holds[slot] > 0) {
+    rk_orph[slot] = 1;
+    held = 1;
+  }
+  pthread_mutex_unlock(&rp_lock);
+  if (held)
+    osh_ip_count(C_KORPHAN);            /* osh_interposer_calls: "kernel_orphaned" */
+  return held;
+}
+
+/* Kernel repeats in flight now, of all threads (`offload-shim run`'s exit: a process
+ * that exits while a kernel runs is abandoned, not torn down). */
+OSH_EXPORT int64_t osh_interposer_repeat_kernels(void)
+{
+  return __atomic_load_n(&rk_kernels, __ATOMIC_SEQ_CST);
 }

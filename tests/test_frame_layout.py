@@ -47,7 +47,8 @@ def test_the_header_words_are_distinct_and_dense():
     words = sorted(v for n, v in header.items()
                    if n.startswith("FRAME_") and n not in
                    ("FRAME_HEAD", "FRAME_MAX", "FRAME_WORDS", "FRAME_BEGIN", "FRAME_END",
-                    "FRAME_UPDATE", "FRAME_KERNEL"))
+                    "FRAME_UPDATE", "FRAME_KERNEL", "FRAME_REPEAT_END",
+                    "FRAME_REPEAT_FAILED"))
     assert words == list(range(header["FRAME_HEAD"]))
 
 

@@ -185,7 +185,7 @@ def test_threads_offload_at_once(plugin):
 
 
 # -- ways to end -----------------------------------------------------------------------
-EXITS = ["return", "region", "thread", "atexit", "quick", "abort"]
+EXITS = ["return", "region", "region-loop", "thread", "atexit", "quick", "abort"]
 
 
 @pytest.mark.parametrize("plugin", ["nextgen", "classic", "bundled"])
@@ -196,17 +196,19 @@ def test_exit_paths(plugin, mode):
     _same([str(exe), mode], plugin, MANDATORY)
 
 
+@pytest.mark.parametrize("mode", ["busy", "busy-loop"])
 @pytest.mark.parametrize("plugin", ["nextgen", "classic", "bundled"])
-def test_exit_from_a_thread_while_a_kernel_runs(plugin):
+def test_exit_from_a_thread_while_a_kernel_runs(plugin, mode):
     """exit() from one thread while the main thread is inside a kernel: the exit
     finalises libomp and the plugin under the running kernel, so under the real
     libomptarget 16 the process ends with the exit status or SIGSEGV, at random.  Under
     ``offload-shim run`` it must end too (the teardown waits for nothing: the runtime is
-    abandoned, the plugins' exit handlers are skipped), promptly, with one of those."""
+    abandoned, the plugins' exit handlers are skipped), promptly, with one of those.
+    ``busy-loop``: the kernel is one the C side repeats (interposer_repeat.c)."""
     _need(CLANG16)
     exe = CLANG16.build(HERE / "exit_paths.c", link=("-lpthread",))
     for _ in range(3):
-        got = _exec([*OSH, "run", *PLUGINS[plugin](), str(exe), "busy"], MANDATORY,
+        got = _exec([*OSH, "run", *PLUGINS[plugin](), str(exe), mode], MANDATORY,
                     timeout=15)
         assert got[0] in (9, -11), got
         assert "not reached" not in got[1] and "offload_shim" not in got[2], got

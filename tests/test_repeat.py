@@ -26,7 +26,8 @@ import pytest
 import conformance as cf
 from conftest import NEXTGEN16
 
-PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c")
+PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c",
+            "kernel_repeated.c", "kernel_repeated_threads.c")
 TIMEOUT = 120
 
 
@@ -81,14 +82,39 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
     for got in (on, off):
         c = Comparison([exe], ref, got)
         assert c.same, "\n" + "\n".join(c.diff()) + f"\n--- stderr:\n{got.stderr[-2000:]}"
-    assert calls_off["update_repeated"] == 0
+    assert calls_off["update_repeated"] == calls_off["kernel_repeated"] == 0
     assert calls_on["target_data"] == calls_off["target_data"]
+    assert calls_on["target_kernel"] == calls_off["target_kernel"]
     # most updates repeat: only the first two of each after a change of the table go to
     # Python (the single-threaded program changes its table 8 times in 300 iterations)
     if program == "update_repeated.c":
         assert calls_on["update_repeated"] >= 0.8 * 6 * 300, calls_on
+    elif program == "kernel_repeated.c":
+        # 600 + 400 + 250 + 100 + 100 kernel constructs; those on rows that exist and
+        # with the same arguments as before (not those that pass the loop's counter,
+        # nor the last loop's, which maps its row anew each time) repeat from their
+        # third run after a change
+        assert calls_on["kernel_repeated"] >= 0.8 * (300 + 400 + 250), calls_on
+    elif program.startswith("kernel"):
+        assert calls_on["kernel_repeated"] > 0, calls_on
     else:
         assert calls_on["update_repeated"] > 0, calls_on
+
+
+def test_an_exit_data_while_repeated_kernels_hold_the_row(exes, tmp_path):
+    """kernel_repeated_threads.c: another thread's `exit data` drops what Python counts
+    as the row's last reference while a kernel repeated in C holds it (the row is left
+    to that kernel, whose end copies it back: ``kernel_orphaned``).  Every increment
+    must reach the host, in every run; the race is hit within a few runs."""
+    exe = exes["kernel_repeated_threads.c"]
+    orphaned = 0
+    for k in range(6):
+        got, calls = _shim(exe, tmp_path, f"orph{k}")
+        assert got.status == 0 and got.stdout[0] == "x 3000", got.render()
+        orphaned += calls["kernel_orphaned"]
+        if orphaned:
+            break
+    assert orphaned > 0
 
 
 def test_a_recorded_run_sees_every_update(exes, tmp_path):
@@ -118,6 +144,17 @@ double bump(void) {
   for (int i = 0; i < 64; i++) s += a[i];
   return s;
 }
+/* kernel constructs on the row setup() made (repeated in C from the third) */
+double kbump(void) {
+  for (int it = 0; it < 20; it++) {
+#pragma omp target map(tofrom: a[0:64])
+    { a[0] += 1.0; }
+  }
+#pragma omp target update from(a[0:64])
+  double s = 0;
+  for (int i = 0; i < 64; i++) s += a[i];
+  return s;
+}
 """
 
 _DRIVER = r"""
@@ -135,6 +172,75 @@ with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
     bump()                              # the first copy finds no allocation there
     print("survived")
 """
+
+_KERNEL_DRIVER = r"""
+import ctypes, json, sys
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    kbump = lib.function("kbump", restype=ctypes.c_double)
+    lib.function("setup", restype=None)()
+    first = kbump()
+    before = call_counts()["kernel_repeated"]
+    print(json.dumps({"first": first, "repeated": before}))
+    sys.stdout.flush()
+    rt.devices[0].deinit()              # the image is unloaded, the rows' memory freed
+    try:
+        kbump()
+    except Exception as exc:
+        pass
+    print(json.dumps({"after": call_counts()["kernel_repeated"] - before}))
+"""
+
+
+def test_no_kernel_repeat_on_a_device_torn_down_meanwhile(tmp_path):
+    """The same for kernel constructs: after a deinit the C side launches nothing it
+    remembered (the kernel's image is unloaded: a launch would jump into unmapped
+    code); the next construct reaches Python."""
+    r = _drive(tmp_path, _KERNEL_DRIVER)
+    lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+    assert lines[0]["first"] == sum(range(64)) + 20
+    assert lines[0]["repeated"] >= 15, lines
+    # Python refuses the construct (its row's memory is gone: fatal under the
+    # in-process default `mandatory`), where a repeat would have crashed or returned
+    assert r.returncode == -6 and len(lines) == 1, (r.returncode, r.stdout)
+    assert "failure of target construct" in r.stderr, r.stderr[-3000:]
+
+
+_KCLOSE_DRIVER = r"""
+import ctypes, json, sys, threading
+import offload_shim as osh
+from offload_shim.interposer import call_counts
+seen = {}
+with osh.Runtime([sys.argv[2]]) as rt, osh.interpose(rt) as ip:
+    lib = ip.load_library(sys.argv[1])
+    kbump = lib.function("kbump", restype=ctypes.c_double)
+    lib.function("setup", restype=None)()
+    kbump()
+    seen["before_close"] = call_counts()["kernel_repeated"]
+    wait = ip._wait_for_calls
+
+    def wait_for_calls():
+        # the interposer closes (its library still registered): another thread's
+        # kernel constructs now must not be repeated in C
+        t = threading.Thread(target=kbump)
+        t.start()
+        t.join()
+        seen["during_close"] = call_counts()["kernel_repeated"] - seen["before_close"]
+        wait()
+    ip._wait_for_calls = wait_for_calls
+    ip.close()
+print(json.dumps(seen))
+"""
+
+
+def test_no_kernel_repeat_while_the_interposer_closes(tmp_path):
+    r = _drive(tmp_path, _KCLOSE_DRIVER)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["before_close"] >= 15, out
+    assert out["during_close"] == 0, (out, r.stderr[-3000:])
 
 
 def test_no_repeat_copies_into_a_device_torn_down_meanwhile(tmp_path):

@@ -99,7 +99,7 @@ CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_
                  "target_data", "target_alloc", "target_free", "target_memcpy",
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
                  "fallback", "gomp_target", "gomp_data", "gomp_fallback", "gomp_device",
-                 "api", "update_repeated")
+                 "api", "update_repeated", "kernel_repeated", "kernel_orphaned")
 
 
 def bind_interposer(path: str) -> ctypes.CDLL:
@@ -153,6 +153,19 @@ def bind_interposer(path: str) -> ctypes.CDLL:
                                               c_uint64, c_int32, c_void_p]
     lib.osh_interposer_repeat_reset.restype = None
     lib.osh_interposer_repeat_reset.argtypes = [c_int]
+    lib.osh_interposer_repeat_put_kernel.restype = c_int
+    lib.osh_interposer_repeat_put_kernel.argtypes = [
+        c_int64, c_uint64, ctypes.c_uint32, c_int32, c_void_p, c_uint64, c_uint64, c_uint64,
+        c_uint64, c_int32, c_uint64, c_int32, c_void_p, c_void_p, c_void_p, c_int32,
+        c_void_p]
+    lib.osh_interposer_repeat_slot_new.restype = c_int32
+    lib.osh_interposer_repeat_slot_new.argtypes = [POINTER(ctypes.c_uint32)]
+    lib.osh_interposer_repeat_slot_drop.restype = None
+    lib.osh_interposer_repeat_slot_drop.argtypes = [c_int32]
+    lib.osh_interposer_repeat_claim.restype = c_int
+    lib.osh_interposer_repeat_claim.argtypes = [c_int32, c_int64, c_uint64]
+    lib.osh_interposer_repeat_kernels.restype = c_int64
+    lib.osh_interposer_repeat_kernels.argtypes = []
     lib.osh_interposer_repeat_stamps.restype = c_void_p
     lib.osh_interposer_repeat_stamps.argtypes = [POINTER(c_int32), POINTER(c_int32)]
     global _bound
@@ -162,6 +175,35 @@ def bind_interposer(path: str) -> ctypes.CDLL:
 
 _bound = None
 _stamps = None
+
+
+def repeat_slot_new() -> tuple[int, int]:
+    """A slot of the C side's kernel repeats for a mapping-table row
+    (``osh_interposer_repeat_slot_new``): ``(slot, generation)``, slot -1 when none is
+    free or no interposer is bound."""
+    if _bound is None:
+        return -1, 0
+    gen = ctypes.c_uint32()
+    return _bound.osh_interposer_repeat_slot_new(ctypes.byref(gen)), gen.value
+
+
+def repeat_slot_drop(slot: int) -> None:
+    """The row of ``slot`` left its table (``osh_interposer_repeat_slot_drop``)."""
+    if _bound is not None:
+        _bound.osh_interposer_repeat_slot_drop(slot)
+
+
+def repeat_claim(slot: int, dev: int, stamp: int) -> bool:
+    """``osh_interposer_repeat_claim``: Python drops what it counts as the last
+    reference of ``slot``'s row of device ``dev``, whose stamp becomes ``stamp``;
+    whether a kernel repeat holds the row (then the reference was not the last)."""
+    return _bound is not None and _bound.osh_interposer_repeat_claim(slot, dev, stamp) != 0
+
+
+def repeat_kernels() -> int:
+    """Kernel repeats of the C side in flight now, all threads
+    (``osh_interposer_repeat_kernels``); 0 with no interposer bound."""
+    return _bound.osh_interposer_repeat_kernels() if _bound is not None else 0
 
 
 def repeat_stamps() -> tuple[memoryview, int, int] | None:
@@ -567,6 +609,13 @@ FRAME_BEGIN = 0
 FRAME_END = 1
 FRAME_UPDATE = 2
 FRAME_KERNEL = 3
+#: crossings of the C side's repeat path of kernel constructs (never a construct of the
+#: program; ``native/interposer_repeat.c``): ``FRAME_N`` rows of 5 words after the header
+#: (slot, generation, host begin, size, FROM): rows the last repeat holding them dropped
+#: after Python left them to it, and a failed repeated launch (``FRAME_KARGS``: the
+#: plugin's return code)
+FRAME_REPEAT_END = 4
+FRAME_REPEAT_FAILED = 5
 #: added to a data construct's kind by its ``_nowait`` entry points in the per-kind
 #: callback; in a frame, word ``FRAME_HOST_PTR`` of a data construct is 1 for them
 #: (OSH_DATA_NOWAIT)
@@ -598,7 +647,8 @@ __all__ = ["API_ASSOCIATE", "API_DEVICE_FROM_UID", "API_DISASSOCIATE", "API_DUMP
            "FRAME_ARGS_P", "FRAME_BASES_P", "FRAME_BEGIN", "FRAME_COPIED", "FRAME_DEV",
            "FRAME_END", "FRAME_HEAD", "FRAME_HOST_PTR", "FRAME_KARGS", "FRAME_KARGS_VERSION",
            "FRAME_KERNEL", "FRAME_KIND", "FRAME_LOC", "FRAME_MAPPERS_P", "FRAME_MAX",
-           "FRAME_N", "FRAME_NAMES_P", "FRAME_SIZES_P", "FRAME_TEAMS", "FRAME_THREADS",
+           "FRAME_N", "FRAME_NAMES_P", "FRAME_REPEAT_END", "FRAME_REPEAT_FAILED",
+           "FRAME_SIZES_P", "FRAME_TEAMS", "FRAME_THREADS",
            "FRAME_TYPES_P", "FRAME_UPDATE", "FRAME_WORDS",
            "frame_pointer_args", "frame_view", "CB_FAIL", "CB_FATAL", "CB_OK", "C_INT64",
            "Callbacks", "cdll_from_handle", "dlclose", "dlopen_local",

@@ -430,6 +430,15 @@ class KernelLauncher:
         return (dev._state is _READY and dev.init_count == self._init_count
                 and dev._images.get(self._image_id) is self._rec)
 
+    @property
+    def raw(self) -> tuple[int, int, int, bytes] | None:
+        """``(launch function address, plugin device id, kernel entry, KernelArgsTy
+        bytes)`` when the plugin's launcher calls LLVM 16's
+        ``__tgt_rtl_launch_kernel(id, entry, args, offsets, kernel_args, NULL)`` as
+        it is (the C side's repeat path may call it: interposer/llvm/repeat.py),
+        else None."""
+        return getattr(self._launch, "raw", None)
+
     def fits(self, args: list, offsets: list) -> bool:
         """Whether ``args``/``offsets`` are ``nargs`` ints each and fit in 64 bits
         (what :meth:`__call__` checks; :meth:`run` takes them without the check)."""

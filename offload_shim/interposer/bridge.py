@@ -145,13 +145,15 @@ class Bridge:
         if self.lib is not None:
             self.lib.osh_interposer_set_runtime_name(name.encode())
 
-    def uninstall(self) -> None:
+    def uninstall(self, wait: bool = True) -> None:
         """Remove the table from the C side.  Its ctypes thunks stay alive for the
         rest of the process: another thread may have read a function pointer from
-        the table just before and call it afterwards (freed thunks: SIGSEGV)."""
+        the table just before and call it afterwards (freed thunks: SIGSEGV).
+        ``wait=False``: the C side's repeats in flight are not waited for (a runtime
+        abandoned at exit, whose kernels may never return)."""
         if self.repeats is not None:
             from ..core.device import TEARDOWN_HOOKS
-            self.repeats.reset(False)
+            self.repeats.reset(False, wait=wait)
             try:
                 TEARDOWN_HOOKS.remove(self.repeats.on_device_teardown)
             except ValueError:

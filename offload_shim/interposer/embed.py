@@ -204,6 +204,9 @@ def stop(at_exit: bool = False) -> None:
                   "compilers": ip.compilers(),
                   "gomp_registrations": len(ip.gomp_registrations)}
         busy = [d.label for d in rt.devices if d.calls_in_flight] if at_exit else []
+        if at_exit and not busy and ip.kernels_repeating():
+            # a kernel construct the C side repeats (interposer_repeat.c) still runs
+            busy = [d.label for d in ip.devices if d.initialized]
         if busy:
             ip.abandon()
             report["abandoned"] = busy

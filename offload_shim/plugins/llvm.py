@@ -375,6 +375,11 @@ class LLVMPlugin(Plugin):
             if rc != ok:
                 check(rc, "launch_kernel", dev)
         launch.keep = (made, call)              # the blocks live as long as the function
+        # what the C side's repeat path of kernel constructs calls itself
+        # (native/interposer_repeat.c): the same entry point, device and kernel, and
+        # this KernelArgsTy (its two argument pointers filled per launch)
+        launch.raw = (cast(self._fn["launch_kernel"], c_void_p).value, dev, entry,
+                      bytes(free[0][5]))
         return launch
 
     def _print_device_info_impl(self, dev: int) -> None:

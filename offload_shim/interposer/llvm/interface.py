@@ -277,8 +277,9 @@ class Interposer(PluginManager, OffloadPolicy):
         (:meth:`abandon`).  libomptarget's own unregistration does not wait for
         kernels either."""
         def call(desc):
-            if self._bridge.exiting() and any(d.calls_in_flight
-                                               for d in self.runtime.devices):
+            if self._bridge.exiting() and (any(d.calls_in_flight
+                                                for d in self.runtime.devices)
+                                            or self.kernels_repeating()):
                 return CB_OK
             return unregister(desc)
         return call
@@ -390,6 +391,13 @@ class Interposer(PluginManager, OffloadPolicy):
             if _active is self:
                 _active = None
 
+    def kernels_repeating(self) -> int:
+        """Kernel constructs the C side is repeating now, all threads
+        (:meth:`~.repeat.Repeats.kernels_in_flight`; plugin calls that
+        :attr:`~offload_shim.core.device.Device.calls_in_flight` does not count)."""
+        rp = self._bridge.repeats
+        return rp.kernels_in_flight() if rp is not None else 0
+
     def abandon(self) -> None:
         """Uninstall the callbacks and refuse every later callback, without
         unregistering, running destructors or freeing mappings: the process is
@@ -401,7 +409,7 @@ class Interposer(PluginManager, OffloadPolicy):
         global _active
         self._closed = True
         self._bridge.keep_plugins()
-        self._bridge.uninstall()
+        self._bridge.uninstall(wait=False)
         self._gomp.uninstall(close_device=False)
         self.runtime._detach_user(self)
         with _active_lock:

@@ -34,9 +34,12 @@ class MapEntry:
     its last reference and have not finished their end yet: libomptarget 16
     ``HostDataToTargetTy`` ``DataEndThreadCount``), ``leased`` (``alloc`` belongs to a
     kernel construct of the cheap path, :mod:`.plan_target`: whoever removes the row
-    must not free it)."""
+    must not free it), ``cslot``/``cdev``: the row's slot in the C side's kernel
+    repeats and its device's stamp word (:func:`give_slot`; -1: none), so that a repeat
+    in flight holds the row: the decisions that a reference is the last
+    (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first."""
     __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
-                 "live", "pending", "ends", "leased")
+                 "live", "pending", "ends", "leased", "cslot", "cdev")
 
     def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
@@ -46,6 +49,7 @@ class MapEntry:
         self.name = name or 0
         self.live = self.pending = self.leased = False
         self.ends = 0
+        self.cslot = -1
 
     @property
     def infinite(self) -> bool:
@@ -83,7 +87,10 @@ class MapEntry:
         this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
         if other > 0:
             return False
-        return this != _INF if after_reset else this == 1
+        last = this != _INF if after_reset else this == 1
+        if last and self.cslot >= 0:
+            return not _held(self)
+        return last
 
     def dec_dyn(self) -> bool:
         """``decShouldRemove`` and the decrement of the dynamic count in one call (the
@@ -93,6 +100,8 @@ class MapEntry:
             return False
         last = dyn == 1 and self.hold <= 0
         self.dyn = dyn - 1 if dyn > 0 else 0
+        if last and self.cslot >= 0:
+            return not _held(self)
         return last
 
     @staticmethod
@@ -102,6 +111,54 @@ class MapEntry:
     def __repr__(self):
         return (f"<map [{self.begin:#x},{self.end:#x}) -> {self.tgt:#x} dyn={self.dyn} "
                 f"hold={self.hold}>")
+
+
+#: slot -> (generation, row) of the rows the C side's kernel repeats may hold
+_SLOTTED: dict[int, tuple[int, MapEntry]] = {}
+
+
+def _held(entry: MapEntry) -> bool:
+    """A decision that ``entry``'s last reference is dropped (table lock held): the
+    device's stamp moves on and the C side says whether a kernel repeat holds the row
+    (its region's reference, which Python does not count: then it is not the last,
+    and the repeat's end hands the row back: :func:`~.plan_target.end_orphans`)."""
+    return _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
+
+
+def give_slot(entry: MapEntry, table: "MappingTable") -> bool:
+    """A slot of the C side's kernel repeats for ``entry``, a row of ``table`` (table
+    lock held): whether it has one (False: none free, or no stamp)."""
+    if entry.cslot >= 0:
+        return True
+    if table.stamp_slot < 0 or not entry.live:
+        return False
+    slot, gen = _abi.repeat_slot_new()
+    if slot < 0:
+        return False
+    entry.cslot = slot
+    entry.cdev = table.stamp_slot
+    _SLOTTED[slot] = (gen, entry)
+    return True
+
+
+def slot_info(entry: MapEntry) -> tuple[int, int]:
+    """``(slot, generation)`` of a row :func:`give_slot` gave one."""
+    return entry.cslot, _SLOTTED[entry.cslot][0]
+
+
+def slotted_row(slot: int, gen: int) -> MapEntry | None:
+    """The row of ``slot`` while it has the generation ``gen``, else None."""
+    got = _SLOTTED.get(slot)
+    return got[1] if got is not None and got[0] == gen else None
+
+
+def _drop_slot(entry: MapEntry) -> None:
+    slot = entry.cslot
+    entry.cslot = -1
+    got = _SLOTTED.get(slot)
+    if got is not None and got[1] is entry:
+        del _SLOTTED[slot]
+    _abi.repeat_slot_drop(slot)
 
 
 class MappingTable:
@@ -244,6 +301,8 @@ class MappingTable:
         self.version += 1
         if self._stamps is not None:
             self._stamps[self.stamp_slot] = next(_STAMPS)
+        if entry.cslot >= 0:
+            _drop_slot(entry)
         if self.shadow:
             for addr in [a for a in self.shadow if entry.begin <= a < entry.end]:
                 del self.shadow[addr]
@@ -292,6 +351,8 @@ class MappingTable:
         self.touch()
         for e in self.entries:
             e.live = False
+            if e.cslot >= 0:
+                _drop_slot(e)
         self.entries.clear()
         self._begins.clear()
         self.shadow.clear()
@@ -301,4 +362,4 @@ class MappingTable:
         return len(self.entries)
 
 
-__all__ = ["MapEntry", "MappingTable"]
+__all__ = ["MapEntry", "MappingTable", "give_slot", "slot_info", "slotted_row"]

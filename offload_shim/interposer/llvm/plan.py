@@ -266,9 +266,37 @@ class FastPath:
                 rc = self._serve(v, kind, n, plan)
                 if rc is not None:
                     return rc
+        if kind > KERNEL:
+            return self._repeat_crossing(v, kind)
         with self._count_lock:
             self.general += 1
         return self._general(v, kind)
+
+    def _repeat_crossing(self, v, kind: int) -> int:
+        """A crossing of the C side's kernel repeats (never a construct of the
+        program: ``FRAME_REPEAT_END``, ``FRAME_REPEAT_FAILED``, see
+        :mod:`.plan_target`); its bridge code."""
+        dev = v[W_DEV] - _U64 if v[W_DEV] > _I64_MAX else v[W_DEV]
+        loc = v[W_LOC]
+        dm = self._mapper(dev, loc)
+        if isinstance(dm, int):
+            return _abi.CB_OK if kind == _abi.FRAME_REPEAT_END else dm
+        rows = plan_target.repeat_rows(v)
+        if kind == _abi.FRAME_REPEAT_END:
+            try:
+                plan_target.end_orphans(dm, rows)
+            except OffloadError as exc:
+                return self._failed(KERNEL, exc, loc)
+            return _abi.CB_OK
+        plan_target.keep_failed(dm, rows)
+        rc = v[W_KARGS] & 0xFFFFFFFF
+        try:
+            dm.device.plugin._check_int32(rc - (1 << 32) if rc & 0x80000000 else rc,
+                                          "launch_kernel", dm.device.index)
+        except OffloadError as exc:
+            return self._failed(KERNEL, exc, loc)
+        return self._failed(KERNEL, OffloadError(f"{dm.device.label}: launch_kernel "
+                                                 f"failed ({rc})"), loc)
 
     def _general(self, v, kind: int) -> int:
         dev = v[W_DEV] - _U64 if v[W_DEV] > _I64_MAX else v[W_DEV]
@@ -337,7 +365,7 @@ class FastPath:
                 got = self._launcher(plan, dm, v[W_HOST_PTR], v[W_KARGS_VERSION])
                 if got is None:
                     return None
-            return plan_target.target(v, n, plan, dm, got, self._failed)
+            return plan_target.target(v, n, plan, dm, got, self._failed, self._repeat)
         if kind == BEGIN:
             try:
                 plan_data.begin(v, n, plan, dm)

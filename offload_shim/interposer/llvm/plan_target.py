@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ...abi import interposer as _abi
 from ...errors import OffloadError
-from .maptable import MapEntry
+from .maptable import MapEntry, slotted_row
 from .plan_data import _I64_MAX, ALIGN, HEAD, W_NAMES_P
 
 #: most argument sets a plan remembers (:attr:`~.plan.Plan.replay`, ``args``): one per
@@ -132,7 +132,7 @@ class _Reservation:
         return ended
 
 
-def target(v, n: int, plan, dm, got, failed):
+def target(v, n: int, plan, dm, got, failed, repeat=None):
     """``target()``: map, launch, unmap, for a plan on the cheap path.  ``v``: the
     construct frame (:func:`~offload_shim.abi.interposer.frame_view`), ``n`` its
     argument count, ``dm`` the device's :class:`~.mapping.DeviceMapper`, ``got``
@@ -155,7 +155,10 @@ def target(v, n: int, plan, dm, got, failed):
     each other in the general code: such a construct goes there, and so does one
     that finds a row another thread is still preparing.  If the launch fails the
     new rows enter the table as the general code leaves them (reference count
-    1).  The table lock is held for the look-ups and counts only."""
+    1).  The table lock is held for the look-ups and counts only.
+
+    ``repeat``: the :class:`~.repeat.Repeats` a construct whose maps all found rows
+    is offered to once done (:func:`_offer`), or None."""
     _key, launch, implicit = got
     table = dm.table
     lock = dm.lock
@@ -169,6 +172,11 @@ def target(v, n: int, plan, dm, got, failed):
     rp = replay.get(key)
     lock.acquire()
     try:
+        if repeat is not None and table.stamp_slot >= 0:
+            stamps = repeat.stamps          # Repeats.mark, inlined
+            mark = (stamps[table.stamp_slot], stamps[repeat.devices])
+        else:
+            mark = None
         if (rp is not None and rp[0] is table and rp[1] == table.version
                 and not table.private):
             # the same arguments and no row inserted or removed since a construct of
@@ -408,7 +416,84 @@ def target(v, n: int, plan, dm, got, failed):
         if isinstance(err, OffloadError):
             return failed(KERNEL, err, v[W_LOC])
         raise err
+    if mark is not None and rec is None and removed is None:
+        _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark)
     return _abi.CB_OK
+
+
+def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark) -> None:
+    """A construct whose maps all found rows, done: handed to the C side
+    (:meth:`~.repeat.Repeats.put_kernel`) when the plan saw the same arguments under
+    the same stamp before -- the construct repeats while the table stands still --,
+    else only noted in ``plan.seen`` (as :meth:`~.repeat.Repeats.offer` for updates)."""
+    seen = plan.seen
+    if seen.get(key) != mark:
+        if len(seen) >= MAX_REPLAYS:
+            seen.clear()
+        seen[key] = mark
+        return
+    repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark)
+
+
+def repeat_rows(v) -> list[tuple]:
+    """The rows of a crossing of the C side's kernel repeats
+    (``FRAME_REPEAT_END`` / ``FRAME_REPEAT_FAILED``): ``(row, hp, size, from)`` of
+    each row still in its table under the same slot generation."""
+    out = []
+    for j in range(v[_abi.FRAME_N]):
+        w = HEAD + 5 * j
+        ent = slotted_row(v[w], v[w + 1])
+        if ent is not None:
+            out.append((ent, v[w + 2], v[w + 3], bool(v[w + 4])))
+    return out
+
+
+def end_orphans(dm, rows) -> None:
+    """The last kernel repeat holding rows that Python left to it
+    (:func:`~.maptable.give_slot`: their last reference was the repeat's) dropped its
+    holds: libomptarget 16 ``targetDataEnd`` of that construct for each row ``(row,
+    hp, size, from)`` nobody took again meanwhile -- copy back the construct's range
+    when its map says ``from``, remove the row, free its memory; ``ends`` keeps the
+    row while it copies back (delayed deletion).  Raises OffloadError (a copy back
+    failed: the rows stay)."""
+    table = dm.table
+    back, counted = [], []
+    with dm.lock:
+        for ent, hp, size, frm in rows:
+            if ent.live and ent.total == 0 and ent.ends == 0 and not ent.pending:
+                ent.ends += 1
+                counted.append(ent)
+                if frm and size > 0:
+                    back.append((ent.alloc, ent.tgt + (hp - ent.begin), hp, size))
+    if not counted:
+        return
+    err = None
+    if back:
+        try:
+            dm.device.retrieve_many(back)
+        except BaseException as exc:
+            err = exc
+    ptrs = []
+    with dm.lock:
+        for ent in counted:
+            ent.ends -= 1
+            if err is None and ent.total == 0 and ent.ends == 0 and ent.live:
+                table.remove(ent)
+                if ent.alloc and not ent.leased:
+                    ptrs.append(ent.alloc)
+    if err is not None:
+        raise err
+    if ptrs:
+        dm.device.free_many(ptrs)
+
+
+def keep_failed(dm, rows) -> None:
+    """A kernel repeat's launch failed: its rows keep the construct's reference, as
+    the general code leaves the rows of a failed launch (no ``targetDataEnd``)."""
+    with dm.lock:
+        for ent, _hp, _size, _frm in rows:
+            if ent.live:
+                ent.inc(False)
 
 
 def _prepare(maps, fresh) -> tuple:
@@ -522,4 +607,4 @@ def _disjoint(fresh) -> bool:
     return True
 
 
-__all__ = ["target"]
+__all__ = ["end_orphans", "keep_failed", "repeat_rows", "target"]

@@ -39,12 +39,16 @@ import os
 
 from ...abi import interposer as _abi
 from ...plugins.llvm import LLVMPlugin
+from .maptable import give_slot, slot_info
 
 #: environment variable that turns the repeat path off (``1``)
 NO_REPEAT_VAR = "OFFLOAD_SHIM_NO_REPEAT"
 _HEAD = _abi.FRAME_HEAD
 #: most sets of update words a plan remembers for :meth:`Repeats.offer`
 _MAX_SEEN = 64
+#: most kernel arguments of a construct the C side repeats (OSH_REPEAT_MAXARGS)
+_MAX_KERNEL_ARGS = 32
+_U64 = (1 << 64) - 1
 
 
 class Repeats:
@@ -67,12 +71,14 @@ class Repeats:
         for the repeats in flight before its memory is freed; they stay on."""
         self._lib.osh_interposer_repeat_reset(2)
 
-    def reset(self, on: bool) -> None:
+    def reset(self, on: bool, wait: bool = True) -> None:
         """Forget every remembered construct, turn repeats on (``on`` and wanted) or
-        off, and return once no repeat is in flight (the GIL is released meanwhile:
-        the repeats need nothing of Python)."""
+        off, and return once no repeat of another thread is in flight (the GIL is
+        released meanwhile: the repeats need nothing of Python); ``wait=False``: at
+        once (the runtime is abandoned at exit: nothing is unloaded or freed)."""
         self._fns.clear()
-        self._lib.osh_interposer_repeat_reset(1 if on and self.wanted else 0)
+        self._lib.osh_interposer_repeat_reset((1 if on and self.wanted else 0)
+                                              | (0 if wait else 4))
 
     def mark(self, table) -> tuple[int, int] | None:
         """``(stamp, epoch)`` to read under the table lock before an update's look-ups;
@@ -140,6 +146,58 @@ class Repeats:
         words = (ctypes.c_uint64 * (4 * n)).from_buffer_copy(v[_HEAD:_HEAD + 4 * n])
         return bool(self._lib.osh_interposer_repeat_put(
             dm.number, n, words, v[_abi.FRAME_TYPES_P], mark[0], mark[1], len(items), ops))
+
+    def kernels_in_flight(self) -> int:
+        """Kernel constructs the C side is repeating now (all threads): a process
+        that exits meanwhile is abandoned, as with a launch of Python's in flight."""
+        return self._lib.osh_interposer_repeat_kernels()
+
+    def put_kernel(self, v, n: int, dm, launcher, args, offsets, found, maps, mark) -> bool:
+        """Hand the C side a kernel construct the cheap path has just done whose maps
+        all found rows (:func:`~.plan_target.target`): ``v`` its frame, ``n`` its maps,
+        ``launcher`` its :class:`~offload_shim.core.compiled.KernelLauncher`, ``args``
+        / ``offsets`` the launch's arguments, ``found`` the row of each plain map (in
+        ``maps`` order, :attr:`~.plan.Plan.maps`), ``mark`` read under the table lock
+        before its look-ups.  Each row with a finite count gets a slot
+        (:func:`~.maptable.give_slot`) for the repeats' holds.  Whether the C side
+        kept it (no: the plugin's launch is not one the C side can call, a row is
+        being prepared or belongs to another construct's lease, too many maps or
+        arguments, no free slot, the stamp moved on)."""
+        nargs = len(args)
+        if (n > self.max_items or nargs > _MAX_KERNEL_ARGS or not 0 <= dm.number < self.devices
+                or not launcher.valid):
+            return False
+        raw = launcher.raw
+        plugin = dm.device.plugin
+        if (raw is None or type(plugin) is not LLVMPlugin
+                or {"launch", "launcher"} & vars(plugin).keys()
+                or {"launch_entry", "kernel_launcher"} & vars(dm.device).keys()):
+            return False
+        fn, index, entry, ka = raw
+        rows = []
+        table = dm.table
+        with dm.lock:
+            for k, ent in enumerate(found):
+                if ent is None:
+                    continue
+                if not ent.live or ent.pending or ent.leased:
+                    return False
+                if ent.infinite and not ent.hold:
+                    continue                    # never at its last reference
+                if not give_slot(ent, table):
+                    return False
+                i, _to, frm, _imp = maps[k]
+                slot, gen = slot_info(ent)
+                rows += (slot, gen, v[_HEAD + n + i], v[_HEAD + 2 * n + i], int(frm))
+            words = (ctypes.c_uint64 * (4 * n or 1)).from_buffer_copy(
+                v[_HEAD:_HEAD + 4 * n].tobytes() or bytes(8))
+            cargs = (ctypes.c_uint64 * (nargs or 1))(*[a & _U64 for a in args])
+            coffs = (ctypes.c_int64 * (nargs or 1))(*offsets)
+            crows = (ctypes.c_uint64 * (len(rows) or 1))(*rows)
+            return bool(self._lib.osh_interposer_repeat_put_kernel(
+                dm.number, v[_abi.FRAME_HOST_PTR], v[_abi.FRAME_KARGS_VERSION], n, words,
+                v[_abi.FRAME_TYPES_P], mark[0], mark[1], fn, index, entry, nargs, cargs,
+                coffs, ka, len(rows) // 5, crows))
 
 
 __all__ = ["NO_REPEAT_VAR", "Repeats"]
