@@ -11,7 +11,7 @@
  * names them in this order. */
 enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
        C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
-       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_KREPEAT, C_KORPHAN, C_NCALLS };
+       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_KREPEAT, C_KORPHAN, C_KWAIT, C_NCALLS };
 
 void osh_ip_count(int which);
 /* start the embedded CPython of offload-shim run once, if asked for and not running */

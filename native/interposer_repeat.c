@@ -96,9 +96,24 @@ struct rk_entry {
   unsigned char ka[RK_KA_BYTES];
   int32_t nrows;
   struct rk_row rows[OSH_REPEAT_MAXN];
+  /* rows of its own (maps that found no row): device memory Python leased to this
+   * construct (token: Python's name for the lease), their host ranges, the copies to
+   * the device before the launch (argument order) and back after it (reverse order) */
+  uint64_t token;
+  int busy;                     /* a repeat of another thread uses its memory now */
+  int32_t nfresh, nto, nback;
+  uint64_t lo[OSH_REPEAT_MAXN], hi[OSH_REPEAT_MAXN];
+  struct rp_op to[OSH_REPEAT_MAXN], back[OSH_REPEAT_MAXN];
 };
 
 static struct rk_entry rk_tab[OSH_REPEAT_SLOTS];
+/* the repeats in flight with rows of their own (under rp_lock), and how many per
+ * device (read by Python without the lock: MappingTable's look-ups ask
+ * osh_interposer_repeat_wait only while it is not 0) */
+#define RK_BUSY_MAX 64
+static struct rk_entry *rk_busy[RK_BUSY_MAX];
+static int rk_nbusy;
+static int64_t rk_cres[OSH_REPEAT_DEVS];
 static unsigned rk_turn;
 /* per row slot (under rp_lock): holds of repeats in flight, whether Python gave it up
  * while held (orphaned), whether its row left the table (dead: freed at the last
@@ -151,7 +166,9 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
     uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
     unsigned s = rp_slot(dev, n, (uint64_t)(uintptr_t)types, (const uint64_t *)args);
     pthread_mutex_lock(&rp_lock);
-    for (unsigned w = 0; w < OSH_REPEAT_WAYS; w++) {
+    /* (a kernel repeat with rows of its own in flight: libomptarget's table would hold
+     * them, Python's look-ups wait for them) */
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev]; w++) {
       struct rp_entry *e = &rp_tab[s + w];
       if (e->used && e->dev == dev && e->n == n &&
           e->types_p == (uint64_t)(uintptr_t)types && e->stamp == stamp &&
@@ -309,6 +326,30 @@ static unsigned rk_hash(int64_t dev, int32_t n, uint64_t host_ptr, uint64_t type
   return rp_slot(dev, n, types_p ^ (host_ptr * 0x9E3779B97F4A7C15ull), begins);
 }
 
+/* whether host [lo, hi) meets a row of its own of a repeat in flight on device dev
+ * (rp_lock held) */
+static int rk_meets(int64_t dev, uint64_t lo, uint64_t hi)
+{
+  for (int i = 0; i < rk_nbusy; i++) {
+    const struct rk_entry *b = rk_busy[i];
+    if (b->dev != dev)
+      continue;
+    for (int32_t j = 0; j < b->nfresh; j++)
+      if (lo < b->hi[j] && b->lo[j] < hi)
+        return 1;
+  }
+  return 0;
+}
+
+/* whether a row of its own of e meets one of a repeat in flight (rp_lock held) */
+static int rk_overlaps(const struct rk_entry *e)
+{
+  for (int32_t j = 0; j < e->nfresh; j++)
+    if (rk_meets(e->dev, e->lo[j], e->hi[j]))
+      return 1;
+  return 0;
+}
+
 int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t version, int32_t n,
                          void **bases, void **args, int64_t *sizes, int64_t *types,
                          void **mappers, int *rc)
@@ -328,6 +369,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
   int64_t offs[OSH_REPEAT_MAXARGS > 0 ? OSH_REPEAT_MAXARGS : 1];
   uint64_t ka[RK_KA_BYTES / 8];
   struct rk_row rows[OSH_REPEAT_MAXN];
+  struct rk_entry *mine = NULL;         /* the entry whose memory this repeat uses */
+  int32_t nto = 0, nback = 0;
+  struct rp_op to[OSH_REPEAT_MAXN], back[OSH_REPEAT_MAXN];
   if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST)) {
     uint64_t tp = (uint64_t)(uintptr_t)types, hptr = (uint64_t)(uintptr_t)host_ptr;
     unsigned s = rk_hash(dev, n, hptr, tp, (const uint64_t *)args);
@@ -341,6 +385,18 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
           memcmp(e->words + n, args, (size_t)n * 8) == 0 &&
           memcmp(e->words + 2 * n, sizes, (size_t)n * 8) == 0 &&
           memcmp(e->words + 3 * n, types, (size_t)n * 8) == 0) {
+        if (e->nfresh && (e->busy || rk_nbusy == RK_BUSY_MAX || rk_overlaps(e)))
+          break;                        /* Python does it (and waits, where it overlaps) */
+        if (e->nfresh) {
+          e->busy = 1;
+          mine = e;
+          rk_busy[rk_nbusy++] = e;
+          __atomic_fetch_add(&rk_cres[dev], 1, __ATOMIC_SEQ_CST);
+          nto = e->nto;
+          nback = e->nback;
+          memcpy(to, e->to, (size_t)nto * sizeof to[0]);
+          memcpy(back, e->back, (size_t)nback * sizeof back[0]);
+        }
         fn = e->fn;
         id = e->id;
         entry = e->entry;
@@ -360,16 +416,38 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
     }
     pthread_mutex_unlock(&rp_lock);
   }
-  int32_t lrc = 0;
+  int32_t lrc = 0, phase = 0;           /* phase of a failure: 1 to, 2 launch, 3 back */
   if (got) {
-    void *ap = argv;
-    memcpy((unsigned char *)ka + 8, &ap, 8);     /* ArgBasePtrs */
-    memcpy((unsigned char *)ka + 16, &ap, 8);    /* ArgPtrs */
-    lrc = fn(id, (void *)(uintptr_t)entry, argv, offs, ka, NULL);
+    for (int32_t i = 0; i < nto && lrc == 0; i++)
+      if ((lrc = to[i].fn(to[i].id, (void *)(uintptr_t)to[i].a, (void *)(uintptr_t)to[i].b,
+                          to[i].size)) != 0)
+        phase = 1;
+    if (lrc == 0) {
+      void *ap = argv;
+      memcpy((unsigned char *)ka + 8, &ap, 8);     /* ArgBasePtrs */
+      memcpy((unsigned char *)ka + 16, &ap, 8);    /* ArgPtrs */
+      if ((lrc = fn(id, (void *)(uintptr_t)entry, argv, offs, ka, NULL)) != 0)
+        phase = 2;
+    }
+    for (int32_t i = 0; i < nback && lrc == 0; i++)
+      if ((lrc = back[i].fn(back[i].id, (void *)(uintptr_t)back[i].a,
+                            (void *)(uintptr_t)back[i].b, back[i].size)) != 0)
+        phase = 3;
   }
   /* drop the holds; the orphaned rows whose last hold this was go to Python */
   uint64_t ends[5 * OSH_REPEAT_MAXN];
   int32_t nends = 0;
+  if (mine) {
+    pthread_mutex_lock(&rp_lock);
+    mine->busy = 0;
+    for (int i = 0; i < rk_nbusy; i++)
+      if (rk_busy[i] == mine) {
+        rk_busy[i] = rk_busy[--rk_nbusy];
+        break;
+      }
+    __atomic_fetch_sub(&rk_cres[dev], 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&rp_lock);
+  }
   if (got && nrows) {
     pthread_mutex_lock(&rp_lock);
     for (int32_t i = 0; i < nrows; i++) {
@@ -410,7 +488,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
       w[3] = (uint64_t)rows[i].size;
       w[4] = (uint64_t)rows[i].from;
     }
-    int r = osh_ip_repeat_cross(OSH_FRAME_REPEAT_FAILED, dev, loc, host_ptr, lrc, nrows, all);
+    int r = osh_ip_repeat_cross(OSH_FRAME_REPEAT_FAILED, dev, loc, host_ptr,
+                                (int64_t)(((uint64_t)phase << 32) | (uint32_t)lrc), nrows,
+                                all);
     *rc = r == INT32_MIN ? -1 : r;
   } else if (nends) {
     int r = osh_ip_repeat_cross(OSH_FRAME_REPEAT_END, dev, loc, host_ptr, 0, nends, ends);
@@ -435,10 +515,18 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
                                                 int32_t id, uint64_t entry, int32_t nargs,
                                                 const uint64_t *args, const int64_t *offs,
                                                 const unsigned char *ka, int32_t nrows,
-                                                const uint64_t *rows)
+                                                const uint64_t *rows, uint64_t sub_fn,
+                                                uint64_t ret_fn, uint64_t token,
+                                                int32_t nfresh, const uint64_t *ranges,
+                                                int32_t nto, const uint64_t *to_ops,
+                                                int32_t nback, const uint64_t *back_ops,
+                                                uint64_t *evicted)
 {
+  *evicted = 0;
   if (n < 0 || n > OSH_REPEAT_MAXN || nrows < 0 || nrows > OSH_REPEAT_MAXN || dev < 0 ||
-      dev >= OSH_REPEAT_DEVS || !fn || nargs < 0 || nargs > OSH_REPEAT_MAXARGS || !ka)
+      dev >= OSH_REPEAT_DEVS || !fn || nargs < 0 || nargs > OSH_REPEAT_MAXARGS || !ka ||
+      nfresh < 0 || nfresh > OSH_REPEAT_MAXN || nto < 0 || nto > nfresh || nback < 0 ||
+      nback > nfresh || ((nto || nback) && (!sub_fn || !ret_fn)) || (nfresh && !token))
     return 0;
   for (int32_t i = 0; i < nrows; i++)
     if (rows[5 * i] >= OSH_REPEAT_ROWS)
@@ -454,6 +542,8 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
   if (live && __atomic_load_n(&rp_on, __ATOMIC_SEQ_CST) &&
       __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST) == stamp &&
       __atomic_load_n(&rp_stamps[OSH_REPEAT_DEVS], __ATOMIC_SEQ_CST) == epoch) {
+    /* the construct's own slot when it is kept already, else a free one, else the
+     * next in turn; never one whose memory a repeat uses now */
     struct rk_entry *e = NULL;
     for (unsigned w = 0; w < OSH_REPEAT_WAYS && !e; w++) {
       struct rk_entry *x = &rk_tab[s + w];
@@ -462,11 +552,20 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
           memcmp(x->words, words, (size_t)n * 4 * 8) == 0)
         e = x;
     }
+    if (e && e->busy)
+      goto refused;
     for (unsigned w = 0; w < OSH_REPEAT_WAYS && !e; w++)
       if (!rk_tab[s + w].used)
         e = &rk_tab[s + w];
+    for (unsigned k = 0; k < OSH_REPEAT_WAYS && !e; k++) {
+      struct rk_entry *x = &rk_tab[s + (rk_turn++ % OSH_REPEAT_WAYS)];
+      if (!x->busy)
+        e = x;
+    }
     if (!e)
-      e = &rk_tab[s + (rk_turn++ % OSH_REPEAT_WAYS)];
+      goto refused;
+    if (e->used && e->nfresh)
+      *evicted = e->token;              /* Python gives its memory back */
     e->used = 1;
     e->n = n;
     e->version = version;
@@ -490,10 +589,67 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
       e->rows[i].size = (int64_t)rows[5 * i + 3];
       e->rows[i].from = (int32_t)rows[5 * i + 4];
     }
+    e->token = nfresh ? token : 0;
+    e->busy = 0;
+    e->nfresh = nfresh;
+    for (int32_t i = 0; i < nfresh; i++) {
+      e->lo[i] = ranges[2 * i];
+      e->hi[i] = ranges[2 * i] + (ranges[2 * i + 1] ? ranges[2 * i + 1] : 1);
+    }
+    e->nto = nto;
+    for (int32_t i = 0; i < nto; i++) {
+      e->to[i].fn = (rp_copy_fn)(uintptr_t)sub_fn;
+      e->to[i].id = id;
+      e->to[i].a = to_ops[3 * i];
+      e->to[i].b = to_ops[3 * i + 1];
+      e->to[i].size = (int64_t)to_ops[3 * i + 2];
+    }
+    e->nback = nback;
+    for (int32_t i = 0; i < nback; i++) {
+      e->back[i].fn = (rp_copy_fn)(uintptr_t)ret_fn;
+      e->back[i].id = id;
+      e->back[i].a = back_ops[3 * i];
+      e->back[i].b = back_ops[3 * i + 1];
+      e->back[i].size = (int64_t)back_ops[3 * i + 2];
+    }
     kept = 1;
   }
+refused:
   pthread_mutex_unlock(&rp_lock);
   return kept;
+}
+
+/* Wait while host [hp, hp + size) (hp alone for size 0) meets a row of its own of a
+ * repeat in flight on device dev (Python's look-ups, table lock held: libomptarget's
+ * table would hold that row; the look-up waits until the repeat's construct is over,
+ * as if it came after it), at most timeout_ns.  1 when it gave up waiting. */
+OSH_EXPORT int osh_interposer_repeat_wait(int64_t dev, uint64_t hp, int64_t size,
+                                          int64_t timeout_ns)
+{
+  uint64_t hi = hp + (uint64_t)(size > 0 ? size : 1);
+  struct timespec t0, now;
+  int counted = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    pthread_mutex_lock(&rp_lock);
+    int meets = rk_meets(dev, hp, hi);
+    pthread_mutex_unlock(&rp_lock);
+    if (!meets)
+      return 0;
+    if (!counted++)
+      osh_ip_count(C_KWAIT);            /* osh_interposer_calls: "kernel_waited" */
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000000000LL + (now.tv_nsec - t0.tv_nsec) > timeout_ns)
+      return 1;
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* The repeats in flight with rows of their own, per device (OSH_REPEAT_DEVS words). */
+OSH_EXPORT int64_t *osh_interposer_repeat_busy(void)
+{
+  return rk_cres;
 }
 
 /* A slot for a row kernel repeats may hold: its index (and *gen its generation), -1 when

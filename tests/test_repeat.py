@@ -90,31 +90,36 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
     if program == "update_repeated.c":
         assert calls_on["update_repeated"] >= 0.8 * 6 * 300, calls_on
     elif program == "kernel_repeated.c":
-        # 600 + 400 + 250 + 100 + 100 kernel constructs; those on rows that exist and
-        # with the same arguments as before (not those that pass the loop's counter,
-        # nor the last loop's, which maps its row anew each time) repeat from their
-        # third run after a change
-        assert calls_on["kernel_repeated"] >= 0.8 * (300 + 400 + 250), calls_on
+        # 600 + 400 + 250 + 100 + 100 + 1800 kernel constructs; those with the same
+        # arguments as before (not those that pass the loop's counter) on a table that
+        # did not change (not the loop that maps and unmaps around its region) repeat
+        # from their third run: 300 + 400 + 250 and 600 of the last 1800
+        assert calls_on["kernel_repeated"] >= 0.8 * (300 + 400 + 250 + 600), calls_on
     elif program.startswith("kernel"):
         assert calls_on["kernel_repeated"] > 0, calls_on
     else:
         assert calls_on["update_repeated"] > 0, calls_on
 
 
-def test_an_exit_data_while_repeated_kernels_hold_the_row(exes, tmp_path):
+def test_another_thread_maps_and_unmaps_what_repeated_kernels_use(exes, tmp_path):
     """kernel_repeated_threads.c: another thread's `exit data` drops what Python counts
     as the row's last reference while a kernel repeated in C holds it (the row is left
-    to that kernel, whose end copies it back: ``kernel_orphaned``).  Every increment
-    must reach the host, in every run; the race is hit within a few runs."""
+    to that kernel, whose end copies it back: ``kernel_orphaned``); another thread's
+    `enter data` looks up data a repeat maps itself (the look-up waits for it:
+    ``kernel_waited``).  Every increment must reach the host, in every run; the races
+    are hit within a few runs."""
     exe = exes["kernel_repeated_threads.c"]
-    orphaned = 0
-    for k in range(6):
+    orphaned = waited = 0
+    for k in range(8):
         got, calls = _shim(exe, tmp_path, f"orph{k}")
-        assert got.status == 0 and got.stdout[0] == "x 3000", got.render()
+        assert got.status == 0 and got.stdout[:2] == ["x 3000", "x 3000"], got.render()
         orphaned += calls["kernel_orphaned"]
-        if orphaned:
+        waited += calls["kernel_waited"]
+        if orphaned and waited:
             break
-    assert orphaned > 0
+    # (and the other thread's `enter data` of the data a repeat maps itself waited
+    # for that repeat: ``kernel_waited``)
+    assert orphaned > 0 and waited > 0, (orphaned, waited)
 
 
 def test_a_recorded_run_sees_every_update(exes, tmp_path):

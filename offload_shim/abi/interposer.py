@@ -99,7 +99,8 @@ CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_
                  "target_data", "target_alloc", "target_free", "target_memcpy",
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
                  "fallback", "gomp_target", "gomp_data", "gomp_fallback", "gomp_device",
-                 "api", "update_repeated", "kernel_repeated", "kernel_orphaned")
+                 "api", "update_repeated", "kernel_repeated", "kernel_orphaned",
+                 "kernel_waited")
 
 
 def bind_interposer(path: str) -> ctypes.CDLL:
@@ -157,7 +158,12 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_put_kernel.argtypes = [
         c_int64, c_uint64, ctypes.c_uint32, c_int32, c_void_p, c_uint64, c_uint64, c_uint64,
         c_uint64, c_int32, c_uint64, c_int32, c_void_p, c_void_p, c_void_p, c_int32,
-        c_void_p]
+        c_void_p, c_uint64, c_uint64, c_uint64, c_int32, c_void_p, c_int32, c_void_p,
+        c_int32, c_void_p, POINTER(c_uint64)]
+    lib.osh_interposer_repeat_wait.restype = c_int
+    lib.osh_interposer_repeat_wait.argtypes = [c_int64, c_uint64, c_int64, c_int64]
+    lib.osh_interposer_repeat_busy.restype = c_void_p
+    lib.osh_interposer_repeat_busy.argtypes = []
     lib.osh_interposer_repeat_slot_new.restype = c_int32
     lib.osh_interposer_repeat_slot_new.argtypes = [POINTER(ctypes.c_uint32)]
     lib.osh_interposer_repeat_slot_drop.restype = None
@@ -175,6 +181,7 @@ def bind_interposer(path: str) -> ctypes.CDLL:
 
 _bound = None
 _stamps = None
+_busy = None
 
 
 def repeat_slot_new() -> tuple[int, int]:
@@ -198,6 +205,28 @@ def repeat_claim(slot: int, dev: int, stamp: int) -> bool:
     reference of ``slot``'s row of device ``dev``, whose stamp becomes ``stamp``;
     whether a kernel repeat holds the row (then the reference was not the last)."""
     return _bound is not None and _bound.osh_interposer_repeat_claim(slot, dev, stamp) != 0
+
+
+def repeat_busy() -> memoryview | None:
+    """Per OpenMP device number (as many as :func:`repeat_stamps` has), how many kernel
+    repeats of the C side with rows of their own are in flight
+    (``osh_interposer_repeat_busy``): a read-only view of signed 64-bit words; None
+    while no interposer is bound."""
+    global _busy
+    if _busy is None and _bound is not None:
+        st = repeat_stamps()
+        addr = _bound.osh_interposer_repeat_busy()
+        words = (ctypes.c_int64 * st[1]).from_address(addr)
+        _busy = memoryview(words).cast("B").cast("q")
+    return _busy
+
+
+def repeat_wait(dev: int, hp: int, size: int, timeout_ns: int = 1_000_000_000) -> bool:
+    """Wait while host ``[hp, hp+size)`` meets a row of its own of a kernel repeat in
+    flight on device ``dev`` (``osh_interposer_repeat_wait``; the GIL is released);
+    True when it gave up after ``timeout_ns``."""
+    return _bound is not None and _bound.osh_interposer_repeat_wait(
+        dev, hp & 0xFFFFFFFFFFFFFFFF, size, timeout_ns) != 0
 
 
 def repeat_kernels() -> int:

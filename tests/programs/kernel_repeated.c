@@ -1,4 +1,4 @@
-/* the same kernel construct again and again on rows that exist (offload_shim repeats it in C): scalars and sections inside `target data`, arguments cycling through four arrays, rows unmapped and mapped again between the repeats, a row mapped by `enter data` and ended by an `exit data` between them, a declare-target global.
+/* the same kernel construct again and again on rows that exist (offload_shim repeats it in C): scalars and sections inside `target data`, arguments cycling through four arrays, rows unmapped and mapped again between the repeats, a row mapped by `enter data` and ended by an `exit data` between them, a declare-target global; regions that map their data themselves (repeated with the device memory kept), more of them than the C side keeps.
    feature: kernel-present, map-to, map-from
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -62,5 +62,17 @@ int main(void) {
 #pragma omp target exit data map(from: z)
   }
   printf("z %ld\n", z);
+  /* 600 different sections, each mapped by its region three times in a row: more
+   * constructs than the C side keeps (its oldest give their device memory back) */
+  static long big[600 * 4];
+  for (int k = 0; k < 600; k++)
+    for (int rep = 0; rep < 3; rep++) {
+      long *p = &big[k * 4];
+#pragma omp target map(tofrom: p[0:4])
+      { p[0] += 1; p[3] += 2; }
+    }
+  long t = 0;
+  for (int i = 0; i < 600 * 4; i++) t += big[i];
+  printf("big %ld\n", t);
   return 0;
 }

@@ -1,4 +1,4 @@
-/* the same kernel construct again and again on rows that exist, from several threads: an `exit data` of another thread ends the row while the loop's kernels use it (the last of them copies it back), and four threads repeat kernels on their own parts of an array while a fifth maps and unmaps another one.
+/* the same kernel construct again and again from several threads: an `exit data` of another thread ends the row while the loop's kernels use it (the last of them copies it back); the same loop on data it maps itself each time while another thread maps that data with `enter data` and ends it; four threads repeat kernels on their own parts of an array while a fifth maps and unmaps another one.
    feature: kernel-present, kernel-threads
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -32,6 +32,32 @@ int main(void) {
       }
     } else {
       while (progress < LOOPS / 10)
+        ;
+#pragma omp target exit data map(from: x)
+    }
+  }
+  printf("x %ld\n", x);
+  /* the same while x starts unmapped (thread 0's kernel constructs map it anew each
+   * time) and thread 1 maps it with `enter data` in between, then ends that */
+  x = 0;
+  progress = 0;
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_thread_num() == 0) {
+      for (int it = 1; it <= LOOPS; it++) {
+#pragma omp target map(tofrom: x)
+        {
+          x += 1;
+          for (int spin = 0; spin < 3000; spin++)
+            __asm__ volatile("");
+        }
+        progress = it;
+      }
+    } else {
+      while (progress < LOOPS / 10)
+        ;
+#pragma omp target enter data map(to: x)
+      while (progress < LOOPS / 2)
         ;
 #pragma omp target exit data map(from: x)
     }

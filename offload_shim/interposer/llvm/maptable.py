@@ -197,11 +197,13 @@ class MappingTable:
         self.version = 0
         self.stamp_slot = -1
         self._stamps = None
+        self._busy = None
         rs = _abi.repeat_stamps() if slot >= 0 else None
         if rs is not None and slot < rs[1]:
             self.stamp_slot = slot
             self._stamps = rs[0]
             self._stamps[slot] = next(_STAMPS)
+            self._busy = _abi.repeat_busy()
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
@@ -221,6 +223,16 @@ class MappingTable:
         if self.private:
             self.publish()
         return self.entries
+
+    def wait_for_repeats(self, hp: int, size: int) -> None:
+        """A look-up of host ``[hp, hp+size)`` while kernel repeats of the C side with
+        rows of their own are in flight on this device (``native/
+        interposer_repeat.c``): rows libomptarget's table would hold, that no
+        look-up here can see.  One that meets the range is waited for (table lock
+        held: the repeat needs no Python lock), so the look-up comes after that
+        construct, as a look-up a moment later would; after a second it gives up
+        and answers without them (a kernel that waits for this thread)."""
+        _abi.repeat_wait(self.stamp_slot, hp, size)
 
     def _index(self, hp: int) -> int:
         return bisect_right(self._begins, hp)       # upper_bound on begin
@@ -245,6 +257,8 @@ class MappingTable:
         neighbour's name."""
         if self.private:
             self.publish()
+        if self._busy is not None and self._busy[self.stamp_slot]:
+            self.wait_for_repeats(hp, size)
         if not self.entries:
             return None, False, False, False
         up = self._index(hp)
@@ -271,6 +285,8 @@ class MappingTable:
         """The row whose host begin is exactly ``hp``."""
         if self.private:
             self.publish()
+        if self._busy is not None and self._busy[self.stamp_slot]:
+            self.wait_for_repeats(hp, 1)
         i = self._index(hp)
         if i > 0 and self.entries[i - 1].begin == hp:
             return self.entries[i - 1]

@@ -216,9 +216,14 @@ class FastPath:
 
     def held(self) -> dict[str, int]:
         """How many plans and construct frames (one per host thread that offloaded)
-        are kept now (no device memory: the cheap path holds none between
-        constructs)."""
-        return {"plans": len(self._plans), "frames": len(self._views)}
+        are kept now, and how many device-memory leases the C side's kernel repeats
+        keep (``leases``: one per construct repeated with rows of its own, at most
+        :data:`~.repeat.MAX_HELD_BYTES` bytes each, given back when the repeats are
+        forgotten: :meth:`invalidate`); the cheap path itself holds no device memory
+        between constructs."""
+        rp = self._repeat
+        return {"plans": len(self._plans), "frames": len(self._views),
+                "leases": rp.leases_held() if rp is not None else 0}
 
     def invalidate(self) -> None:
         """Forget what depends on registrations and device state (called on
@@ -288,14 +293,18 @@ class FastPath:
             except OffloadError as exc:
                 return self._failed(KERNEL, exc, loc)
             return _abi.CB_OK
+        # word FRAME_KARGS: the plugin's return code, and above it the call that gave
+        # it (1: a copy to the device, 2: the launch, 3: a copy back)
         plan_target.keep_failed(dm, rows)
         rc = v[W_KARGS] & 0xFFFFFFFF
+        call = ("data_submit", "launch_kernel", "data_retrieve")[
+            min(max((v[W_KARGS] >> 32) - 1, 0), 2)]
         try:
             dm.device.plugin._check_int32(rc - (1 << 32) if rc & 0x80000000 else rc,
-                                          "launch_kernel", dm.device.index)
+                                          call, dm.device.index)
         except OffloadError as exc:
             return self._failed(KERNEL, exc, loc)
-        return self._failed(KERNEL, OffloadError(f"{dm.device.label}: launch_kernel "
+        return self._failed(KERNEL, OffloadError(f"{dm.device.label}: {call} "
                                                  f"failed ({rc})"), loc)
 
     def _general(self, v, kind: int) -> int:

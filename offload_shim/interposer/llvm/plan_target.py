@@ -406,9 +406,15 @@ def target(v, n: int, plan, dm, got, failed, repeat=None):
         except OffloadError as exc:
             err = err or exc
     elif rec is not None:
-        # reverse argument order; the frees put off while nobody else uses the pool
-        # (the next run of this region takes the same blocks back: DeviceLease.park)
-        if adopted or not lease.park():
+        # the C side repeats the construct with this lease from now on (its frees
+        # happen when it is forgotten), or: reverse argument order; the frees put off
+        # while nobody else uses the pool (the next run of this region takes the same
+        # blocks back: DeviceLease.park)
+        if (mark is not None and not published and err is None and removed is None
+                and _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found,
+                           mark, rec, prep)):
+            pass
+        elif adopted or not lease.park():
             _release(lease, adopted)
         elif not plan.parked:
             plan.parked.append(lease)
@@ -421,18 +427,22 @@ def target(v, n: int, plan, dm, got, failed, repeat=None):
     return _abi.CB_OK
 
 
-def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark) -> None:
-    """A construct whose maps all found rows, done: handed to the C side
-    (:meth:`~.repeat.Repeats.put_kernel`) when the plan saw the same arguments under
-    the same stamp before -- the construct repeats while the table stands still --,
-    else only noted in ``plan.seen`` (as :meth:`~.repeat.Repeats.offer` for updates)."""
+def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark, rec=None,
+           prep=None) -> bool:
+    """A construct done without error, whose rows of its own (``rec``, if any) ended
+    unpublished: handed to the C side (:meth:`~.repeat.Repeats.put_kernel`, which
+    keeps ``rec``'s lease when it takes the construct) when the plan saw the same
+    arguments under the same stamp before -- the construct repeats while the table
+    stands still --, else only noted in ``plan.seen`` (as
+    :meth:`~.repeat.Repeats.offer` for updates).  Whether the C side took it."""
     seen = plan.seen
     if seen.get(key) != mark:
         if len(seen) >= MAX_REPLAYS:
             seen.clear()
         seen[key] = mark
-        return
-    repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark)
+        return False
+    return repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark,
+                             rec, prep)
 
 
 def repeat_rows(v) -> list[tuple]:

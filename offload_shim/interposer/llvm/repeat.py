@@ -35,9 +35,12 @@ and unmap.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
+import threading
 
 from ...abi import interposer as _abi
+from ...errors import OffloadError
 from ...plugins.llvm import LLVMPlugin
 from .maptable import give_slot, slot_info
 
@@ -48,6 +51,10 @@ _HEAD = _abi.FRAME_HEAD
 _MAX_SEEN = 64
 #: most kernel arguments of a construct the C side repeats (OSH_REPEAT_MAXARGS)
 _MAX_KERNEL_ARGS = 32
+#: most bytes of device memory one kernel construct the C side repeats keeps between
+#: its repeats (its rows of its own); larger ones are left to Python (whose pool can
+#: free them when memory runs out)
+MAX_HELD_BYTES = 1 << 16
 _U64 = (1 << 64) - 1
 
 
@@ -64,12 +71,18 @@ class Repeats:
         self.stamps, self.devices, self.max_items = view
         self._fns: dict[int, tuple | None] = {}     # id(Device) -> (device, fns)
         self.wanted = os.environ.get(NO_REPEAT_VAR, "") in ("", "0")
+        #: token -> DeviceLease of the kernel constructs the C side keeps with rows
+        #: of their own (their device memory stays with the construct between repeats)
+        self._leases: dict[int, object] = {}
+        self._leases_lock = threading.Lock()
+        self._tokens = itertools.count(1)
 
     def on_device_teardown(self, dev) -> None:
         """A device is torn down (a deinit, possibly while this interposer is active:
         :data:`offload_shim.core.device.TEARDOWN_HOOKS`): forget everything and wait
         for the repeats in flight before its memory is freed; they stay on."""
         self._lib.osh_interposer_repeat_reset(2)
+        self._give_back(self._take_leases())
 
     def reset(self, on: bool, wait: bool = True) -> None:
         """Forget every remembered construct, turn repeats on (``on`` and wanted) or
@@ -79,6 +92,10 @@ class Repeats:
         self._fns.clear()
         self._lib.osh_interposer_repeat_reset((1 if on and self.wanted else 0)
                                               | (0 if wait else 4))
+        if wait:
+            # the constructs' device memory goes back to the pool (without waiting, a
+            # repeat may still use it: an abandoned runtime frees nothing)
+            self._give_back(self._take_leases())
 
     def mark(self, table) -> tuple[int, int] | None:
         """``(stamp, epoch)`` to read under the table lock before an update's look-ups;
@@ -152,7 +169,32 @@ class Repeats:
         that exits meanwhile is abandoned, as with a launch of Python's in flight."""
         return self._lib.osh_interposer_repeat_kernels()
 
-    def put_kernel(self, v, n: int, dm, launcher, args, offsets, found, maps, mark) -> bool:
+    def leases_held(self) -> int:
+        """How many device-memory leases the C side keeps now (constructs repeated
+        with rows of their own)."""
+        return len(self._leases)
+
+    def _take_leases(self, tokens=None) -> list:
+        """Take the leases the C side held under ``tokens`` (None: all) out of the
+        registry; the caller gives them back to the pool."""
+        with self._leases_lock:
+            if tokens is None:
+                got = list(self._leases.values())
+                self._leases.clear()
+            else:
+                got = [self._leases.pop(t) for t in tokens if t in self._leases]
+        return got
+
+    @staticmethod
+    def _give_back(leases) -> None:
+        for lease in leases:
+            try:
+                lease.release()
+            except OffloadError:
+                pass
+
+    def put_kernel(self, v, n: int, dm, launcher, args, offsets, found, maps, mark,
+                   rec=None, prep=None) -> bool:
         """Hand the C side a kernel construct the cheap path has just done whose maps
         all found rows (:func:`~.plan_target.target`): ``v`` its frame, ``n`` its maps,
         ``launcher`` its :class:`~offload_shim.core.compiled.KernelLauncher`, ``args``
@@ -162,7 +204,15 @@ class Repeats:
         (:func:`~.maptable.give_slot`) for the repeats' holds.  Whether the C side
         kept it (no: the plugin's launch is not one the C side can call, a row is
         being prepared or belongs to another construct's lease, too many maps or
-        arguments, no free slot, the stamp moved on)."""
+        arguments, no free slot, the stamp moved on).
+
+        ``rec`` / ``prep``: the construct's rows of its own (its
+        :class:`~.plan_target._Reservation`, ended unpublished, and what
+        ``plan_target._prepare`` made for them): the C side keeps their lease (at most
+        :data:`MAX_HELD_BYTES` bytes) and makes their copies to and from the device
+        itself; the lease comes back to the pool when the construct is forgotten
+        (:meth:`reset`, or another construct takes its place: the put then names
+        it)."""
         nargs = len(args)
         if (n > self.max_items or nargs > _MAX_KERNEL_ARGS or not 0 <= dm.number < self.devices
                 or not launcher.valid):
@@ -174,6 +224,16 @@ class Repeats:
                 or {"launch_entry", "kernel_launcher"} & vars(dm.device).keys()):
             return False
         fn, index, entry, ka = raw
+        lease = None
+        fresh = ()
+        sub = ret = 0
+        if rec is not None:
+            lease = rec.lease
+            fns = self._copy_fns(dm.device)
+            if fns is None or not lease.valid or sum(lease.sizes) > MAX_HELD_BYTES:
+                return False
+            sub, ret, _index = fns
+            fresh = rec.fresh
         rows = []
         table = dm.table
         with dm.lock:
@@ -194,10 +254,32 @@ class Repeats:
             cargs = (ctypes.c_uint64 * (nargs or 1))(*[a & _U64 for a in args])
             coffs = (ctypes.c_int64 * (nargs or 1))(*offsets)
             crows = (ctypes.c_uint64 * (len(rows) or 1))(*rows)
-            return bool(self._lib.osh_interposer_repeat_put_kernel(
+            token = 0
+            ranges, tos, backs = [], [], []
+            if lease is not None:
+                _sizes, to_ops, back_ops, _places = prep
+                ptrs = lease.ptrs
+                for _k, hp, size in fresh:
+                    ranges += (hp, size)
+                for j, pad, hp, size in to_ops:
+                    tos += (ptrs[j] + pad, hp, size)
+                for j, pad, hp, size in back_ops:
+                    backs += (hp, ptrs[j] + pad, size)
+                token = next(self._tokens)
+            evicted = ctypes.c_uint64()
+            kept = bool(self._lib.osh_interposer_repeat_put_kernel(
                 dm.number, v[_abi.FRAME_HOST_PTR], v[_abi.FRAME_KARGS_VERSION], n, words,
                 v[_abi.FRAME_TYPES_P], mark[0], mark[1], fn, index, entry, nargs, cargs,
-                coffs, ka, len(rows) // 5, crows))
+                coffs, ka, len(rows) // 5, crows, sub, ret, token, len(fresh),
+                (ctypes.c_uint64 * (len(ranges) or 1))(*ranges), len(tos) // 3,
+                (ctypes.c_uint64 * (len(tos) or 1))(*tos), len(backs) // 3,
+                (ctypes.c_uint64 * (len(backs) or 1))(*backs), ctypes.byref(evicted)))
+            if kept and lease is not None:
+                with self._leases_lock:
+                    self._leases[token] = lease
+        if evicted.value:
+            self._give_back(self._take_leases([evicted.value]))
+        return kept
 
 
-__all__ = ["NO_REPEAT_VAR", "Repeats"]
+__all__ = ["MAX_HELD_BYTES", "NO_REPEAT_VAR", "Repeats"]
