@@ -215,7 +215,7 @@ def test_exit_from_a_thread_while_a_kernel_runs(plugin, mode):
 
 
 @pytest.mark.parametrize("version", [19, 22])
-@pytest.mark.parametrize("mode", ["return", "region", "atexit", "thread"])
+@pytest.mark.parametrize("mode", ["return", "region", "region-loop", "atexit", "thread"])
 def test_exit_paths_current_clang(version, mode):
     cc = COMPILER[version]
     _need(cc)
