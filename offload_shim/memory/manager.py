@@ -231,7 +231,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                  "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
                  "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
                  "_hit_unit", "_held", "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "_slow", "_asleep", "_steps", "__weakref__")
+                 "_closed", "_log", "_slow", "_asleep", "_steps", "before", "__weakref__")
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -264,6 +264,10 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
+        #: called (and cleared) before any allocation, free, park or reclaim: blocks
+        #: held for the kernel repeats of the C side go back first, as their last
+        #: repeat freed them (interposer/llvm/repeat.py Repeats.put_kernel)
+        self.before = None
         #: which end of a free list a hit takes: exact, the left (``popleft``: the least
         #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
@@ -305,6 +309,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     # -- allocate ------------------------------------------------------------
 
+    def _run_before(self) -> None:
+        hook, self.before = self.before, None
+        if hook is not None:
+            hook()
+
     def allocate(self, size: int) -> int:
         """A device pointer for ``size`` bytes.
 
@@ -325,6 +334,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         :class:`LifecycleError` after :meth:`drain` or when ``guard``
         refuses, and whatever ``backend_alloc`` raises.
         """
+        if self.before is not None:
+            self._run_before()
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
@@ -380,6 +391,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         their events in that round trip), the rest one by one.  On an error the
         pointers already obtained are freed again and the error is raised (the errors
         of :meth:`allocate`)."""
+        if self.before is not None:
+            self._run_before()
         out = []
         if self._batch:
             pool_max = self._pool_max
@@ -566,6 +579,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         event log gets a ``free_failed`` event after the ``free``.  (If the
         manager was drained meanwhile the block is not recorded again.)
         """
+        if self.before is not None:
+            self._run_before()
         if type(ptr) is not int and ptr is not None:
             # a float or numpy integer equal to a live pointer would find it in the
             # table and be cached as the key (and handed to the plugin later)
@@ -604,6 +619,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         lock round trip (no cap or poison), the rest one by one; stops at
         the first error, which is raised (the errors of :meth:`free`).  With an event
         log the batch logs each cached free (``free``, hit) in its round trip."""
+        if self.before is not None:
+            self._run_before()
         done = 0
         if self._cacheable:
             log = self._log
