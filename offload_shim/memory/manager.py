@@ -264,7 +264,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
-        #: called (and cleared) before any allocation, free, park or reclaim: blocks
+        #: set_before's hook, called (and cleared) before any allocation, free, park or reclaim: blocks
         #: held for the kernel repeats of the C side go back first, as their last
         #: repeat freed them (interposer/llvm/repeat.py Repeats.put_kernel)
         self.before = None
@@ -309,7 +309,21 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     # -- allocate ------------------------------------------------------------
 
+    def set_before(self, hook) -> None:
+        """Call ``hook()`` (once, then forget it) before the next :meth:`allocate`,
+        :meth:`allocate_many`, :meth:`free`, :meth:`free_many`, :meth:`park` or
+        :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
+        instance's class is a subclass whose methods call it until then, so a pool
+        without a hook pays nothing on its hit path."""
+        self.before = hook
+        cls = type(self)
+        if not getattr(cls, "_hooked", False):
+            self.__class__ = _hooked_class(cls)
+
     def _run_before(self) -> None:
+        cls = type(self)
+        if getattr(cls, "_hooked", False):
+            self.__class__ = cls.__mro__[1]
         hook, self.before = self.before, None
         if hook is not None:
             hook()
@@ -334,8 +348,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         :class:`LifecycleError` after :meth:`drain` or when ``guard``
         refuses, and whatever ``backend_alloc`` raises.
         """
-        if self.before is not None:
-            self._run_before()
         # The hit path of both policies (allocate_many's batch repeats it for a run of
         # exact hits): one lock round trip, three dict operations, one addition.  The
         # lock's token deque is used directly (memory/locking.py), given back in finally
@@ -391,8 +403,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         their events in that round trip), the rest one by one.  On an error the
         pointers already obtained are freed again and the error is raised (the errors
         of :meth:`allocate`)."""
-        if self.before is not None:
-            self._run_before()
         out = []
         if self._batch:
             pool_max = self._pool_max
@@ -579,8 +589,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         event log gets a ``free_failed`` event after the ``free``.  (If the
         manager was drained meanwhile the block is not recorded again.)
         """
-        if self.before is not None:
-            self._run_before()
         if type(ptr) is not int and ptr is not None:
             # a float or numpy integer equal to a live pointer would find it in the
             # table and be cached as the key (and handed to the plugin later)
@@ -619,8 +627,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         lock round trip (no cap or poison), the rest one by one; stops at
         the first error, which is raised (the errors of :meth:`free`).  With an event
         log the batch logs each cached free (``free``, hit) in its round trip."""
-        if self.before is not None:
-            self._run_before()
         done = 0
         if self._cacheable:
             log = self._log
@@ -673,3 +679,31 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         if self._stamps is not None:
             self._clock = c = self._clock + 1
             self._stamps[ptr] = c
+
+
+_HOOKED: dict = {}
+
+
+def _hooked_class(cls):
+    """The subclass of a pool class whose entry points run :meth:`MemoryManager.set_before`'s
+    hook first (made once per class)."""
+    got = _HOOKED.get(cls)
+    if got is not None:
+        return got
+
+    def wrap(name):
+        plain = getattr(cls, name)
+
+        def hooked(self, *a, **k):
+            self._run_before()
+            return plain(self, *a, **k)
+        hooked.__name__ = name
+        hooked.__doc__ = plain.__doc__
+        return hooked
+    ns = {"__slots__": (), "_hooked": True}
+    for name in ("allocate", "allocate_many", "free", "free_many", "park", "reclaim"):
+        ns[name] = wrap(name)
+    got = _HOOKED[cls] = type(cls.__name__, (cls,), ns)
+    got.__qualname__ = cls.__qualname__
+    got.__module__ = cls.__module__
+    return got

@@ -62,8 +62,6 @@ class ParkedFrees:
         other call on the manager first frees them as :meth:`free_many` would have, in
         their order, so whoever allocates next gets the block it would have got; the
         parcel is then void."""
-        if self.before is not None:
-            self._run_before()
         if not (self._batch and self._cacheable):
             return None
         log = self._log
@@ -118,8 +116,6 @@ class ParkedFrees:
         :meth:`allocate_many` of ``sizes`` (bytes, the caller's request order; None: the
         blocks' sizes in the reverse of the parked order, a lease's) would have made
         them: per size, the first parked block first."""
-        if self.before is not None:
-            self._run_before()
         log = self._log
         lockq = self._lockq
         try:

@@ -187,7 +187,7 @@ class Repeats:
 
     def _evictor(self, number: int, pool):
         """The hook a device's pool calls before its next allocation, free, park or
-        reclaim (:attr:`~offload_shim.memory.manager.MemoryManager.before`) while the
+        reclaim (:meth:`~offload_shim.memory.manager.MemoryManager.set_before`) while the
         C side keeps leases of OpenMP device ``number``: under libomptarget 16 their
         blocks went back to the pool at the end of their constructs' last repeats
         (``targetDataEnd``), so every other use of the pool must find them there --
@@ -203,7 +203,7 @@ class Repeats:
                                                             ctypes.byref(busy))
             self._give_back(self._take_leases(buf[:got]))
             if busy.value or got == 64:
-                pool.before = evict
+                pool.set_before(evict)
         return evict
 
     @staticmethod
@@ -300,7 +300,7 @@ class Repeats:
                     self._leases[token] = lease
                 pool = dm.device._pool
                 if pool is not None:
-                    pool.before = self._evictor(dm.number, pool)
+                    pool.set_before(self._evictor(dm.number, pool))
         if evicted.value:
             self._give_back(self._take_leases([evicted.value]))
         return kept
