@@ -716,3 +716,30 @@ OSH_EXPORT int64_t osh_interposer_repeat_kernels(void)
 {
   return __atomic_load_n(&rk_kernels, __ATOMIC_SEQ_CST);
 }
+
+/* Forget the kept kernel constructs of device dev with rows of their own that no repeat
+ * uses now, and write their lease tokens to tokens (at most max): Python's pool is about
+ * to be used for something else, and under libomptarget their blocks went back to it at
+ * the end of their last repeat (Python gives the leases back before that use:
+ * offload_shim/interposer/llvm/repeat.py Repeats._evict).  Returns how many; *busy gets
+ * how many such constructs stay because a repeat uses them. */
+OSH_EXPORT int32_t osh_interposer_repeat_drop_held(int64_t dev, uint64_t *tokens, int32_t max,
+                                                   int32_t *busy)
+{
+  int32_t got = 0, left = 0;
+  pthread_mutex_lock(&rp_lock);
+  for (int i = 0; i < OSH_REPEAT_SLOTS; i++) {
+    struct rk_entry *e = &rk_tab[i];
+    if (!e->used || !e->nfresh || e->dev != dev)
+      continue;
+    if (e->busy || got >= max) {
+      left++;
+      continue;
+    }
+    tokens[got++] = e->token;
+    e->used = 0;
+  }
+  pthread_mutex_unlock(&rp_lock);
+  *busy = left;
+  return got;
+}

@@ -179,3 +179,43 @@ def test_fifo_refill_is_the_order_allocate_many_gives_back(sizes):
     assert again == want
     mm.free_many(again)
     assert_conserved(mm, b)
+
+
+@pytest.mark.parametrize("call", ["allocate", "allocate_many", "free", "free_many", "park",
+                                  "reclaim"])
+def test_set_before_runs_its_hook_once_before_the_next_use(call):
+    """``MemoryManager.set_before`` (the kernel repeats of ``offload-shim run`` give
+    their kept blocks back this way): the hook runs once, before the call, and may use
+    the pool itself; the blocks it frees are the ones the call then finds (the least
+    recently freed of a size first); afterwards the pool is of its own class again."""
+    _b, mm = make()
+    cls = type(mm)
+    held = mm.allocate(64)
+    other = mm.allocate(64)
+    parcel = mm.park([other]) if call == "reclaim" else None
+    calls = []
+
+    def hook():
+        calls.append(call)
+        mm.free(held)                   # the pool from inside the hook
+    mm.set_before(hook)
+    assert isinstance(mm, cls) and type(mm) is not cls
+    if call == "allocate":
+        assert mm.allocate(64) == held
+    elif call == "allocate_many":
+        assert mm.allocate_many([64]) == [held]
+    elif call == "free":
+        mm.free(other)
+        assert mm.allocate_many([64, 64]) == [held, other]
+    elif call == "free_many":
+        mm.free_many([other])
+        assert mm.allocate_many([64, 64]) == [held, other]
+    elif call == "park":
+        if mm.park([other]) is None:    # (not parked beside a cached block: freed)
+            mm.free_many([other])
+        assert mm.allocate_many([64, 64]) == [held, other]
+    else:
+        # the hook's free used the pool after the park: the parked block went first
+        assert not mm.reclaim(parcel)
+        assert mm.allocate_many([64, 64]) == [other, held]
+    assert calls == [call] and type(mm) is cls

@@ -27,7 +27,7 @@ import conformance as cf
 from conftest import NEXTGEN16
 
 PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c",
-            "kernel_repeated.c", "kernel_repeated_threads.c")
+            "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c")
 TIMEOUT = 120
 
 

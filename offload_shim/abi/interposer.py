@@ -162,6 +162,9 @@ def bind_interposer(path: str) -> ctypes.CDLL:
         c_int32, c_void_p, POINTER(c_uint64)]
     lib.osh_interposer_repeat_wait.restype = c_int
     lib.osh_interposer_repeat_wait.argtypes = [c_int64, c_uint64, c_int64, c_int64]
+    lib.osh_interposer_repeat_drop_held.restype = c_int32
+    lib.osh_interposer_repeat_drop_held.argtypes = [c_int64, c_void_p, c_int32,
+                                                     POINTER(c_int32)]
     lib.osh_interposer_repeat_busy.restype = c_void_p
     lib.osh_interposer_repeat_busy.argtypes = []
     lib.osh_interposer_repeat_slot_new.restype = c_int32

@@ -185,6 +185,27 @@ class Repeats:
                 got = [self._leases.pop(t) for t in tokens if t in self._leases]
         return got
 
+    def _evictor(self, number: int, pool):
+        """The hook a device's pool calls before its next allocation, free, park or
+        reclaim (:meth:`~offload_shim.memory.manager.MemoryManager.set_before`) while the
+        C side keeps leases of OpenMP device ``number``: under libomptarget 16 their
+        blocks went back to the pool at the end of their constructs' last repeats
+        (``targetDataEnd``), so every other use of the pool must find them there --
+        the same block, with what the last repeat left in it, for a ``map(from:)`` or
+        ``alloc`` row that reads before it writes (tests/programs/
+        kernel_repeated_reuse.c).  Forgets those constructs (their next run goes to
+        Python) and gives their leases back; one that a repeat of another thread uses
+        now stays, and the hook with it."""
+        def evict() -> None:
+            buf = (ctypes.c_uint64 * 64)()
+            busy = ctypes.c_int32()
+            got = self._lib.osh_interposer_repeat_drop_held(number, buf, 64,
+                                                            ctypes.byref(busy))
+            self._give_back(self._take_leases(buf[:got]))
+            if busy.value or got == 64:
+                pool.set_before(evict)
+        return evict
+
     @staticmethod
     def _give_back(leases) -> None:
         for lease in leases:
@@ -277,6 +298,9 @@ class Repeats:
             if kept and lease is not None:
                 with self._leases_lock:
                     self._leases[token] = lease
+                pool = dm.device._pool
+                if pool is not None:
+                    pool.set_before(self._evictor(dm.number, pool))
         if evicted.value:
             self._give_back(self._take_leases([evicted.value]))
         return kept
