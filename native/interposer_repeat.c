@@ -434,7 +434,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
                             (void *)(uintptr_t)back[i].b, back[i].size)) != 0)
         phase = 3;
   }
-  /* drop the holds; the orphaned rows whose last hold this was go to Python */
+  /* drop the holds; the orphaned rows whose last hold this was go to Python.  In
+   * reverse map order, as targetDataEnd: of two maps of one row the first drops the
+   * last reference, and its map decides whether the row is copied back */
   uint64_t ends[5 * OSH_REPEAT_MAXN];
   int32_t nends = 0;
   if (mine) {
@@ -450,7 +452,7 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
   }
   if (got && nrows) {
     pthread_mutex_lock(&rp_lock);
-    for (int32_t i = 0; i < nrows; i++) {
+    for (int32_t i = nrows - 1; i >= 0; i--) {
       int32_t sl = rows[i].slot;
       if (--rk_holds[sl] > 0)
         continue;
@@ -707,6 +709,20 @@ OSH_EXPORT int osh_interposer_repeat_claim(int32_t slot, int64_t dev, uint64_t s
   pthread_mutex_unlock(&rp_lock);
   if (held)
     osh_ip_count(C_KORPHAN);            /* osh_interposer_calls: "kernel_orphaned" */
+  return held;
+}
+
+/* Whether a kernel repeat holds the slot's row now (nothing changes: a look-up that
+ * drops no reference, omp_target_is_present or a `target update`, asks this rather than
+ * osh_interposer_repeat_claim, which would move the stamp and stop the repeats). */
+OSH_EXPORT int osh_interposer_repeat_held(int32_t slot)
+{
+  int held = 0;
+  if (slot < 0 || slot >= OSH_REPEAT_ROWS)
+    return 0;
+  pthread_mutex_lock(&rp_lock);
+  held = rk_used[slot] && rk_holds[slot] > 0;
+  pthread_mutex_unlock(&rp_lock);
   return held;
 }
 

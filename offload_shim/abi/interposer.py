@@ -170,6 +170,8 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_slot_drop.argtypes = [c_int32]
     lib.osh_interposer_repeat_claim.restype = c_int
     lib.osh_interposer_repeat_claim.argtypes = [c_int32, c_int64, c_uint64]
+    lib.osh_interposer_repeat_held.restype = c_int
+    lib.osh_interposer_repeat_held.argtypes = [c_int32]
     lib.osh_interposer_repeat_kernels.restype = c_int64
     lib.osh_interposer_repeat_kernels.argtypes = []
     lib.osh_interposer_repeat_stamps.restype = c_void_p
@@ -227,6 +229,12 @@ def repeat_wait(dev: int, hp: int, size: int, timeout_ns: int = 1_000_000_000) -
     True when it gave up after ``timeout_ns``."""
     return _bound is not None and _bound.osh_interposer_repeat_wait(
         dev, hp & 0xFFFFFFFFFFFFFFFF, size, timeout_ns) != 0
+
+
+def repeat_held(slot: int) -> bool:
+    """``osh_interposer_repeat_held``: whether a kernel repeat holds ``slot``'s row now
+    (a question only: no stamp moves, nothing is orphaned)."""
+    return _bound is not None and _bound.osh_interposer_repeat_held(slot) != 0
 
 
 def repeat_kernels() -> int:

@@ -37,9 +37,12 @@ class MapEntry:
     must not free it), ``cslot``/``cdev``: the row's slot in the C side's kernel
     repeats and its device's stamp word (:func:`give_slot`; -1: none), so that a repeat
     in flight holds the row: the decisions that a reference is the last
-    (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first."""
+    (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first; ``orphan``: the
+    last such decision found the row held (a repeat's end hands it back:
+    :func:`~.plan_target.end_orphans`; until then the general code's
+    ``postProcessingTargetDataEnd`` must not remove it at zero)."""
     __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
-                 "live", "pending", "ends", "leased", "cslot", "cdev")
+                 "live", "pending", "ends", "leased", "cslot", "cdev", "orphan")
 
     def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
@@ -47,7 +50,7 @@ class MapEntry:
         self.dyn, self.hold = dyn, hold
         self.owner = owner
         self.name = name or 0
-        self.live = self.pending = self.leased = False
+        self.live = self.pending = self.leased = self.orphan = False
         self.ends = 0
         self.cslot = -1
 
@@ -81,15 +84,23 @@ class MapEntry:
         elif self.dyn != _INF:
             self.dyn = 1
 
-    def should_remove(self, hold: bool, after_reset: bool = False) -> bool:
+    def should_remove(self, hold: bool, after_reset: bool = False,
+                      claim: bool = True) -> bool:
         """``decShouldRemove``: would one decrement (or, after a reset, the reset
-        count's decrement) drop the last reference."""
+        count's decrement) drop the last reference.  After a reset (``delete``) the
+        reference of a region running meanwhile does not count either (libomptarget
+        16 ``decShouldRemove`` with ``AfterReset``): a kernel repeat's hold does not
+        keep the row.  ``claim=False``: a look-up that drops no reference (the C side
+        is only asked whether a repeat holds the row; :func:`_held` would move the
+        device's stamp, stopping its repeats)."""
         this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
         if other > 0:
             return False
-        last = this != _INF if after_reset else this == 1
+        if after_reset:
+            return this != _INF
+        last = this == 1
         if last and self.cslot >= 0:
-            return not _held(self)
+            return not (_held(self) if claim else _abi.repeat_held(self.cslot))
         return last
 
     def dec_dyn(self) -> bool:
@@ -122,7 +133,9 @@ def _held(entry: MapEntry) -> bool:
     device's stamp moves on and the C side says whether a kernel repeat holds the row
     (its region's reference, which Python does not count: then it is not the last,
     and the repeat's end hands the row back: :func:`~.plan_target.end_orphans`)."""
-    return _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
+    held = _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
+    entry.orphan = held
+    return held
 
 
 def give_slot(entry: MapEntry, table: "MappingTable") -> bool:
