@@ -98,6 +98,8 @@ class MapEntry:
             return False
         if after_reset:
             return this != _INF
+        if this == 0 and not hold and self.orphan and claim:
+            return _stolen(self)
         last = this == 1
         if last and self.cslot >= 0:
             return not (_held(self) if claim else _abi.repeat_held(self.cslot))
@@ -109,6 +111,8 @@ class MapEntry:
         dyn = self.dyn
         if dyn == _INF:
             return False
+        if dyn == 0 and self.orphan and self.hold <= 0:
+            return _stolen(self)
         last = dyn == 1 and self.hold <= 0
         self.dyn = dyn - 1 if dyn > 0 else 0
         if last and self.cslot >= 0:
@@ -136,6 +140,21 @@ def _held(entry: MapEntry) -> bool:
     held = _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
     entry.orphan = held
     return held
+
+
+def _stolen(entry: MapEntry) -> bool:
+    """A reference dropped from an orphaned row (Python's count at zero, table lock
+    held): under libomptarget 16 it is one of the running regions' references (an
+    `exit data` beyond the program's `enter data`), the last one when a single repeat
+    holds the row -- then the row ends now, as there, and the repeats' ends find it
+    gone (``osh_interposer_repeat_steal``)."""
+    if entry.cslot < 0:
+        return False
+    r = _abi.repeat_steal(entry.cslot)
+    if r == 1:
+        entry.orphan = False
+        return True
+    return False
 
 
 def give_slot(entry: MapEntry, table: "MappingTable") -> bool:
