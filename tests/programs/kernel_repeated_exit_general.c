@@ -1,4 +1,4 @@
-/* an `exit data` (`always, from` and `delete`: the general code; `release`) ends, from another thread, a row a kernel construct repeated in C holds while its kernel runs (the kernel waits for it): with `always` and `release` the row stays -- the running region's reference is not the exit's -- and the region's end copies back what the kernel wrote after the exit; `delete` removes it at once (libomptarget 16 decShouldRemove after a reset), nothing comes back.  The region maps the row twice (`tofrom` first, `to` second): the first map drops the last reference (targetDataEnd runs in reverse order), so the row is copied back.
+/* an `exit data` (`always, from` and `delete`: the general code; `release`) ends, from another thread, a row a kernel construct repeated in C holds while its kernel runs (the kernel waits for it): with `always` and `release` the row stays -- the running region's reference is not the exit's -- and the region's end copies back what the kernel wrote after the exit; `delete` removes it at once (libomptarget 16 decShouldRemove after a reset), nothing comes back, also after a `release` left the row to the kernel.  The region maps the row twice (`tofrom` first, `to` second): the first map drops the last reference (targetDataEnd runs in reverse order), so the row is copied back.
    feature: kernel-present, kernel-threads, map-always, map-delete, map-release
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -8,7 +8,7 @@
 static long x = 0;
 static volatile int started = 0, exited = 0, last = 0;
 
-static const char *names[] = {"always", "delete", "release"};
+static const char *names[] = {"always", "delete", "release", "release+delete"};
 
 static void phase(int mode) {
   unsigned long ps = (unsigned long)&started, pe = (unsigned long)&exited,
@@ -42,8 +42,11 @@ static void phase(int mode) {
 #pragma omp target exit data map(always, from: x)
       } else if (mode == 1) {
 #pragma omp target exit data map(delete: x)
+      } else if (mode == 2) {
+#pragma omp target exit data map(release: x)
       } else {
 #pragma omp target exit data map(release: x)
+#pragma omp target exit data map(delete: x)
       }
       printf("%s: after the exit: present %d x %ld\n", names[mode],
              omp_target_is_present(&x, omp_get_default_device()), x);
@@ -58,5 +61,6 @@ int main(void) {
   phase(0);
   phase(1);
   phase(2);
+  phase(3);
   return 0;
 }

@@ -90,14 +90,18 @@ class MapEntry:
         count's decrement) drop the last reference.  After a reset (``delete``) the
         reference of a region running meanwhile does not count either (libomptarget
         16 ``decShouldRemove`` with ``AfterReset``): a kernel repeat's hold does not
-        keep the row.  ``claim=False``: a look-up that drops no reference (the C side
-        is only asked whether a repeat holds the row; :func:`_held` would move the
-        device's stamp, stopping its repeats)."""
+        keep the row, not even one already left to it (``orphan``).  ``claim=False``:
+        a look-up that drops no reference (the C side is only asked whether a repeat
+        holds the row; :func:`_held` would move the device's stamp, stopping its
+        repeats)."""
         this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
         if other > 0:
             return False
         if after_reset:
-            return this != _INF
+            if this == _INF:
+                return False
+            self.orphan = False         # nothing is left to a repeat's end
+            return True
         if this == 0 and not hold and self.orphan and claim:
             return _stolen(self)
         last = this == 1
