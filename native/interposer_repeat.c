@@ -119,6 +119,10 @@ static unsigned rk_turn;
  * while held (orphaned), whether its row left the table (dead: freed at the last
  * hold), in use, generation (one more each time it is given out) */
 static int32_t rk_holds[OSH_REPEAT_ROWS];
+/* per row slot (under rp_lock): references of the holds that an `exit data` of Python's
+ * dropped (osh_interposer_repeat_steal): libomptarget's count of an orphaned row is
+ * rk_holds - rk_stolen */
+static int32_t rk_stolen[OSH_REPEAT_ROWS];
 static unsigned char rk_orph[OSH_REPEAT_ROWS], rk_dead[OSH_REPEAT_ROWS],
     rk_used[OSH_REPEAT_ROWS];
 static uint32_t rk_gen[OSH_REPEAT_ROWS];
@@ -434,7 +438,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
                             (void *)(uintptr_t)back[i].b, back[i].size)) != 0)
         phase = 3;
   }
-  /* drop the holds; the orphaned rows whose last hold this was go to Python */
+  /* drop the holds; the orphaned rows whose last hold this was go to Python.  In
+   * reverse map order, as targetDataEnd: of two maps of one row the first drops the
+   * last reference, and its map decides whether the row is copied back */
   uint64_t ends[5 * OSH_REPEAT_MAXN];
   int32_t nends = 0;
   if (mine) {
@@ -450,14 +456,23 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
   }
   if (got && nrows) {
     pthread_mutex_lock(&rp_lock);
-    for (int32_t i = 0; i < nrows; i++) {
+    for (int32_t i = nrows - 1; i >= 0; i--) {
       int32_t sl = rows[i].slot;
-      if (--rk_holds[sl] > 0)
-        continue;
+      int32_t h = --rk_holds[sl];
       if (rk_dead[sl]) {
-        rk_dead[sl] = rk_orph[sl] = 0;
-        rk_used[sl] = 0;
-      } else if (rk_orph[sl]) {
+        if (h == 0) {
+          rk_dead[sl] = rk_orph[sl] = 0;
+          rk_stolen[sl] = 0;
+          rk_used[sl] = 0;
+        }
+        continue;
+      }
+      /* the region's reference is the last one once the holds left are those stolen */
+      if (h > rk_stolen[sl])
+        continue;
+      if (h == 0)
+        rk_stolen[sl] = 0;
+      if (rk_orph[sl]) {
         rk_orph[sl] = 0;
         if (lrc == 0) {
           uint64_t *w = &ends[5 * nends++];
@@ -663,7 +678,7 @@ OSH_EXPORT int32_t osh_interposer_repeat_slot_new(uint32_t *gen)
     if (!rk_used[sl]) {
       rk_used[sl] = 1;
       rk_dead[sl] = rk_orph[sl] = 0;
-      rk_holds[sl] = 0;
+      rk_holds[sl] = rk_stolen[sl] = 0;
       *gen = ++rk_gen[sl];
       rk_next = sl + 1;
       got = (int32_t)sl;
@@ -700,7 +715,8 @@ OSH_EXPORT int osh_interposer_repeat_claim(int32_t slot, int64_t dev, uint64_t s
   pthread_mutex_lock(&rp_lock);
   if (dev >= 0 && dev < OSH_REPEAT_DEVS)
     __atomic_store_n(&rp_stamps[dev], stamp, __ATOMIC_SEQ_CST);
-  if (slot >= 0 && slot < OSH_REPEAT_ROWS && rk_used[slot] && rk_holds[slot] > 0) {
+  if (slot >= 0 && slot < OSH_REPEAT_ROWS && rk_used[slot] &&
+      rk_holds[slot] - rk_stolen[slot] > 0) {
     rk_orph[slot] = 1;
     held = 1;
   }
@@ -708,6 +724,41 @@ OSH_EXPORT int osh_interposer_repeat_claim(int32_t slot, int64_t dev, uint64_t s
   if (held)
     osh_ip_count(C_KORPHAN);            /* osh_interposer_calls: "kernel_orphaned" */
   return held;
+}
+
+/* Whether a kernel repeat holds the slot's row now (nothing changes: a look-up that
+ * drops no reference, omp_target_is_present or a `target update`, asks this rather than
+ * osh_interposer_repeat_claim, which would move the stamp and stop the repeats). */
+OSH_EXPORT int osh_interposer_repeat_held(int32_t slot)
+{
+  int held = 0;
+  if (slot < 0 || slot >= OSH_REPEAT_ROWS)
+    return 0;
+  pthread_mutex_lock(&rp_lock);
+  held = rk_used[slot] && rk_holds[slot] - rk_stolen[slot] > 0;
+  pthread_mutex_unlock(&rp_lock);
+  return held;
+}
+
+/* Python drops a reference of the slot's row while its own count is at zero (the row
+ * is orphaned: the references left are the regions' that repeats hold) -- an `exit
+ * data` beyond the program's `enter data`, which under libomptarget 16 drops one of
+ * the running regions' references.  Returns 1 when it was the last (Python ends the row
+ * now; the repeats' ends find it gone), 0 when one of several (the last repeat's end
+ * hands the row back then), -1 when no repeat holds it. */
+OSH_EXPORT int osh_interposer_repeat_steal(int32_t slot)
+{
+  int r = -1;
+  if (slot < 0 || slot >= OSH_REPEAT_ROWS)
+    return -1;
+  pthread_mutex_lock(&rp_lock);
+  int32_t left = rk_holds[slot] - rk_stolen[slot];
+  if (rk_used[slot] && !rk_dead[slot] && left > 0) {
+    rk_stolen[slot]++;
+    r = left == 1;
+  }
+  pthread_mutex_unlock(&rp_lock);
+  return r;
 }
 
 /* Kernel repeats in flight now, of all threads (`offload-shim run`'s exit: a process

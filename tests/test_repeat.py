@@ -27,7 +27,9 @@ import conformance as cf
 from conftest import NEXTGEN16
 
 PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c",
-            "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c")
+            "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c",
+            "kernel_repeated_exit_general.c", "kernel_repeated_queries.c",
+            "kernel_repeated_over_release.c")
 TIMEOUT = 120
 
 
@@ -95,6 +97,21 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
         # did not change (not the loop that maps and unmaps around its region) repeat
         # from their third run: 300 + 400 + 250 and 600 of the last 1800
         assert calls_on["kernel_repeated"] >= 0.8 * (300 + 400 + 250 + 600), calls_on
+    elif program == "kernel_repeated_queries.c":
+        # omp_target_is_present / omp_get_mapped_ptr between them drop no reference:
+        # they must not move the stamp (all but the first two of each loop repeat)
+        assert calls_on["kernel_repeated"] >= 0.9 * 400, calls_on
+    elif program == "kernel_repeated_over_release.c":
+        # two releases beyond the enter data while two repeated kernels hold the row:
+        # the second is taken from their references (osh_interposer_repeat_steal)
+        assert calls_on["kernel_repeated"] >= 16 and calls_on["kernel_orphaned"] >= 1, \
+            calls_on
+    elif program == "kernel_repeated_exit_general.c":
+        # the last kernel of each phase is repeated and waits for the other thread's
+        # exit: with `always` and `release` its row is left to it (`delete` takes no
+        # notice of it, nor of a row a `release` left to it)
+        assert calls_on["kernel_repeated"] >= 28 and calls_on["kernel_orphaned"] >= 3, \
+            calls_on
     elif program.startswith("kernel"):
         assert calls_on["kernel_repeated"] > 0, calls_on
     else:

@@ -173,6 +173,10 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_slot_drop.argtypes = [c_int32]
     lib.osh_interposer_repeat_claim.restype = c_int
     lib.osh_interposer_repeat_claim.argtypes = [c_int32, c_int64, c_uint64]
+    lib.osh_interposer_repeat_held.restype = c_int
+    lib.osh_interposer_repeat_held.argtypes = [c_int32]
+    lib.osh_interposer_repeat_steal.restype = c_int
+    lib.osh_interposer_repeat_steal.argtypes = [c_int32]
     lib.osh_interposer_repeat_kernels.restype = c_int64
     lib.osh_interposer_repeat_kernels.argtypes = []
     lib.osh_interposer_repeat_stamps.restype = c_void_p
@@ -230,6 +234,20 @@ def repeat_wait(dev: int, hp: int, size: int, timeout_ns: int = 1_000_000_000) -
     True when it gave up after ``timeout_ns``."""
     return _bound is not None and _bound.osh_interposer_repeat_wait(
         dev, hp & 0xFFFFFFFFFFFFFFFF, size, timeout_ns) != 0
+
+
+def repeat_held(slot: int) -> bool:
+    """``osh_interposer_repeat_held``: whether a kernel repeat holds ``slot``'s row now
+    (a question only: no stamp moves, nothing is orphaned)."""
+    return _bound is not None and _bound.osh_interposer_repeat_held(slot) != 0
+
+
+def repeat_steal(slot: int) -> int:
+    """``osh_interposer_repeat_steal``: Python drops a reference of ``slot``'s row
+    while its own count is zero (one of the references the kernel repeats holding it
+    stand for): 1 when it was the last, 0 when not, -1 when no repeat holds the row
+    (or no interposer is bound)."""
+    return _bound.osh_interposer_repeat_steal(slot) if _bound is not None else -1
 
 
 def repeat_kernels() -> int:

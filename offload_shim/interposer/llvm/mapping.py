@@ -323,7 +323,8 @@ class DeviceMapper(DataTransfers):
                 break
             if hit:
                 r = TargetPointer(entry=ent)
-                r.is_last = ent.should_remove(hold, after_reset=force)
+                r.is_last = ent.should_remove(hold, after_reset=force,
+                                              claim=update_ref)
                 if force:
                     ent.reset(hold)
                 if not update_ref:

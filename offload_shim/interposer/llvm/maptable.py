@@ -37,9 +37,12 @@ class MapEntry:
     must not free it), ``cslot``/``cdev``: the row's slot in the C side's kernel
     repeats and its device's stamp word (:func:`give_slot`; -1: none), so that a repeat
     in flight holds the row: the decisions that a reference is the last
-    (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first."""
+    (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first; ``orphan``: the
+    last such decision found the row held (a repeat's end hands it back:
+    :func:`~.plan_target.end_orphans`; until then the general code's
+    ``postProcessingTargetDataEnd`` must not remove it at zero)."""
     __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
-                 "live", "pending", "ends", "leased", "cslot", "cdev")
+                 "live", "pending", "ends", "leased", "cslot", "cdev", "orphan")
 
     def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
@@ -47,7 +50,7 @@ class MapEntry:
         self.dyn, self.hold = dyn, hold
         self.owner = owner
         self.name = name or 0
-        self.live = self.pending = self.leased = False
+        self.live = self.pending = self.leased = self.orphan = False
         self.ends = 0
         self.cslot = -1
 
@@ -81,15 +84,29 @@ class MapEntry:
         elif self.dyn != _INF:
             self.dyn = 1
 
-    def should_remove(self, hold: bool, after_reset: bool = False) -> bool:
+    def should_remove(self, hold: bool, after_reset: bool = False,
+                      claim: bool = True) -> bool:
         """``decShouldRemove``: would one decrement (or, after a reset, the reset
-        count's decrement) drop the last reference."""
+        count's decrement) drop the last reference.  After a reset (``delete``) the
+        reference of a region running meanwhile does not count either (libomptarget
+        16 ``decShouldRemove`` with ``AfterReset``): a kernel repeat's hold does not
+        keep the row, not even one already left to it (``orphan``).  ``claim=False``:
+        a look-up that drops no reference (the C side is only asked whether a repeat
+        holds the row; :func:`_held` would move the device's stamp, stopping its
+        repeats)."""
         this, other = (self.hold, self.dyn) if hold else (self.dyn, self.hold)
         if other > 0:
             return False
-        last = this != _INF if after_reset else this == 1
+        if after_reset:
+            if this == _INF:
+                return False
+            self.orphan = False         # nothing is left to a repeat's end
+            return True
+        if this == 0 and not hold and self.orphan and claim:
+            return _stolen(self)
+        last = this == 1
         if last and self.cslot >= 0:
-            return not _held(self)
+            return not (_held(self) if claim else _abi.repeat_held(self.cslot))
         return last
 
     def dec_dyn(self) -> bool:
@@ -98,6 +115,8 @@ class MapEntry:
         dyn = self.dyn
         if dyn == _INF:
             return False
+        if dyn == 0 and self.orphan and self.hold <= 0:
+            return _stolen(self)
         last = dyn == 1 and self.hold <= 0
         self.dyn = dyn - 1 if dyn > 0 else 0
         if last and self.cslot >= 0:
@@ -122,7 +141,24 @@ def _held(entry: MapEntry) -> bool:
     device's stamp moves on and the C side says whether a kernel repeat holds the row
     (its region's reference, which Python does not count: then it is not the last,
     and the repeat's end hands the row back: :func:`~.plan_target.end_orphans`)."""
-    return _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
+    held = _abi.repeat_claim(entry.cslot, entry.cdev, next(_STAMPS))
+    entry.orphan = held
+    return held
+
+
+def _stolen(entry: MapEntry) -> bool:
+    """A reference dropped from an orphaned row (Python's count at zero, table lock
+    held): under libomptarget 16 it is one of the running regions' references (an
+    `exit data` beyond the program's `enter data`), the last one when a single repeat
+    holds the row -- then the row ends now, as there, and the repeats' ends find it
+    gone (``osh_interposer_repeat_steal``)."""
+    if entry.cslot < 0:
+        return False
+    r = _abi.repeat_steal(entry.cslot)
+    if r == 1:
+        entry.orphan = False
+        return True
+    return False
 
 
 def give_slot(entry: MapEntry, table: "MappingTable") -> bool:

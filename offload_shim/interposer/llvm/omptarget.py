@@ -257,7 +257,10 @@ def target_data_end(dm: DeviceMapper, m: _abi.MapArgs, *, from_mapper: bool = Fa
                 continue
             delete = last[id(ent)] == k and \
                 not ((t & MAP_MEMBER_OF) and not (t & MAP_PTR_AND_OBJ))
-            if delete and (ent.total != 0 or ent.ends):
+            if delete and (ent.total != 0 or ent.ends or ent.orphan):
+                # (orphan: the reference this construct dropped was not the last, a
+                # kernel repeated in C holds the row -- libomptarget counts the running
+                # region's reference -- and its end hands the row back)
                 delete = False
             if t & MAP_FROM:
                 for addr, (hval, _ta, _tv) in dm.table.shadow.items():

@@ -470,6 +470,7 @@ def end_orphans(dm, rows) -> None:
     back, counted = [], []
     with dm.lock:
         for ent, hp, size, frm in rows:
+            ent.orphan = False
             if ent.live and ent.total == 0 and ent.ends == 0 and not ent.pending:
                 ent.ends += 1
                 counted.append(ent)
@@ -502,6 +503,7 @@ def keep_failed(dm, rows) -> None:
     the general code leaves the rows of a failed launch (no ``targetDataEnd``)."""
     with dm.lock:
         for ent, _hp, _size, _frm in rows:
+            ent.orphan = False
             if ent.live:
                 ent.inc(False)
 
