@@ -264,10 +264,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
         #: blocks whose free is put off (:mod:`.parking`): None, or (ptrs in free order,
         #: (their free lists, bytes, hit step))
         self._parcel = None
-        #: set_before's hook, called (and cleared) before any allocation, free, park or reclaim: blocks
-        #: held for the kernel repeats of the C side go back first, as their last
-        #: repeat freed them (interposer/llvm/repeat.py Repeats.put_kernel)
-        self.before = None
+        self.before = None              # ParkedFrees.set_before's hook (parking.py)
         #: which end of a free list a hit takes: exact, the left (``popleft``: the least
         #: recently freed block, LLVM); binned and best-fit, the right (``pop``)
         self._newest_first = policy != "exact"
@@ -308,25 +305,6 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             log.flush()
 
     # -- allocate ------------------------------------------------------------
-
-    def set_before(self, hook) -> None:
-        """Call ``hook()`` (once, then forget it) before the next :meth:`allocate`,
-        :meth:`allocate_many`, :meth:`free`, :meth:`free_many`, :meth:`park` or
-        :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
-        instance's class is a subclass whose methods call it until then, so a pool
-        without a hook pays nothing on its hit path."""
-        self.before = hook
-        cls = type(self)
-        if not getattr(cls, "_hooked", False):
-            self.__class__ = _hooked_class(cls)
-
-    def _run_before(self) -> None:
-        cls = type(self)
-        if getattr(cls, "_hooked", False):
-            self.__class__ = cls.__mro__[1]
-        hook, self.before = self.before, None
-        if hook is not None:
-            hook()
 
     def allocate(self, size: int) -> int:
         """A device pointer for ``size`` bytes.
@@ -680,30 +658,3 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
             self._clock = c = self._clock + 1
             self._stamps[ptr] = c
 
-
-_HOOKED: dict = {}
-
-
-def _hooked_class(cls):
-    """The subclass of a pool class whose entry points run :meth:`MemoryManager.set_before`'s
-    hook first (made once per class)."""
-    got = _HOOKED.get(cls)
-    if got is not None:
-        return got
-
-    def wrap(name):
-        plain = getattr(cls, name)
-
-        def hooked(self, *a, **k):
-            self._run_before()
-            return plain(self, *a, **k)
-        hooked.__name__ = name
-        hooked.__doc__ = plain.__doc__
-        return hooked
-    ns = {"__slots__": (), "_hooked": True}
-    for name in ("allocate", "allocate_many", "free", "free_many", "park", "reclaim"):
-        ns[name] = wrap(name)
-    got = _HOOKED[cls] = type(cls.__name__, (cls,), ns)
-    got.__qualname__ = cls.__qualname__
-    got.__module__ = cls.__module__
-    return got

@@ -6,7 +6,9 @@ one construct and allocates blocks of the same sizes at the start of the next.
 :meth:`ParkedFrees.reclaim` takes the blocks back when nothing else used the pool
 meanwhile; any other call on the manager first does the frees as parked
 (:meth:`ParkedFrees._unpark_locked`), so whoever allocates next gets the block it
-would have got.
+would have got.  :meth:`ParkedFrees.set_before` is the same rule for blocks held outside
+the pool (the interposer's kernel repeats keep a construct's blocks between its runs:
+they go back before any other use of the pool).
 
 :class:`ParkedFrees` is a part of :class:`~offload_shim.memory.MemoryManager` (a
 mixin: the manager's tables and lock are its own; its locking rule holds here too).
@@ -18,6 +20,7 @@ from collections import namedtuple
 
 from .locking import TOKEN
 from .records import HITS as _HITS
+
 
 __all__ = ["ParkedFrees", "Parcel", "ParcelSums"]
 
@@ -44,6 +47,25 @@ class ParkedFrees:
     """The part of :class:`~offload_shim.memory.MemoryManager` that puts frees off."""
 
     __slots__ = ()
+
+    def set_before(self, hook) -> None:
+        """Call ``hook()`` (once, then forget it) before the next :meth:`allocate`,
+        :meth:`allocate_many`, :meth:`free`, :meth:`free_many`, :meth:`park` or
+        :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
+        instance's class is a subclass whose methods call it until then, so a pool
+        without a hook pays nothing on its hit path."""
+        self.before = hook
+        cls = type(self)
+        if not getattr(cls, "_hooked", False):
+            self.__class__ = _hooked_class(cls)
+
+    def _run_before(self) -> None:
+        cls = type(self)
+        if getattr(cls, "_hooked", False):
+            self.__class__ = cls._plain
+        hook, self.before = self.before, None
+        if hook is not None:
+            hook()
 
     def park(self, ptrs, known=None):
         """:meth:`free_many` of ``ptrs`` (a list, in that order) put off, for a caller
@@ -211,3 +233,31 @@ class ParkedFrees:
         if self._log is not None:
             self._log.record("free", block.size, ptr, True)
         return block
+
+
+_HOOKED: dict = {}
+
+
+def _hooked_class(cls):
+    """The subclass of a pool class whose entry points run :meth:`MemoryManager.set_before`'s
+    hook first (made once per class)."""
+    got = _HOOKED.get(cls)
+    if got is not None:
+        return got
+
+    def wrap(name):
+        plain = getattr(cls, name)
+
+        def hooked(self, *a, **k):
+            self._run_before()
+            return plain(self, *a, **k)
+        hooked.__name__ = name
+        hooked.__doc__ = plain.__doc__
+        return hooked
+    ns = {"__slots__": (), "_hooked": True, "_plain": cls}
+    for name in ("allocate", "allocate_many", "free", "free_many", "park", "reclaim"):
+        ns[name] = wrap(name)
+    got = _HOOKED[cls] = type(cls.__name__, (cls,), ns)
+    got.__qualname__ = cls.__qualname__
+    got.__module__ = cls.__module__
+    return got
