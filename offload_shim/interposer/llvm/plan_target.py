@@ -21,6 +21,7 @@ from __future__ import annotations
 from ...abi import interposer as _abi
 from ...errors import OffloadError
 from .maptable import MapEntry, slotted_row
+from .repeat import seen_before
 from .plan_data import _I64_MAX, ALIGN, HEAD, W_NAMES_P
 
 #: most argument sets a plan remembers (:attr:`~.plan.Plan.replay`, ``args``): one per
@@ -435,11 +436,7 @@ def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark, rec=
     arguments under the same stamp before -- the construct repeats while the table
     stands still --, else only noted in ``plan.seen`` (as
     :meth:`~.repeat.Repeats.offer` for updates).  Whether the C side took it."""
-    seen = plan.seen
-    if seen.get(key) != mark:
-        if len(seen) >= MAX_REPLAYS:
-            seen.clear()
-        seen[key] = mark
+    if not seen_before(plan, key, mark):
         return False
     return repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark,
                              rec, prep)

@@ -58,6 +58,21 @@ MAX_HELD_BYTES = 1 << 16
 _U64 = (1 << 64) - 1
 
 
+def seen_before(plan, key: bytes, mark) -> bool:
+    """Whether ``plan`` (a :class:`~.plan.Plan`) ran a construct with the words
+    ``key`` under the stamps ``mark`` before -- the construct repeats while the table
+    stands still, so it is worth handing over --; if not, that it did now is noted in
+    ``plan.seen`` (at most :data:`_MAX_SEEN` word sets: a loop that maps or unmaps
+    between its constructs never pays for a hand-over that no repeat would use)."""
+    seen = plan.seen
+    if seen.get(key) != mark:
+        if len(seen) >= _MAX_SEEN:
+            seen.clear()
+        seen[key] = mark
+        return False
+    return True
+
+
 class Repeats:
     """The repeat path of one installed callback table (``lib``: the bound
     ``libosh_interposer.so``).  Thread-safe: its state is the C side's, under the C
@@ -132,12 +147,7 @@ class Repeats:
         unmaps between its updates never pays for a hand-over that no repeat would
         use).  Whether it was handed over and kept.  (:func:`~.plan_data.update`
         inlines it, and :meth:`mark`.)"""
-        key = v[_HEAD:_HEAD + 4 * n].tobytes()
-        seen = plan.seen
-        if seen.get(key) != mark:
-            if len(seen) >= _MAX_SEEN:
-                seen.clear()
-            seen[key] = mark
+        if not seen_before(plan, v[_HEAD:_HEAD + 4 * n].tobytes(), mark):
             return False
         return self.put(v, n, dm, items, mark)
 
@@ -306,4 +316,4 @@ class Repeats:
         return kept
 
 
-__all__ = ["MAX_HELD_BYTES", "NO_REPEAT_VAR", "Repeats"]
+__all__ = ["MAX_HELD_BYTES", "NO_REPEAT_VAR", "Repeats", "seen_before"]
