@@ -1252,15 +1252,18 @@ static void data_call(int32_t kind, void *loc, int64_t dev, int32_t n, void **ba
   if (!f)
     return;
   /* a `target update` repeated with the same arguments on an unchanged table
-   * (interposer_repeat.c); the device resolved as frame_fill does */
-  if (kind == OSH_FRAME_UPDATE) {
+   * (interposer_repeat.c), an `enter data` / `exit data` pair repeated on a table that
+   * is back where it was (interposer_pair.c); the device resolved as frame_fill does */
+  if (kind == OSH_FRAME_UPDATE || kind == OSH_FRAME_BEGIN || kind == OSH_FRAME_END) {
     int64_t d = dev;
     if (d == -1) {
       pthread_once(&frame_once, frame_key_make);
       if (p_omp_default_device)
         d = p_omp_default_device();
     }
-    if (osh_ip_repeat_update(d, n, bases, args, sizes, types, mappers))
+    if (kind == OSH_FRAME_UPDATE ? osh_ip_repeat_update(d, n, bases, args, sizes, types, mappers)
+        : kind == OSH_FRAME_BEGIN ? osh_ip_repeat_enter(d, n, bases, args, sizes, types, mappers)
+        : osh_ip_repeat_exit(d, n, bases, args, sizes, types, mappers))
       return;
   }
   int rc = INT32_MIN;

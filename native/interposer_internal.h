@@ -11,7 +11,8 @@
  * names them in this order. */
 enum { C_REG, C_UNREG, C_REQ, C_KERNEL, C_DATA, C_ALLOC, C_FREE, C_MEMCPY, C_PRESENT,
        C_NUMDEV, C_GOMP_REG, C_GOMP_UNREG, C_FALLBACK, C_GOMP_TARGET, C_GOMP_DATA,
-       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_KREPEAT, C_KORPHAN, C_KWAIT, C_NCALLS };
+       C_GOMP_FALLBACK, C_GOMP_DEVICE, C_API, C_REPEAT, C_KREPEAT, C_KORPHAN, C_KWAIT, C_EREPEAT, C_XREPEAT,
+       C_NCALLS };
 
 void osh_ip_count(int which);
 /* start the embedded CPython of offload-shim run once, if asked for and not running */
@@ -64,6 +65,29 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
  * free frame, Python gone). */
 int osh_ip_repeat_cross(int kind, int64_t dev, void *loc, void *host_ptr, int64_t code,
                         int32_t n, const uint64_t *words);
+
+/* State of the repeat path that interposer_pair.c shares (interposer_repeat.c): the
+ * per-device stamps and the epoch, whether repeats are on, the repeats in flight (all
+ * threads / this thread), the lock of the remembered constructs, the kernel repeats in
+ * flight with rows of their own per device. */
+#include <pthread.h>
+extern uint64_t rp_stamps[OSH_REPEAT_DEVS + 1];
+extern int rp_on;
+extern int64_t rp_inflight;
+extern __thread int64_t rp_mine;
+extern pthread_mutex_t rp_lock;
+extern int64_t rk_cres[OSH_REPEAT_DEVS];
+/* Repeats of `target enter data` / `exit data` pairs (interposer_pair.c): 1 when the
+ * construct was done there, 0 when Python must do it. */
+int osh_ip_repeat_enter(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
+                        int64_t *types, void **mappers);
+int osh_ip_repeat_exit(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
+                       int64_t *types, void **mappers);
+/* (rp_lock held) forget the remembered pairs of device dev (-1: all) whose rows are not
+ * out now (a reset); osh_ip_pair_drop: the same for one device's pool, writing their
+ * lease tokens (at most max; *left grows by those kept: rows out or no room) */
+void osh_ip_pair_forget(int64_t dev);
+int32_t osh_ip_pair_drop(int64_t dev, uint64_t *tokens, int32_t max, int32_t *left);
 
 #define OSH_IP_CB(call)                                                                    \
   ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })

@@ -58,10 +58,10 @@ struct rp_entry {
 
 /* word d < OSH_REPEAT_DEVS: device d's stamp; word OSH_REPEAT_DEVS: the epoch, one more
  * with every reset */
-static uint64_t rp_stamps[OSH_REPEAT_DEVS + 1];
-static int rp_on;
-static int64_t rp_inflight;
-static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
+uint64_t rp_stamps[OSH_REPEAT_DEVS + 1];
+int rp_on;
+int64_t rp_inflight;
+pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t rp_reset_lock = PTHREAD_MUTEX_INITIALIZER;  /* never taken by a repeat */
 static struct rp_entry rp_tab[OSH_REPEAT_SLOTS];
 static unsigned rp_turn;        /* the way a full set gives up next (under rp_lock) */
@@ -113,7 +113,7 @@ static struct rk_entry rk_tab[OSH_REPEAT_SLOTS];
 #define RK_BUSY_MAX 64
 static struct rk_entry *rk_busy[RK_BUSY_MAX];
 static int rk_nbusy;
-static int64_t rk_cres[OSH_REPEAT_DEVS];
+int64_t rk_cres[OSH_REPEAT_DEVS];
 static unsigned rk_turn;
 /* per row slot (under rp_lock): holds of repeats in flight, whether Python gave it up
  * while held (orphaned), whether its row left the table (dead: freed at the last
@@ -128,7 +128,7 @@ static unsigned char rk_orph[OSH_REPEAT_ROWS], rk_dead[OSH_REPEAT_ROWS],
 static uint32_t rk_gen[OSH_REPEAT_ROWS];
 static unsigned rk_next;        /* where the search for a free slot starts */
 static int64_t rk_kernels;      /* kernel repeats in flight (all threads) */
-static __thread int64_t rp_mine; /* this thread's repeats in flight */
+__thread int64_t rp_mine; /* this thread's repeats in flight */
 
 /* the first of the OSH_REPEAT_WAYS slots a construct may be kept in (splitmix64's
  * finaliser over its identity and its begins) */
@@ -272,6 +272,7 @@ OSH_EXPORT void osh_interposer_repeat_reset(int on)
   __atomic_fetch_add(&rp_stamps[OSH_REPEAT_DEVS], 1, __ATOMIC_SEQ_CST);
   for (int i = 0; i < OSH_REPEAT_SLOTS; i++)
     rp_tab[i].used = rk_tab[i].used = 0;
+  osh_ip_pair_forget(-1);
   pthread_mutex_unlock(&rp_lock);
   /* this thread's own repeat (a kernel that exits, or tears a device down) ends only
    * after the reset; with OSH_REPEAT_NO_WAIT (the runtime is abandoned: nothing is
@@ -790,6 +791,7 @@ OSH_EXPORT int32_t osh_interposer_repeat_drop_held(int64_t dev, uint64_t *tokens
     tokens[got++] = e->token;
     e->used = 0;
   }
+  got += osh_ip_pair_drop(dev, tokens + got, max - got, &left);
   pthread_mutex_unlock(&rp_lock);
   *busy = left;
   return got;

@@ -29,7 +29,7 @@ from conftest import NEXTGEN16
 PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_reservation.c",
             "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c",
             "kernel_repeated_exit_general.c", "kernel_repeated_queries.c",
-            "kernel_repeated_over_release.c")
+            "kernel_repeated_over_release.c", "pair_repeated.c", "pair_repeated_threads.c")
 TIMEOUT = 120
 
 
@@ -85,6 +85,7 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
         c = Comparison([exe], ref, got)
         assert c.same, "\n" + "\n".join(c.diff()) + f"\n--- stderr:\n{got.stderr[-2000:]}"
     assert calls_off["update_repeated"] == calls_off["kernel_repeated"] == 0
+    assert calls_off["enter_repeated"] == calls_off["exit_repeated"] == 0
     assert calls_on["target_data"] == calls_off["target_data"]
     assert calls_on["target_kernel"] == calls_off["target_kernel"]
     # most updates repeat: only the first two of each after a change of the table go to
@@ -112,6 +113,17 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
         # notice of it, nor of a row a `release` left to it)
         assert calls_on["kernel_repeated"] >= 28 and calls_on["kernel_orphaned"] >= 3, \
             calls_on
+    elif program == "pair_repeated.c":
+        # the loops whose pool holds no other block of the pair's size repeat from the
+        # third iteration (1: 198 of 200; 3: 98 of 100 -- the others find blocks of
+        # 512 bytes cached by the loops before and run in Python, as do the loops
+        # with a kernel, an update or a query between enter and exit after two
+        # take-ins); every pair a repeated enter left out is ended by a repeated exit
+        # or taken in by a look-up
+        assert calls_on["enter_repeated"] >= 0.9 * (198 + 98), calls_on
+        assert calls_on["exit_repeated"] <= calls_on["enter_repeated"], calls_on
+    elif program == "pair_repeated_threads.c":
+        assert calls_on["enter_repeated"] > 0, calls_on
     elif program.startswith("kernel"):
         assert calls_on["kernel_repeated"] > 0, calls_on
     else:

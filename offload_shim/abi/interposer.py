@@ -100,7 +100,7 @@ CALL_COUNTERS = ("register_lib", "unregister_lib", "register_requires", "target_
                  "target_is_present", "num_devices", "gomp_register", "gomp_unregister",
                  "fallback", "gomp_target", "gomp_data", "gomp_fallback", "gomp_device",
                  "api", "update_repeated", "kernel_repeated", "kernel_orphaned",
-                 "kernel_waited")
+                 "kernel_waited", "enter_repeated", "exit_repeated")
 
 
 def bind_interposer(path: str) -> ctypes.CDLL:
@@ -181,6 +181,17 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_kernels.argtypes = []
     lib.osh_interposer_repeat_stamps.restype = c_void_p
     lib.osh_interposer_repeat_stamps.argtypes = [POINTER(c_int32), POINTER(c_int32)]
+    lib.osh_interposer_repeat_put_pair.restype = c_int
+    lib.osh_interposer_repeat_put_pair.argtypes = [
+        c_int64, c_int32, c_void_p, c_uint64, c_int32, c_void_p, c_uint64, c_uint64,
+        c_uint64, c_uint64, c_uint64, c_int32, c_void_p, c_int32, c_void_p,
+        POINTER(c_uint64)]
+    lib.osh_interposer_repeat_take.restype = c_uint64
+    lib.osh_interposer_repeat_take.argtypes = [c_int64]
+    lib.osh_interposer_repeat_out.restype = c_void_p
+    lib.osh_interposer_repeat_out.argtypes = []
+    lib.osh_interposer_repeat_out_tokens.restype = c_int32
+    lib.osh_interposer_repeat_out_tokens.argtypes = [c_void_p, c_int32]
     global _bound
     _bound = lib
     return lib
@@ -189,6 +200,7 @@ def bind_interposer(path: str) -> ctypes.CDLL:
 _bound = None
 _stamps = None
 _busy = None
+_out = None
 
 
 def repeat_slot_new() -> tuple[int, int]:
@@ -226,6 +238,27 @@ def repeat_busy() -> memoryview | None:
         words = (ctypes.c_int64 * st[1]).from_address(addr)
         _busy = memoryview(words).cast("B").cast("q")
     return _busy
+
+
+def repeat_out() -> memoryview | None:
+    """Per OpenMP device number (as many as :func:`repeat_stamps` has), 1 while rows of
+    an ``enter data`` the C side repeated are out of Python's table
+    (``native/interposer_pair.c`` ``osh_interposer_repeat_out``): a read-only view of
+    signed 64-bit words; None while no interposer is bound."""
+    global _out
+    if _out is None and _bound is not None:
+        st = repeat_stamps()
+        addr = _bound.osh_interposer_repeat_out()
+        words = (ctypes.c_int64 * st[1]).from_address(addr)
+        _out = memoryview(words).cast("B").cast("q")
+    return _out
+
+
+def repeat_take(dev: int) -> int:
+    """``osh_interposer_repeat_take``: the token of the pair whose rows are out on device
+    ``dev`` (waiting for the C side's copies on them first; the pair is forgotten), 0
+    when none are (or no interposer is bound)."""
+    return _bound.osh_interposer_repeat_take(dev) if _bound is not None else 0
 
 
 def repeat_wait(dev: int, hp: int, size: int, timeout_ns: int = 1_000_000_000) -> bool:

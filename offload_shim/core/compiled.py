@@ -194,6 +194,14 @@ class CompiledCodeForms:
         return DeviceLease(self, self._pool.allocate_many(sizes), list(sizes),
                            self.init_count)
 
+    def lease_of(self, ptrs: Sequence[int], sizes: Sequence[int]) -> "DeviceLease | None":
+        """A :class:`DeviceLease` of blocks the caller allocated from this device and
+        hands over (``ptrs[j]`` holds ``sizes[j]`` bytes; :meth:`DeviceLease.release`
+        frees them, the last one first); None when the device is not ready."""
+        if self._state is not _READY:
+            return None
+        return DeviceLease(self, list(ptrs), list(sizes), self.init_count)
+
     def kernel_launcher(self, entry: int, nargs: int) -> "KernelLauncher":
         """A :class:`KernelLauncher` of the kernel whose target-table address is
         ``entry``, for repeated launches with ``nargs`` arguments (what

@@ -59,6 +59,40 @@ class ParkedFrees:
         if not getattr(cls, "_hooked", False):
             self.__class__ = _hooked_class(cls)
 
+    def cached_alone(self, ptrs) -> bool:
+        """Whether each of ``ptrs`` (live blocks of this manager, of distinct sizes)
+        would be the only cached block of its size once freed, so that the next
+        allocation of that size gets it back: what a caller that keeps blocks outside
+        the pool between uses needs (the interposer's repeats of an ``enter data`` /
+        ``exit data`` pair: under libomptarget 16 such a loop frees and allocates the
+        same block every time only then -- with other blocks of the size cached, the
+        free lists, least recently freed first, hand out another one each time).  A
+        question only: nothing changes, no hook runs."""
+        if not (self._batch and self._cacheable):
+            return False
+        lockq = self._lockq
+        try:
+            lockq.pop()
+        except IndexError:
+            self._lock.wait_token()
+        try:
+            if self._parcel is not None or self._closed:
+                return False
+            seen = set()
+            live = self._live
+            for ptr in ptrs:
+                block = live.get(ptr)
+                if block is None or block.free_list is None or block.free_list:
+                    return False
+                if id(block.free_list) in seen:
+                    return False
+                seen.add(id(block.free_list))
+            return True
+        finally:
+            lockq.append(TOKEN)
+            if self._lock.waiting:
+                self._lock.wake()
+
     def _run_before(self) -> None:
         cls = type(self)
         if getattr(cls, "_hooked", False):

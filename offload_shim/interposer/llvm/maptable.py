@@ -40,9 +40,13 @@ class MapEntry:
     (:meth:`should_remove`, :meth:`dec_dyn`) ask the C side first; ``orphan``: the
     last such decision found the row held (a repeat's end hands it back:
     :func:`~.plan_target.end_orphans`; until then the general code's
-    ``postProcessingTargetDataEnd`` must not remove it at zero)."""
+    ``postProcessingTargetDataEnd`` must not remove it at zero); ``marks``: the
+    device's stamp before and after the row's insertion (:meth:`MappingTable.remove`
+    sets it back when nothing else moved it since); ``made``: the
+    :class:`~.pairs.Made` of the ``enter data`` that made it, or None."""
     __slots__ = ("base", "begin", "end", "tgt", "alloc", "dyn", "hold", "owner", "name",
-                 "live", "pending", "ends", "leased", "cslot", "cdev", "orphan")
+                 "live", "pending", "ends", "leased", "cslot", "cdev", "orphan", "marks",
+                 "made")
 
     def __init__(self, base, begin, end, tgt, alloc, dyn, hold, owner=None, name=0):
         self.base, self.begin, self.end, self.tgt = base, begin, end, tgt
@@ -53,6 +57,7 @@ class MapEntry:
         self.live = self.pending = self.leased = self.orphan = False
         self.ends = 0
         self.cslot = -1
+        self.marks = self.made = None
 
     @property
     def infinite(self) -> bool:
@@ -234,12 +239,14 @@ class MappingTable:
         self.stamp_slot = -1
         self._stamps = None
         self._busy = None
+        self._out = None
         rs = _abi.repeat_stamps() if slot >= 0 else None
         if rs is not None and slot < rs[1]:
             self.stamp_slot = slot
             self._stamps = rs[0]
             self._stamps[slot] = next(_STAMPS)
             self._busy = _abi.repeat_busy()
+            self._out = _abi.repeat_out()
         self.entries: list[MapEntry] = []
         self._begins: list[int] = []        # entries[i].begin, for bisect (O(log n))
         self.shadow: dict[int, tuple[int, int, int]] = {}
@@ -258,7 +265,23 @@ class MappingTable:
         the lock is released)."""
         if self.private:
             self.publish()
+        if self._out is not None and self._out[self.stamp_slot]:
+            self.take_out()
         return self.entries
+
+    def out(self) -> bool:
+        """Whether rows of an ``enter data`` the C side repeated are out of this table
+        now (:meth:`take_out` takes them in; ``native/interposer_pair.c``)."""
+        return self._out is not None and self._out[self.stamp_slot] != 0
+
+    def take_out(self) -> None:
+        """Insert the rows of an ``enter data`` the C side repeated
+        (``native/interposer_pair.c``: they are libomptarget's rows that this table
+        does not hold yet) as ordinary rows owning their device memory; table lock
+        held.  Every look-up calls it first (:meth:`lookup_raw`, :meth:`find`,
+        :meth:`rows`), so what a look-up sees is what libomptarget's table holds."""
+        from .pairs import take_in
+        take_in(self)
 
     def wait_for_repeats(self, hp: int, size: int) -> None:
         """A look-up of host ``[hp, hp+size)`` while kernel repeats of the C side with
@@ -293,8 +316,11 @@ class MappingTable:
         neighbour's name."""
         if self.private:
             self.publish()
-        if self._busy is not None and self._busy[self.stamp_slot]:
-            self.wait_for_repeats(hp, size)
+        if self._busy is not None:
+            if self._out[self.stamp_slot]:
+                self.take_out()
+            if self._busy[self.stamp_slot]:
+                self.wait_for_repeats(hp, size)
         if not self.entries:
             return None, False, False, False
         up = self._index(hp)
@@ -321,21 +347,30 @@ class MappingTable:
         """The row whose host begin is exactly ``hp``."""
         if self.private:
             self.publish()
-        if self._busy is not None and self._busy[self.stamp_slot]:
-            self.wait_for_repeats(hp, 1)
+        if self._busy is not None:
+            if self._out[self.stamp_slot]:
+                self.take_out()
+            if self._busy[self.stamp_slot]:
+                self.wait_for_repeats(hp, 1)
         i = self._index(hp)
         if i > 0 and self.entries[i - 1].begin == hp:
             return self.entries[i - 1]
         return None
 
     def insert(self, entry: MapEntry) -> None:
+        """Put ``entry`` into the table; the stamp moves on (``entry.marks``: the stamp
+        before and after, for :meth:`remove`)."""
         i = self._index(entry.begin)
         self.entries.insert(i, entry)
         self._begins.insert(i, entry.begin)
         entry.live = True
         self.version += 1
-        if self._stamps is not None:
-            self._stamps[self.stamp_slot] = next(_STAMPS)
+        stamps = self._stamps
+        if stamps is not None:
+            slot = self.stamp_slot
+            before = stamps[slot]
+            after = stamps[slot] = next(_STAMPS)
+            entry.marks = (before, after)
 
     def remove(self, entry: MapEntry) -> bool:
         """Take ``entry`` out of the table (and the shadow pointers inside its range);
@@ -351,8 +386,18 @@ class MappingTable:
             i -= 1
         entry.live = False
         self.version += 1
-        if self._stamps is not None:
-            self._stamps[self.stamp_slot] = next(_STAMPS)
+        stamps = self._stamps
+        if stamps is not None:
+            # nothing moved the stamp since the row went in: the table is what it was
+            # before it, and so is the stamp (the repeats remembered under it repeat
+            # again: a loop of `enter data` and `exit data`, native/interposer_pair.c)
+            marks = entry.marks
+            slot = self.stamp_slot
+            if found and marks is not None and stamps[slot] == marks[1]:
+                stamps[slot] = marks[0]
+            else:
+                stamps[slot] = next(_STAMPS)
+            entry.marks = None
         if entry.cslot >= 0:
             _drop_slot(entry)
         if self.shadow:

@@ -123,9 +123,11 @@ class Plan:
     ``get`` and item assignment are atomic; at most ``plan_target.MAX_REPLAYS``
     each); ``seen``: an update's words -> the table stamp its last run in Python
     had (:meth:`~.repeat.Repeats.offer`: handed to the C side on its second run under
-    the same stamp)."""
+    the same stamp; an ``exit data``'s: its pairs with an ``enter data``,
+    :func:`~.pairs.offer`); ``taken``: how many times the rows of this ``enter
+    data``, repeated by the C side, were taken back in (:func:`~.pairs.take_in`)."""
     __slots__ = ("types", "simple", "maps", "params", "launch", "parked", "replay", "args",
-                 "seen")
+                 "seen", "taken")
 
     def __init__(self, kind: int, types: list[int], has_mappers: bool):
         self.types = types
@@ -134,6 +136,7 @@ class Plan:
         self.replay = {}
         self.args = {}
         self.seen = {}
+        self.taken = 0
         simple = not has_mappers
         maps, params = [], []
         for i, t in enumerate(types):
@@ -365,6 +368,11 @@ class FastPath:
         table = dm.table
         if table.shadow or table.padded:
             return None
+        if table.out():
+            # rows of an `enter data` the C side repeated: a kernel's replay would not
+            # look them up (pairs.take_in)
+            with dm.lock:
+                table.take_out()
         if kind == KERNEL:
             got = plan.launch
             d = dm.device
@@ -377,12 +385,12 @@ class FastPath:
             return plan_target.target(v, n, plan, dm, got, self._failed, self._repeat)
         if kind == BEGIN:
             try:
-                plan_data.begin(v, n, plan, dm)
+                plan_data.begin(v, n, plan, dm, self._repeat)
             except plan_data.Fallback:
                 return None
             return _abi.CB_OK
         try:
-            done = (plan_data.end(v, n, plan, dm) if kind == END
+            done = (plan_data.end(v, n, plan, dm, self._repeat) if kind == END
                     else plan_data.update(v, n, plan, dm, self._repeat))
         except OffloadError as exc:
             return self._failed(kind, exc, v[W_LOC])

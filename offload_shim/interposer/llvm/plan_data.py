@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from ...abi import interposer as _abi
 from ...errors import OffloadError
+from . import pairs as _pairs
 from .maptable import MapEntry
 
 HEAD = _abi.FRAME_HEAD
 W_NAMES_P = _abi.FRAME_NAMES_P
+W_TYPES_P = _abi.FRAME_TYPES_P
+W_HOST_PTR = _abi.FRAME_HOST_PTR           # a data construct's: its _nowait entry point
 #: libomptarget 16 pads a new allocation only for the combined entry of a partially
 #: mapped struct (``getPartialStructRequiredAlignment``; those carry MEMBER_OF members
 #: and never take the cheap path): a plain row's device copy starts at its allocation
@@ -36,14 +39,16 @@ class Fallback(Exception):
     """The cheap path cannot serve this construct (nothing of it is left done)."""
 
 
-def begin(v, n: int, plan, dm) -> list:
+def begin(v, n: int, plan, dm, repeat=None) -> list:
     """targetDataBegin for the plan's maps: one ``(row, hp)`` per map, in order.
     Lookups first (new rows go into the table at once, so later arguments see
     them, as in the general code; other threads see them pending), then the new
     rows' device memory in one :meth:`~offload_shim.Device.alloc_many` (same
     sizes, same order) and their ``to`` copies in one
     :meth:`~offload_shim.Device.submit_many`, without the table lock.  Raises
-    Fallback with everything undone."""
+    Fallback with everything undone.  ``repeat``: the :class:`~.repeat.Repeats` of
+    the C side, or None; with it, the rows of a construct whose items all made new
+    rows note it (:class:`~.pairs.Made`: its exit may hand the pair over)."""
     table = dm.table
     a0, s0 = HEAD + n, HEAD + 2 * n
     rows = []
@@ -84,6 +89,15 @@ def begin(v, n: int, plan, dm) -> list:
             raise
         for ent, _nb, _pad, _to in new:
             ent.pending = True              # seen by other threads from now on
+        made = None
+        if (repeat is not None and not incs and len(new) == len(plan.maps) == n
+                and not v[W_HOST_PTR] and new[0][0].marks is not None):
+            # every item made a row, in one hold of the lock: the stamp before the
+            # first insertion is the table without them (the epoch read after any
+            # take-in of the look-ups)
+            made = _pairs.Made(plan, v[HEAD:HEAD + 4 * n].tobytes(), v[W_TYPES_P], n,
+                               (new[0][0].marks[0], repeat.stamps[repeat.devices]),
+                               [x[0] for x in new], [x[3] for x in new])
     finally:
         lock.release()
     if not new:
@@ -116,11 +130,14 @@ def begin(v, n: int, plan, dm) -> list:
         if isinstance(exc, (Fallback, OffloadError)):
             raise Fallback from None
         raise
+    if made is not None:
+        for ent in made.rows:
+            ent.made = made
     dm.settle([x[0] for x in new])
     return rows
 
 
-def end(v, n: int, plan, dm) -> bool:
+def end(v, n: int, plan, dm, repeat=None) -> bool:
     """targetDataEnd for the plan's maps: in reverse order drop a reference;
     on the last one copy back (``from``) and remove the row.  The copies back go
     in one :meth:`~offload_shim.Device.retrieve_many` after the loop, the frees in
@@ -128,7 +145,10 @@ def end(v, n: int, plan, dm) -> bool:
     copy that fails is raised after every reference was dropped, where the
     general code stops at once).  A row that another thread re-took while this
     construct copied it back stays (libomptarget's delayed deletion).  False
-    (nothing done) when a row is still being prepared by another thread."""
+    (nothing done) when a row is still being prepared by another thread.
+    ``repeat``: the :class:`~.repeat.Repeats` of the C side, or None; with it, an
+    exit that removed exactly the rows of one ``enter data`` is offered to it with
+    that enter (:func:`~.pairs.offer`: then their blocks stay with the C side)."""
     table = dm.table
     lock = dm.lock
     a0, s0 = HEAD + n, HEAD + 2 * n
@@ -171,9 +191,12 @@ def end(v, n: int, plan, dm) -> bool:
                     if ent.alloc and not ent.leased:
                         ptrs.append(ent.alloc)
             counted = None
+            pair = _pair_of(repeat, table, items, doomed, ptrs)
     finally:
         lock.release()
     if counted is None:
+        if pair and _pairs.offer(repeat, dm, plan, v, n, items, back, True):
+            return True
         if ptrs:
             dm.device.free_many(ptrs)
         return True
@@ -190,6 +213,7 @@ def end(v, n: int, plan, dm) -> bool:
         except BaseException as exc:        # the counts are settled first
             err = exc
     ptrs = []
+    pair = False
     lock.acquire()
     try:
         for ent in counted:
@@ -200,13 +224,31 @@ def end(v, n: int, plan, dm) -> bool:
                     table.remove(ent)
                     if ent.alloc and not ent.leased:
                         ptrs.append(ent.alloc)
+            pair = _pair_of(repeat, table, items, doomed, ptrs)
     finally:
         lock.release()
     if err is not None:
         raise err
+    if pair and _pairs.offer(repeat, dm, plan, v, n, items, back, True):
+        return True
     if ptrs:
         dm.device.free_many(ptrs)
     return True
+
+
+def _pair_of(repeat, table, items, doomed, ptrs) -> bool:
+    """Whether an ``exit data`` may be offered with the ``enter data`` of its rows
+    (:func:`~.pairs.offer`; table lock held, its rows just removed): every item
+    dropped the last reference of a row of its own, every such row left the table and
+    its block is freed here, they were made by one ``enter data``, and the stamp is
+    back where it was before that enter (nothing else changed the table)."""
+    if repeat is None or not items or len(doomed) != len(items) or len(ptrs) != len(items):
+        return False
+    made = items[0][0].made
+    if made is None:
+        return False
+    stamps = table._stamps
+    return stamps is not None and stamps[table.stamp_slot] == made.mark[0]
 
 
 def update(v, n: int, plan, dm, repeat=None) -> bool:

@@ -42,7 +42,8 @@ import threading
 from ...abi import interposer as _abi
 from ...errors import OffloadError
 from ...plugins.llvm import LLVMPlugin
-from .maptable import give_slot, slot_info
+from . import pairs as _pairs
+from .maptable import _STAMPS, give_slot, slot_info
 
 #: environment variable that turns the repeat path off (``1``)
 NO_REPEAT_VAR = "OFFLOAD_SHIM_NO_REPEAT"
@@ -56,6 +57,9 @@ _MAX_KERNEL_ARGS = 32
 #: free them when memory runs out)
 MAX_HELD_BYTES = 1 << 16
 _U64 = (1 << 64) - 1
+#: the names of the leases the C side keeps (kernel constructs, pairs): unique over the
+#: process, as :data:`~.pairs.PAIRS` is
+_TOKENS = itertools.count(1)
 
 
 def seen_before(plan, key: bytes, mark) -> bool:
@@ -90,14 +94,14 @@ class Repeats:
         #: of their own (their device memory stays with the construct between repeats)
         self._leases: dict[int, object] = {}
         self._leases_lock = threading.Lock()
-        self._tokens = itertools.count(1)
+        self._tokens = _TOKENS
 
     def on_device_teardown(self, dev) -> None:
         """A device is torn down (a deinit, possibly while this interposer is active:
         :data:`offload_shim.core.device.TEARDOWN_HOOKS`): forget everything and wait
         for the repeats in flight before its memory is freed; they stay on."""
         self._lib.osh_interposer_repeat_reset(2)
-        self._give_back(self._take_leases())
+        self._give_back(self._take_leases(keep_out=True))
 
     def reset(self, on: bool, wait: bool = True) -> None:
         """Forget every remembered construct, turn repeats on (``on`` and wanted) or
@@ -109,8 +113,10 @@ class Repeats:
                                               | (0 if wait else 4))
         if wait:
             # the constructs' device memory goes back to the pool (without waiting, a
-            # repeat may still use it: an abandoned runtime frees nothing)
-            self._give_back(self._take_leases())
+            # repeat may still use it: an abandoned runtime frees nothing); the rows of
+            # an `enter data` the C side repeated hold the program's data: they stay
+            # out until a look-up takes them in (pairs.take_in)
+            self._give_back(self._take_leases(keep_out=True))
 
     def mark(self, table) -> tuple[int, int] | None:
         """``(stamp, epoch)`` to read under the table lock before an update's look-ups;
@@ -181,19 +187,91 @@ class Repeats:
 
     def leases_held(self) -> int:
         """How many device-memory leases the C side keeps now (constructs repeated
-        with rows of their own)."""
-        return len(self._leases)
+        with rows of their own, ``enter``/``exit data`` pairs)."""
+        return len(self._leases) + len(_pairs.PAIRS)
 
-    def _take_leases(self, tokens=None) -> list:
-        """Take the leases the C side held under ``tokens`` (None: all) out of the
-        registry; the caller gives them back to the pool."""
+    def _take_leases(self, tokens=None, keep_out: bool = False) -> list:
+        """Take the leases the C side held under ``tokens`` (None: all; ``keep_out``:
+        not those of pairs whose rows are out, :mod:`.pairs`) out of the registries;
+        the caller gives them back to the pool."""
+        pairs = _pairs.PAIRS
         with self._leases_lock:
             if tokens is None:
                 got = list(self._leases.values())
                 self._leases.clear()
+                tokens = list(pairs)
+                if keep_out:
+                    buf = (ctypes.c_uint64 * 64)()
+                    out = set(buf[:self._lib.osh_interposer_repeat_out_tokens(buf, 64)])
+                    tokens = [t for t in tokens if t not in out]
             else:
                 got = [self._leases.pop(t) for t in tokens if t in self._leases]
+            for t in tokens:
+                pair = pairs.pop(t, None)
+                if pair is not None:
+                    got.append(pair.lease)
         return got
+
+    def offer_pair(self, plan, key: bytes, dm, made, v, n: int, back) -> bool:
+        """An ``exit data`` that removed exactly the rows of the ``enter data``
+        ``made`` (a :class:`~.pairs.Made`), item for item, with the stamp back where it
+        was before that enter (:func:`~.pairs.offer`): ``key`` the pair's words, ``v``
+        / ``n`` the exit's frame and items, ``back`` its copies back ``(block, tgt, hp,
+        size)`` in order.  On the pair's second run under the same stamp
+        (:func:`seen_before`, noted in the exit's ``plan``) it is handed to the C side
+        (``osh_interposer_repeat_put_pair``) with the rows' blocks as a lease the C side
+        keeps between its repeats (given back before any other use of the device's
+        pool).  Whether it was kept: then the caller must not free the blocks."""
+        if not seen_before(plan, key, made.mark):
+            return False
+        if (n > self.max_items or made.n > self.max_items
+                or not 0 <= dm.number < self.devices):
+            return False
+        dev = dm.device
+        fns = self._copy_fns(dev)
+        if fns is None:
+            return False
+        sub, ret, index = fns
+        rows = made.rows
+        if any(e.alloc != e.tgt or e.leased or e.cslot >= 0 for e in rows):
+            return False
+        sizes = [e.end - e.begin for e in rows]
+        pool = dev._pool
+        ptrs = [e.alloc for e in rows]
+        if sum(sizes) > MAX_HELD_BYTES or pool is None or not pool.cached_alone(ptrs):
+            return False
+        lease = dev.lease_of(ptrs, sizes)
+        if lease is None:
+            return False
+        to_ops = []
+        for e, to in zip(rows, made.to):
+            if to:
+                to_ops += (sub, index, e.tgt, e.begin, e.end - e.begin)
+        back_ops = []
+        for _block, tgt, hp, size in back:
+            back_ops += (ret, index, hp, tgt, size)
+        token = next(self._tokens)
+        mid = next(_STAMPS)
+        _pairs.PAIRS[token] = _pairs.Pair(
+            lease, [(e.base, e.begin, e.end, e.name) for e in rows], made.mark[0], mid,
+            made.plan)
+        x0 = _HEAD
+        words = (ctypes.c_uint64 * (4 * made.n)).from_buffer_copy(made.key)
+        xwords = (ctypes.c_uint64 * (4 * n)).from_buffer_copy(v[x0:x0 + 4 * n])
+        evicted = ctypes.c_uint64()
+        kept = bool(self._lib.osh_interposer_repeat_put_pair(
+            dm.number, made.n, words, made.types_p, n, xwords, v[_abi.FRAME_TYPES_P],
+            made.mark[0], made.mark[1], mid, token, len(to_ops) // 5,
+            (ctypes.c_uint64 * (len(to_ops) or 1))(*to_ops), len(back_ops) // 5,
+            (ctypes.c_uint64 * (len(back_ops) or 1))(*back_ops), ctypes.byref(evicted)))
+        if not kept:
+            _pairs.PAIRS.pop(token, None)
+            lease.detach()              # the caller frees the blocks as always
+            return False
+        pool.set_before(self._evictor(dm.number, pool))
+        if evicted.value:
+            self._give_back(self._take_leases([evicted.value]))
+        return True
 
     def _evictor(self, number: int, pool):
         """The hook a device's pool calls before its next allocation, free, park or
