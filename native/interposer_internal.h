@@ -87,6 +87,8 @@ int osh_ip_repeat_exit(int64_t dev, int32_t n, void **bases, void **args, int64_
  * out now (a reset); osh_ip_pair_drop: the same for one device's pool, writing their
  * lease tokens (at most max; *left grows by those kept: rows out or no room) */
 void osh_ip_pair_forget(int64_t dev);
+/* whether rows of a repeated `enter data` are out of Python's table on device dev */
+int osh_ip_pair_out(int64_t dev);
 int32_t osh_ip_pair_drop(int64_t dev, uint64_t *tokens, int32_t max, int32_t *left);
 
 #define OSH_IP_CB(call)                                                                    \

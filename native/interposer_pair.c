@@ -325,6 +325,11 @@ OSH_EXPORT uint64_t osh_interposer_repeat_take(int64_t dev)
   return token;
 }
 
+int osh_ip_pair_out(int64_t dev)
+{
+  return __atomic_load_n(&pr_out[dev], __ATOMIC_SEQ_CST) != 0;
+}
+
 /* Per device, 1 while rows of a pair are out (OSH_REPEAT_DEVS words). */
 OSH_EXPORT int64_t *osh_interposer_repeat_out(void)
 {

@@ -172,7 +172,7 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
     pthread_mutex_lock(&rp_lock);
     /* (a kernel repeat with rows of its own in flight: libomptarget's table would hold
      * them, Python's look-ups wait for them) */
-    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev]; w++) {
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev] && !osh_ip_pair_out(dev); w++) {
       struct rp_entry *e = &rp_tab[s + w];
       if (e->used && e->dev == dev && e->n == n &&
           e->types_p == (uint64_t)(uintptr_t)types && e->stamp == stamp &&
@@ -382,7 +382,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
     unsigned s = rk_hash(dev, n, hptr, tp, (const uint64_t *)args);
     pthread_mutex_lock(&rp_lock);
     uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
-    for (unsigned w = 0; w < OSH_REPEAT_WAYS; w++) {
+    /* (rows of a repeated `enter data` out of Python's table: the stamp says where
+     * they are; this only closes the window of a Python write racing that repeat) */
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !osh_ip_pair_out(dev); w++) {
       struct rk_entry *e = &rk_tab[s + w];
       if (e->used && e->dev == dev && e->n == n && e->types_p == tp &&
           e->host_ptr == hptr && e->version == version && e->stamp == stamp &&

@@ -137,6 +137,10 @@ class MapEntry:
                 f"hold={self.hold}>")
 
 
+#: token -> the ``enter data`` / ``exit data`` pairs the C side keeps, their rows out of
+#: the table or not (:class:`~.pairs.Pair`; :meth:`MappingTable.take_out`)
+PAIRS: dict = {}
+
 #: slot -> (generation, row) of the rows the C side's kernel repeats may hold
 _SLOTTED: dict[int, tuple[int, MapEntry]] = {}
 
@@ -276,12 +280,38 @@ class MappingTable:
 
     def take_out(self) -> None:
         """Insert the rows of an ``enter data`` the C side repeated
-        (``native/interposer_pair.c``: they are libomptarget's rows that this table
-        does not hold yet) as ordinary rows owning their device memory; table lock
-        held.  Every look-up calls it first (:meth:`lookup_raw`, :meth:`find`,
-        :meth:`rows`), so what a look-up sees is what libomptarget's table holds."""
-        from .pairs import take_in
-        take_in(self)
+        (``native/interposer_pair.c``, :mod:`.pairs`: libomptarget's rows that this
+        table does not hold yet) as ordinary rows owning their device memory; table
+        lock held.  Every look-up calls it first (:meth:`lookup_raw`, :meth:`find`,
+        :meth:`rows`), so what a look-up sees is what libomptarget's table holds.
+        When the stamp is still the one the repeat left, their insertions chain from
+        the stamp before the enter to it (removing them sets it back, as for rows
+        made here); a lease of a device deinitialised meanwhile is dropped (its memory
+        went with the device)."""
+        token = _abi.repeat_take(self.stamp_slot)
+        pair = PAIRS.pop(token, None) if token else None
+        if pair is None:
+            return
+        pair.plan.taken += 1
+        lease = pair.lease
+        if not lease.valid:
+            return
+        lease.detach()
+        stamps = self._stamps
+        slot = self.stamp_slot
+        chain = stamps[slot] == pair.mid
+        prev = pair.before
+        last = len(pair.rows) - 1
+        ptrs = lease.ptrs
+        for j, (base, begin, end, name) in enumerate(pair.rows):
+            ent = MapEntry(base, begin, end, ptrs[j], ptrs[j], 1, 0, name=name)
+            self.insert(ent)
+            if chain:
+                nxt = pair.mid if j == last else ent.marks[1]
+                ent.marks = (prev, nxt)
+                prev = nxt
+        if chain:
+            stamps[slot] = pair.mid
 
     def wait_for_repeats(self, hp: int, size: int) -> None:
         """A look-up of host ``[hp, hp+size)`` while kernel repeats of the C side with

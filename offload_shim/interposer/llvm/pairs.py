@@ -20,8 +20,8 @@ the one it was handed under, leaving the rows *out*: rows of libomptarget's tabl
 are not in Python's, the stamp set to a value fixed for the pair; and the matching exit
 (its ``from`` copies) while they are still out, setting the stamp back.  Any look-up of
 Python's that meets the device while rows are out takes them in first
-(:func:`take_in`, from :meth:`~.maptable.MappingTable.lookup_raw`, ``find``, ``rows``
-and the cheap path's entry): they become ordinary rows owning their blocks, and the
+(:meth:`~.maptable.MappingTable.take_out`, from its ``lookup_raw``, ``find``,
+``rows`` and the cheap path's entry): they become ordinary rows owning their blocks, and the
 pair is forgotten.  A pair whose rows were taken in twice is not handed over again (a
 loop with other constructs between its enter and exit would pay a hand-over per
 iteration).  ``OFFLOAD_SHIM_NO_REPEAT=1`` turns this off with the other repeats.
@@ -30,7 +30,7 @@ iteration).  ``OFFLOAD_SHIM_NO_REPEAT=1`` turns this off with the other repeats.
 from __future__ import annotations
 
 from ...abi import interposer as _abi
-from .maptable import MapEntry
+from . import maptable as _maptable
 
 #: how many times a pair's rows may be taken in before its enter is not handed over again
 MAX_TAKEN = 2
@@ -60,43 +60,9 @@ class Pair:
             lease, rows, before, mid, plan)
 
 
-#: token -> the pairs the C side keeps (their rows out or not)
-PAIRS: dict[int, Pair] = {}
-
-
-def take_in(table) -> None:
-    """Insert the rows the C side's repeated ``enter data`` left out of ``table``
-    (table lock held; :meth:`~.maptable.MappingTable.take_out`).  They own their blocks
-    from now on; when the stamp is still the one the repeat left, their insertions
-    chain from the stamp before the enter to it (so that removing them sets it back,
-    as for rows Python made); a lease of a device deinitialised meanwhile is dropped
-    (its memory went with the device)."""
-    token = _abi.repeat_take(table.stamp_slot)
-    if not token:
-        return
-    pair = PAIRS.pop(token, None)
-    if pair is None:
-        return
-    pair.plan.taken += 1
-    lease = pair.lease
-    if not lease.valid:
-        return
-    lease.detach()
-    stamps = table._stamps
-    slot = table.stamp_slot
-    chain = stamps[slot] == pair.mid
-    prev = pair.before
-    last = len(pair.rows) - 1
-    ptrs = lease.ptrs
-    for j, (base, begin, end, name) in enumerate(pair.rows):
-        ent = MapEntry(base, begin, end, ptrs[j], ptrs[j], 1, 0, name=name)
-        table.insert(ent)
-        if chain:
-            nxt = pair.mid if j == last else ent.marks[1]
-            ent.marks = (prev, nxt)
-            prev = nxt
-    if chain:
-        stamps[slot] = pair.mid
+#: token -> the pairs the C side keeps (their rows out or not); taken in by
+#: :meth:`~.maptable.MappingTable.take_out`
+PAIRS = _maptable.PAIRS
 
 
 def offer(repeat, dm, plan, v, n: int, items, back, restored: bool) -> bool:
@@ -120,4 +86,4 @@ def offer(repeat, dm, plan, v, n: int, items, back, restored: bool) -> bool:
     return repeat.offer_pair(plan, key, dm, made, v, n, back)
 
 
-__all__ = ["MAX_TAKEN", "Made", "PAIRS", "Pair", "offer", "take_in"]
+__all__ = ["MAX_TAKEN", "Made", "PAIRS", "Pair", "offer"]

@@ -125,7 +125,7 @@ class Plan:
     had (:meth:`~.repeat.Repeats.offer`: handed to the C side on its second run under
     the same stamp; an ``exit data``'s: its pairs with an ``enter data``,
     :func:`~.pairs.offer`); ``taken``: how many times the rows of this ``enter
-    data``, repeated by the C side, were taken back in (:func:`~.pairs.take_in`)."""
+    data``, repeated by the C side, were taken back in (:meth:`~.maptable.MappingTable.take_out`)."""
     __slots__ = ("types", "simple", "maps", "params", "launch", "parked", "replay", "args",
                  "seen", "taken")
 
@@ -370,7 +370,7 @@ class FastPath:
             return None
         if table.out():
             # rows of an `enter data` the C side repeated: a kernel's replay would not
-            # look them up (pairs.take_in)
+            # look them up (MappingTable.take_out)
             with dm.lock:
                 table.take_out()
         if kind == KERNEL:

@@ -115,7 +115,7 @@ class Repeats:
             # the constructs' device memory goes back to the pool (without waiting, a
             # repeat may still use it: an abandoned runtime frees nothing); the rows of
             # an `enter data` the C side repeated hold the program's data: they stay
-            # out until a look-up takes them in (pairs.take_in)
+            # out until a look-up takes them in (MappingTable.take_out)
             self._give_back(self._take_leases(keep_out=True))
 
     def mark(self, table) -> tuple[int, int] | None:
