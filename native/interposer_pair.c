@@ -66,6 +66,7 @@ struct pr_entry {
 
 static struct pr_entry pr_tab[PR_SLOTS];
 static unsigned pr_turn;
+static int pr_used;             /* entries in use (written under rp_lock): 0 spares the lock */
 /* per device (under rp_lock): the pair whose rows are out, and what runs on them (0:
  * nothing, 1: the enter's copies, 2: nothing, rows stand, 3: the exit's copies) */
 static struct pr_entry *pr_pend[OSH_REPEAT_DEVS];
@@ -102,7 +103,8 @@ static int pr_args_ok(int64_t dev, int32_t n, void **bases, void **args, int64_t
 int osh_ip_repeat_enter(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
                         int64_t *types, void **mappers)
 {
-  if (!pr_args_ok(dev, n, bases, args, sizes, types, mappers))
+  if (!pr_args_ok(dev, n, bases, args, sizes, types, mappers) ||
+      !__atomic_load_n(&pr_used, __ATOMIC_RELAXED))
     return 0;
   struct pr_op ops[OSH_REPEAT_MAXN];
   int32_t nops = 0;
@@ -259,6 +261,8 @@ OSH_EXPORT int osh_interposer_repeat_put_pair(int64_t dev, int32_t n, const uint
     if (e) {
       if (e->used)
         *evicted = e->token;
+      else
+        __atomic_store_n(&pr_used, pr_used + 1, __ATOMIC_RELAXED);
       e->used = 1;
       e->gone = 0;
       e->dev = dev;
@@ -316,6 +320,7 @@ OSH_EXPORT uint64_t osh_interposer_repeat_take(int64_t dev)
   if (e) {
     token = e->token;
     e->used = 0;
+    __atomic_store_n(&pr_used, pr_used - 1, __ATOMIC_RELAXED);
     pr_pend[dev] = NULL;
     pr_state[dev] = 0;
     __atomic_store_n(&pr_out[dev], 0, __ATOMIC_SEQ_CST);
@@ -354,10 +359,12 @@ void osh_ip_pair_forget(int64_t dev)
     struct pr_entry *x = &pr_tab[i];
     if (!x->used || (dev >= 0 && x->dev != dev))
       continue;
-    if (pr_pend[x->dev] == x)
+    if (pr_pend[x->dev] == x) {
       x->gone = 1;
-    else
+    } else {
       x->used = 0;
+      __atomic_store_n(&pr_used, pr_used - 1, __ATOMIC_RELAXED);
+    }
   }
 }
 
@@ -374,6 +381,7 @@ int32_t osh_ip_pair_drop(int64_t dev, uint64_t *tokens, int32_t max, int32_t *le
     }
     tokens[got++] = x->token;
     x->used = 0;
+    __atomic_store_n(&pr_used, pr_used - 1, __ATOMIC_RELAXED);
   }
   return got;
 }

@@ -219,3 +219,33 @@ def test_set_before_runs_its_hook_once_before_the_next_use(call):
         assert not mm.reclaim(parcel)
         assert mm.allocate_many([64, 64]) == [other, held]
     assert calls == [call] and type(mm) is cls
+
+
+def test_cached_alone_says_whether_a_kept_block_would_come_back():
+    """``MemoryManager.cached_alone`` (the pair repeats of ``offload-shim run`` keep an
+    ``enter data`` / ``exit data`` pair's blocks outside the pool only when freeing and
+    allocating them again would give the same blocks back): True only while no other
+    block of each size is cached, the sizes are distinct and nothing is parked; a
+    question only."""
+    b, mm = make()
+    a, c = mm.allocate_many([64, 32])
+    figures = _figures(mm)
+    assert mm.cached_alone([a, c]) is True
+    assert mm.cached_alone([a]) is True
+    assert _figures(mm) == figures                      # nothing changed
+    d = mm.allocate(64)
+    assert mm.cached_alone([a, d]) is False             # two blocks of one size
+    mm.free(d)                                          # another 64-byte block cached:
+    assert mm.cached_alone([a]) is False                # freeing `a` queues it behind
+    assert mm.cached_alone([c]) is True
+    assert mm.cached_alone([12345]) is False            # not a block of this pool
+    e = mm.allocate(64)                                 # takes `d` back
+    parcel = mm.park([e])
+    assert parcel is not None and mm.cached_alone([c]) is False   # a parked free
+    assert mm.reclaim(parcel)
+    # the claim holds: free `a` and allocate 64 bytes -> `a` again
+    assert mm.cached_alone([a]) is True
+    mm.free(a)
+    assert mm.allocate(64) == a
+    mm.free_many([a, c, e])
+    assert_conserved(mm, b)
