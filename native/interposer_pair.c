@@ -100,66 +100,114 @@ static int pr_args_ok(int64_t dev, int32_t n, void **bases, void **args, int64_t
          dev < OSH_REPEAT_DEVS;
 }
 
+/* (rp_lock held) the remembered pair an enter of these arguments repeats now, its rows
+ * put out and its `to` copies in ops; NULL when none */
+static struct pr_entry *pr_enter_locked(int64_t dev, int32_t n, void **bases, void **args,
+                                        int64_t *sizes, int64_t *types, struct pr_op *ops,
+                                        int32_t *nops)
+{
+  /* (a kernel repeat with rows of its own in flight: libomptarget's table holds them,
+   * and one of them may be an item of this enter) */
+  if (pr_pend[dev] || rk_cres[dev])
+    return NULL;
+  uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
+  struct pr_entry *e = NULL;
+  for (int i = 0; i < PR_SLOTS && !e; i++) {
+    struct pr_entry *x = &pr_tab[i];
+    if (x->used && !x->gone && x->dev == dev && x->n == n && x->stamp == stamp &&
+        x->types_p == (uint64_t)(uintptr_t)types &&
+        pr_same(x->words, n, bases, args, sizes, types))
+      e = x;
+  }
+  /* Python writes the stamp under its table lock, not this one: the rows go out only if
+   * it did not move meanwhile */
+  if (!e || !__atomic_compare_exchange_n(&rp_stamps[dev], &stamp, e->mid, 0,
+                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    return NULL;
+  pr_pend[dev] = e;
+  pr_state[dev] = 1;
+  __atomic_store_n(&pr_out[dev], 1, __ATOMIC_SEQ_CST);
+  *nops = e->nto;
+  memcpy(ops, e->to, (size_t)e->nto * sizeof ops[0]);
+  return e;
+}
+
+/* (rp_lock held) the pair whose rows are out that an exit of these arguments ends now,
+ * its `from` copies in ops; NULL when none */
+static struct pr_entry *pr_exit_locked(int64_t dev, int32_t n, void **bases, void **args,
+                                       int64_t *sizes, int64_t *types, struct pr_op *ops,
+                                       int32_t *nops)
+{
+  struct pr_entry *e = pr_pend[dev];
+  if (!e || pr_state[dev] != 2 || e->gone || e->xn != n ||
+      e->xtypes_p != (uint64_t)(uintptr_t)types ||
+      __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST) != e->mid ||
+      !pr_same(e->xwords, n, bases, args, sizes, types))
+    return NULL;
+  pr_state[dev] = 3;
+  *nops = e->nback;
+  memcpy(ops, e->back, (size_t)e->nback * sizeof ops[0]);
+  return e;
+}
+
+/* (rp_lock held) the rows of device dev are no longer out: the exit ended them (or the
+ * enter's copies failed), and the stamp goes back to the one before the enter unless
+ * Python moved it meanwhile */
+static void pr_in_locked(int64_t dev, struct pr_entry *e)
+{
+  uint64_t mid = e->mid;
+  pr_pend[dev] = NULL;
+  pr_state[dev] = 0;
+  __atomic_store_n(&pr_out[dev], 0, __ATOMIC_SEQ_CST);
+  __atomic_compare_exchange_n(&rp_stamps[dev], &mid, e->stamp, 0, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
+}
+
+/* An enter (is_exit 0) or exit (1) data construct repeated here: 1 when done. */
+static int pr_repeat(int is_exit, int64_t dev, int32_t n, void **bases, void **args,
+                     int64_t *sizes, int64_t *types)
+{
+  struct pr_op ops[OSH_REPEAT_MAXN];
+  int32_t nops = 0;
+  int done = 0;
+  __atomic_fetch_add(&rp_inflight, 1, __ATOMIC_SEQ_CST);
+  rp_mine++;
+  pthread_mutex_lock(&rp_lock);
+  struct pr_entry *e = NULL;
+  if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST))
+    e = (is_exit ? pr_exit_locked : pr_enter_locked)(dev, n, bases, args, sizes, types, ops,
+                                                      &nops);
+  pthread_mutex_unlock(&rp_lock);
+  if (e) {
+    int ok = pr_copies(ops, nops);
+    pthread_mutex_lock(&rp_lock);
+    if (ok) {
+      if (is_exit)
+        pr_in_locked(dev, e);
+      else
+        pr_state[dev] = 2;
+      done = 1;
+    } else if (is_exit) {
+      pr_state[dev] = 2;              /* Python takes the rows and ends them itself */
+    } else {
+      pr_in_locked(dev, e);           /* the rows never were: Python makes the construct */
+    }
+    pthread_mutex_unlock(&rp_lock);
+  }
+  if (done)     /* osh_interposer_calls: "exit_repeated" / "enter_repeated" */
+    osh_ip_count(is_exit ? C_XREPEAT : C_EREPEAT);
+  rp_mine--;
+  __atomic_fetch_sub(&rp_inflight, 1, __ATOMIC_SEQ_CST);
+  return done;
+}
+
 int osh_ip_repeat_enter(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
                         int64_t *types, void **mappers)
 {
   if (!pr_args_ok(dev, n, bases, args, sizes, types, mappers) ||
       !__atomic_load_n(&pr_used, __ATOMIC_RELAXED))
     return 0;
-  struct pr_op ops[OSH_REPEAT_MAXN];
-  int32_t nops = 0;
-  struct pr_entry *e = NULL;
-  int done = 0;
-  __atomic_fetch_add(&rp_inflight, 1, __ATOMIC_SEQ_CST);
-  rp_mine++;
-  pthread_mutex_lock(&rp_lock);
-  /* (a kernel repeat with rows of its own in flight: libomptarget's table holds them,
-   * and one of them may be an item of this enter) */
-  if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST) && !pr_pend[dev] && !rk_cres[dev]) {
-    uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
-    for (int i = 0; i < PR_SLOTS && !e; i++) {
-      struct pr_entry *x = &pr_tab[i];
-      if (x->used && !x->gone && x->dev == dev && x->n == n && x->stamp == stamp &&
-          x->types_p == (uint64_t)(uintptr_t)types &&
-          pr_same(x->words, n, bases, args, sizes, types))
-        e = x;
-    }
-    /* Python writes the stamp under its table lock, not this one: the rows go out
-     * only if it did not move meanwhile */
-    if (e && __atomic_compare_exchange_n(&rp_stamps[dev], &stamp, e->mid, 0,
-                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-      pr_pend[dev] = e;
-      pr_state[dev] = 1;
-      __atomic_store_n(&pr_out[dev], 1, __ATOMIC_SEQ_CST);
-      nops = e->nto;
-      memcpy(ops, e->to, (size_t)nops * sizeof ops[0]);
-    } else {
-      e = NULL;
-    }
-  }
-  pthread_mutex_unlock(&rp_lock);
-  if (e) {
-    int ok = pr_copies(ops, nops);
-    pthread_mutex_lock(&rp_lock);
-    if (ok) {
-      pr_state[dev] = 2;
-      done = 1;
-    } else {
-      /* the rows never were: Python makes the construct (and reports the failure) */
-      uint64_t mid = e->mid;
-      pr_pend[dev] = NULL;
-      pr_state[dev] = 0;
-      __atomic_store_n(&pr_out[dev], 0, __ATOMIC_SEQ_CST);
-      __atomic_compare_exchange_n(&rp_stamps[dev], &mid, e->stamp, 0, __ATOMIC_SEQ_CST,
-                                  __ATOMIC_SEQ_CST);
-    }
-    pthread_mutex_unlock(&rp_lock);
-  }
-  if (done)
-    osh_ip_count(C_EREPEAT);          /* osh_interposer_calls: "enter_repeated" */
-  rp_mine--;
-  __atomic_fetch_sub(&rp_inflight, 1, __ATOMIC_SEQ_CST);
-  return done;
+  return pr_repeat(0, dev, n, bases, args, sizes, types);
 }
 
 int osh_ip_repeat_exit(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,
@@ -168,45 +216,7 @@ int osh_ip_repeat_exit(int64_t dev, int32_t n, void **bases, void **args, int64_
   if (!pr_args_ok(dev, n, bases, args, sizes, types, mappers) ||
       !__atomic_load_n(&pr_out[dev], __ATOMIC_RELAXED))
     return 0;
-  struct pr_op ops[OSH_REPEAT_MAXN];
-  int32_t nops = 0;
-  struct pr_entry *e = NULL;
-  int done = 0;
-  __atomic_fetch_add(&rp_inflight, 1, __ATOMIC_SEQ_CST);
-  rp_mine++;
-  pthread_mutex_lock(&rp_lock);
-  struct pr_entry *x = pr_pend[dev];
-  if (x && pr_state[dev] == 2 && !x->gone && __atomic_load_n(&rp_on, __ATOMIC_SEQ_CST) &&
-      x->xn == n && x->xtypes_p == (uint64_t)(uintptr_t)types &&
-      __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST) == x->mid &&
-      pr_same(x->xwords, n, bases, args, sizes, types)) {
-    e = x;
-    pr_state[dev] = 3;
-    nops = e->nback;
-    memcpy(ops, e->back, (size_t)nops * sizeof ops[0]);
-  }
-  pthread_mutex_unlock(&rp_lock);
-  if (e) {
-    int ok = pr_copies(ops, nops);
-    pthread_mutex_lock(&rp_lock);
-    if (ok) {
-      uint64_t mid = e->mid;
-      pr_pend[dev] = NULL;
-      pr_state[dev] = 0;
-      __atomic_store_n(&pr_out[dev], 0, __ATOMIC_SEQ_CST);
-      __atomic_compare_exchange_n(&rp_stamps[dev], &mid, e->stamp, 0, __ATOMIC_SEQ_CST,
-                                  __ATOMIC_SEQ_CST);
-      done = 1;
-    } else {
-      pr_state[dev] = 2;              /* Python takes the rows and ends them itself */
-    }
-    pthread_mutex_unlock(&rp_lock);
-  }
-  if (done)
-    osh_ip_count(C_XREPEAT);          /* osh_interposer_calls: "exit_repeated" */
-  rp_mine--;
-  __atomic_fetch_sub(&rp_inflight, 1, __ATOMIC_SEQ_CST);
-  return done;
+  return pr_repeat(1, dev, n, bases, args, sizes, types);
 }
 
 /* Remember a pair (Python, after the exit it served removed the enter's rows and the

@@ -134,7 +134,7 @@ def test_park_refuses_what_free_many_would_treat_otherwise():
 def test_drain_counts_parked_blocks_as_cached():
     b, mm = make()
     ps = mm.allocate_many([8, 16])
-    live = mm.allocate(24)
+    mm.allocate(24)                                     # held through the drain
     assert mm.park(ps[::-1]) is not None
     assert mm.drain() == (1, 24)                        # only the block still held
     assert not b.live

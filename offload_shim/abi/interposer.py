@@ -226,6 +226,15 @@ def repeat_claim(slot: int, dev: int, stamp: int) -> bool:
     return _bound is not None and _bound.osh_interposer_repeat_claim(slot, dev, stamp) != 0
 
 
+def _device_words(getter: str) -> memoryview:
+    """The C side's per-device words that ``getter`` (a function of the bound
+    interposer) returns the address of, as a view of signed 64-bit words (as many as
+    :func:`repeat_stamps` has devices)."""
+    addr = getattr(_bound, getter)()
+    words = (ctypes.c_int64 * repeat_stamps()[1]).from_address(addr)
+    return memoryview(words).cast("B").cast("q")
+
+
 def repeat_busy() -> memoryview | None:
     """Per OpenMP device number (as many as :func:`repeat_stamps` has), how many kernel
     repeats of the C side with rows of their own are in flight
@@ -233,10 +242,7 @@ def repeat_busy() -> memoryview | None:
     while no interposer is bound."""
     global _busy
     if _busy is None and _bound is not None:
-        st = repeat_stamps()
-        addr = _bound.osh_interposer_repeat_busy()
-        words = (ctypes.c_int64 * st[1]).from_address(addr)
-        _busy = memoryview(words).cast("B").cast("q")
+        _busy = _device_words("osh_interposer_repeat_busy")
     return _busy
 
 
@@ -247,10 +253,7 @@ def repeat_out() -> memoryview | None:
     signed 64-bit words; None while no interposer is bound."""
     global _out
     if _out is None and _bound is not None:
-        st = repeat_stamps()
-        addr = _bound.osh_interposer_repeat_out()
-        words = (ctypes.c_int64 * st[1]).from_address(addr)
-        _out = memoryview(words).cast("B").cast("q")
+        _out = _device_words("osh_interposer_repeat_out")
     return _out
 
 

@@ -70,12 +70,7 @@ class ParkedFrees:
         question only: nothing changes, no hook runs."""
         if not (self._batch and self._cacheable):
             return False
-        lockq = self._lockq
-        try:
-            lockq.pop()
-        except IndexError:
-            self._lock.wait_token()
-        try:
+        with self._lock:
             if self._parcel is not None or self._closed:
                 return False
             seen = set()
@@ -88,10 +83,6 @@ class ParkedFrees:
                     return False
                 seen.add(id(block.free_list))
             return True
-        finally:
-            lockq.append(TOKEN)
-            if self._lock.waiting:
-                self._lock.wake()
 
     def _run_before(self) -> None:
         cls = type(self)
