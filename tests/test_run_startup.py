@@ -109,6 +109,7 @@ EMBEDDED_MODULES = frozenset({
     "offload_shim.interposer.llvm.diag", "offload_shim.interposer.llvm.interface",
     "offload_shim.interposer.llvm.launch", "offload_shim.interposer.llvm.mapping",
     "offload_shim.interposer.llvm.maptable", "offload_shim.interposer.llvm.omptarget",
+    "offload_shim.interposer.llvm.pairs",
     "offload_shim.interposer.llvm.plan", "offload_shim.interposer.llvm.plan_data",
     "offload_shim.interposer.llvm.plan_target",
     "offload_shim.interposer.llvm.plugin_manager", "offload_shim.interposer.llvm.policy",

@@ -105,6 +105,10 @@ class DeviceMemory:
                 _check_size(size)
                 self._ready()
             pool = self._pool
+        if pool.before is not None:
+            # blocks held outside the pool go back to it first (MemoryManager.set_before:
+            # the interposer's repeats keep device memory between their runs)
+            pool._run_before()
         # MemoryManager.allocate's hit path, inlined (one Python frame less per call;
         # memory/manager.py explains each step, and its tests and this module's run
         # both): a hit in one round trip of the pool's lock, anything else after it
@@ -186,6 +190,8 @@ class DeviceMemory:
             if self._pin_mapped_policy:
                 return self._free_mapped(ptr)
             pool = self._pool
+        if pool.before is not None:             # as in alloc
+            pool._run_before()
         # MemoryManager.free's cached free (strict), inlined as in alloc
         lockq = pool._lockq
         try:

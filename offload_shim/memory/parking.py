@@ -53,21 +53,23 @@ class ParkedFrees:
         :meth:`allocate_many`, :meth:`free`, :meth:`free_many`, :meth:`park` or
         :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
         instance's class is a subclass whose methods call it until then, so a pool
-        without a hook pays nothing on its hit path."""
+        without a hook pays nothing on its hit path; ``Device.alloc`` / ``free``,
+        which inline the hit paths, test :attr:`before` themselves."""
         self.before = hook
         cls = type(self)
         if not getattr(cls, "_hooked", False):
             self.__class__ = _hooked_class(cls)
 
-    def cached_alone(self, ptrs) -> bool:
-        """Whether each of ``ptrs`` (live blocks of this manager, of distinct sizes)
-        would be the only cached block of its size once freed, so that the next
-        allocation of that size gets it back: what a caller that keeps blocks outside
-        the pool between uses needs (the interposer's repeats of an ``enter data`` /
-        ``exit data`` pair: under libomptarget 16 such a loop frees and allocates the
-        same block every time only then -- with other blocks of the size cached, the
-        free lists, least recently freed first, hand out another one each time).  A
-        question only: nothing changes, no hook runs."""
+    def cached_alone(self, ptrs, distinct: bool = True) -> bool:
+        """Whether each of ``ptrs`` (live blocks of this manager, of distinct sizes
+        unless ``distinct`` is False) would be among the only cached blocks of its
+        size once they are freed, so that the next allocations of those sizes get
+        them back: what a caller that keeps blocks outside the pool between uses
+        needs (the interposer's repeats: under libomptarget 16 a loop that frees and
+        allocates blocks of some sizes gets the same blocks every time only then --
+        with other blocks of a size cached, the free lists, least recently freed
+        first, hand out another one each time).  A question only: nothing changes, no
+        hook runs."""
         if not (self._batch and self._cacheable):
             return False
         with self._lock:
@@ -79,7 +81,7 @@ class ParkedFrees:
                 block = live.get(ptr)
                 if block is None or block.free_list is None or block.free_list:
                     return False
-                if id(block.free_list) in seen:
+                if distinct and id(block.free_list) in seen:
                     return False
                 seen.add(id(block.free_list))
             return True

@@ -3,7 +3,8 @@
    nextgen plugins' memory manager gives a construct the block the previous one freed
    (a `map(from:)` region that reads its block sees what `map(to:)` of another construct
    left there), and a `target data map(alloc:)` opened after a loop gets the block the
-   loop's last construct freed, with the value that construct left in it.
+   loop's last construct freed, with the value that construct left in it; two blocks
+   of one size change places from one construct to the next.
    feature: map-from, memory-manager
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -41,5 +42,17 @@ int main(void) {
     { x += 1; }
   }
   printf("end %ld\n", x);
+  /* two blocks of one size: each construct gets them in the other order (freed the
+     last argument first, handed out the least recently freed first), so a `map(from:)`
+     reads what the other map's block held */
+  long u = 5, w = 9, acc = 0;
+#pragma omp target map(to: u, w)
+  { }
+  for (int it = 0; it < 30; it++) {
+#pragma omp target map(from: u, w)
+    { long t = u; u = w + 1; w = t + 2; }
+    acc = (acc * 3 + u * 7 + w) % 1000003;
+  }
+  printf("swap %ld %ld %ld\n", u, w, acc);
   return 0;
 }
