@@ -216,6 +216,8 @@ FIXED_UPSTREAM: dict[tuple[str, int], str] = {
     ("fixed_upstream_struct_copy.c", 16): "struct-copy-over-attached-pointer",
     ("fixed_upstream_mapper.c", 16): "struct-copy-over-attached-pointer",
     ("fixed_upstream_mapper.c", 19): "struct-copy-over-attached-pointer",
+    ("fixed_upstream_mapper_loop.c", 16): "struct-copy-over-attached-pointer",
+    ("fixed_upstream_mapper_loop.c", 19): "struct-copy-over-attached-pointer",
     ("fixed_upstream_always.c", 16): "always-pointer-member-reattach",
     ("fixed_upstream_always.c", 19): "always-pointer-member-reattach",
     ("fixed_upstream_usm_attach.c", 16): "usm-attach-over-host-pointer",
