@@ -86,3 +86,38 @@ def test_device_alloc_free_answer_as_the_pool(bundled_path, pool_opts, ops):
         want = _drive(d1.pool.allocate, d1.pool.free, ops)
         assert got == want
         assert _stats(d0.pool) == _stats(d1.pool)
+
+
+@pytest.mark.parametrize("call", ["alloc", "free"])
+def test_device_alloc_free_run_the_pools_before_hook(bundled_path, call):
+    """``MemoryManager.set_before`` (the interposer's repeats keep device blocks outside
+    the pool between their runs): ``Device.alloc`` / ``free``, which inline the pool's
+    hit path, run the hook first too, so the request finds the blocks the hook gives
+    back (an ``omp_target_alloc`` after a repeated loop gets the block the loop's last
+    construct freed: tests/programs/repeat_pool_other_uses.c); a hook that sets itself
+    again does not loop."""
+    with osh.Runtime([bundled_path]) as rt:
+        rt.register_image(osh.OffloadImage.sample())
+        dev = rt.devices[0]
+        dev.init()
+        pool = dev.pool
+        held = dev.alloc(64)
+        other = dev.alloc(64)
+        runs = []
+
+        def hook():
+            runs.append(call)
+            if len(runs) == 1:
+                dev.pool.free(held)             # gives the kept block back
+                pool.set_before(hook)           # and stays (a repeat still busy)
+        pool.set_before(hook)
+        if call == "alloc":
+            assert dev.alloc(64) == held
+        else:
+            dev.free(other)
+            assert dev.alloc(64) == held        # the least recently freed first
+            dev.free(held)
+            assert dev.alloc(64) == other
+        assert 1 <= len(runs) <= 3
+        pool._run_before()                      # (the hook set again: done with it)
+        assert pool.before is None

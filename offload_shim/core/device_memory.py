@@ -105,10 +105,6 @@ class DeviceMemory:
                 _check_size(size)
                 self._ready()
             pool = self._pool
-        if pool.before is not None:
-            # blocks held outside the pool go back to it first (MemoryManager.set_before:
-            # the interposer's repeats keep device memory between their runs)
-            pool._run_before()
         # MemoryManager.allocate's hit path, inlined (one Python frame less per call;
         # memory/manager.py explains each step, and its tests and this module's run
         # both): a hit in one round trip of the pool's lock, anything else after it
@@ -119,7 +115,9 @@ class DeviceMemory:
             pool._lock.wait_token()
         try:
             if pool._slow:
-                ptr = pool._hit_slow_locked(size)
+                # (a before-hook set, MemoryManager.set_before: made below, then the
+                # manager's own allocate)
+                ptr = 0 if pool.before is not None else pool._hit_slow_locked(size)
             elif type(size) is not int:
                 ptr = 0
             elif (fl := pool._free.get(size)) or (
@@ -147,6 +145,12 @@ class DeviceMemory:
             if pool._log is not None:
                 pool._log.flush()
             return ptr
+        if pool.before is not None:
+            # blocks held outside the pool go back to it first (the interposer's repeats
+            # keep device memory between their runs), then the request as the manager
+            # makes it (a hit on them, most likely)
+            pool._run_before()
+            return pool.allocate(size)
         return pool._allocate_other(size)
 
     def free(self, ptr: int) -> None:
@@ -190,8 +194,6 @@ class DeviceMemory:
             if self._pin_mapped_policy:
                 return self._free_mapped(ptr)
             pool = self._pool
-        if pool.before is not None:             # as in alloc
-            pool._run_before()
         # MemoryManager.free's cached free (strict), inlined as in alloc
         lockq = pool._lockq
         try:
@@ -199,8 +201,8 @@ class DeviceMemory:
         except IndexError:
             pool._lock.wait_token()
         try:
-            if pool._slow:
-                block = pool._free_slow_locked(ptr)
+            if pool._slow:                  # (a before-hook: as in alloc)
+                block = None if pool.before is not None else pool._free_slow_locked(ptr)
             elif (block := pool._live.pop(ptr, None)) is not None:
                 if block.cache_list is not None:
                     pool._acc -= block.free_step
@@ -217,7 +219,11 @@ class DeviceMemory:
                 pool._log.flush()
             return
         try:
-            pool._free_other(ptr, None)
+            if pool.before is not None:
+                pool._run_before()
+                pool.free(ptr)
+            else:
+                pool._free_other(ptr, None)
         except LifecycleError:
             self._freed_by_teardown(ptr)
 

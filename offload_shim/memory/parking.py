@@ -54,8 +54,10 @@ class ParkedFrees:
         :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
         instance's class is a subclass whose methods call it until then, so a pool
         without a hook pays nothing on its hit path; ``Device.alloc`` / ``free``,
-        which inline the hit paths, test :attr:`before` themselves."""
+        which inline the hit paths, find the round trip slow (``_slow``) and test
+        :attr:`before` there."""
         self.before = hook
+        self._slow = True
         cls = type(self)
         if not getattr(cls, "_hooked", False):
             self.__class__ = _hooked_class(cls)
@@ -91,6 +93,9 @@ class ParkedFrees:
         if getattr(cls, "_hooked", False):
             self.__class__ = cls._plain
         hook, self.before = self.before, None
+        with self._lock:
+            self._slow = (self._parcel is not None or self._log is not None
+                          or self.before is not None)
         if hook is not None:
             hook()
 
@@ -175,7 +180,7 @@ class ParkedFrees:
             if self._parcel is not parcel:
                 return False
             self._parcel = None
-            self._slow = log is not None
+            self._slow = log is not None or self.before is not None
             self._acc = acc = self._acc + parcel.sums.hit_step
             if acc > self._peak_acc:
                 self._peak_acc = acc | _HITS
@@ -223,7 +228,7 @@ class ParkedFrees:
         cached when they were parked)."""
         ptrs = self._parcel.ptrs
         self._parcel = None
-        self._slow = self._log is not None
+        self._slow = self._log is not None or self.before is not None
         live = self._live
         for ptr in ptrs:
             block = live.pop(ptr, None)
