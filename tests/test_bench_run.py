@@ -186,3 +186,19 @@ def test_noise_is_no_ratio():
     st = {t["row"]: t["status"] for t in ro.check_targets(rows)}
     assert st["maps-16"] == "N/A" and st["data-1"] == "MISS"
     assert {t["status"] for t in ro.check_targets(rows, smoke=True)} == {"N/A"}
+
+
+def test_a_cost_below_the_noise_is_judged_on_an_upper_bound():
+    # offload-shim's slope at or below zero (its cost below what the counts resolve,
+    # an update repeated in C): the row's ratio_bound (its own loop time per iteration
+    # over libomptarget's slope) decides, shown as "at most"
+    rows = {"update": {"ratio": None, "ratio_bound": 0.08, "offload-shim": {},
+                       "errors": []},
+            "nowait": {"ratio": None, "ratio_bound": 4.0, "offload-shim": {},
+                       "errors": []},
+            "maps-1": {"ratio": None, "offload-shim": {}, "errors": []}}
+    got = {t["row"]: t for t in ro.check_targets(rows)}
+    assert (got["update"]["status"], got["update"]["bound"]) == ("PASS", True)
+    assert (got["nowait"]["status"], got["nowait"]["bound"]) == ("MISS", True)
+    assert (got["maps-1"]["status"], got["maps-1"]["bound"]) == ("N/A", False)
+    assert {t["status"] for t in ro.check_targets(rows, smoke=True)} == {"N/A"}

@@ -130,9 +130,9 @@ def rows_for(profile: str) -> list[Row]:
         # own -- the same long count for both runtimes
         Row("update", (n(1000), n(241000)), "pair",
             "`update to` + `update from`, 512 B, inside `target data`", 1),
-        # nowait: a millisecond or more per region under both runtimes (LLVM 16's hidden
-        # helper threads) -- fewer iterations, the same for both
-        Row("nowait", (n(100), max(n(1100), n(100) + 2)), "region",
+        # nowait: some µs per region under both runtimes (LLVM 16's hidden helper
+        # threads; their start at the first one costs milliseconds) -- the same counts
+        Row("nowait", (n(1000), n(41000)), "region",
             "`target nowait map(tofrom:)` + `taskwait`", 1),
         Row(f"threads-{THREADS}", (n(200), n(32200)), "region",
             f"{THREADS} host threads, each `target map(tofrom:)` of its own scalar "
@@ -366,6 +366,12 @@ def summarise(rows: list[Row], samples: dict) -> dict:
         # a slope at or below zero is noise, not a cost: no ratio then
         fig["ratio"] = _ratio(sh.get(key), lo.get(key))
         fig["cpu_ratio"] = _ratio(sh.get(ckey), lo.get(ckey))
+        if r.slope and fig["ratio"] is None:
+            # offload-shim's cost per construct is below what the counts resolve: an
+            # upper bound instead, its own loop time per iteration (the whole loop:
+            # under a plain `run` CPython starts at the first construct, inside it)
+            # over libomptarget's slope
+            fig["ratio_bound"] = _ratio(sh.get("loop_us"), lo.get(key))
         if r.slope:
             dl = r.count("libomptarget", 1) - r.count("libomptarget", 0)
             ds = r.count("offload-shim", 1) - r.count("offload-shim", 0)
@@ -432,7 +438,9 @@ def _ratio(a, b):
 def check_targets(rows: dict, smoke: bool = False) -> list[dict]:
     """PASS/MISS/N/A per entry of :data:`TARGETS` (the figure, its limit); every one
     N/A on a smoke profile (``tiny``, :data:`~.config.SMOKE_PROFILES`: its counts are
-    too small to measure anything -- a slope over 80 regions can come out negative)."""
+    too small to measure anything -- a slope over 80 regions can come out negative).
+    A ratio whose offload-shim slope is at or below zero (its cost below what the
+    counts resolve) is judged on ``ratio_bound``, an upper bound (``bound``: True)."""
     res = []
     for name, figure, limit, meaning in TARGETS:
         fig = rows.get(name)
@@ -440,11 +448,15 @@ def check_targets(rows: dict, smoke: bool = False) -> list[dict]:
         if fig is not None:
             val = (fig["offload-shim"].get(figure) if figure in ("wall_s", "cpu_s")
                    else fig.get(figure))
+        bound = False
+        if val is None and figure == "ratio" and fig is not None:
+            val = fig.get("ratio_bound")        # an upper bound (run(): below the noise)
+            bound = val is not None
         status = "N/A" if val is None or smoke else ("PASS" if val <= limit else "MISS")
         if fig is not None and fig.get("errors") and not smoke:
             status = "MISS" if status != "N/A" else status
         res.append({"row": name, "figure": figure, "limit": limit, "value": val,
-                    "status": status, "target": meaning})
+                    "status": status, "target": meaning, "bound": bound})
     return res
 
 
@@ -593,7 +605,9 @@ def format_markdown(out) -> str:
     for t in out["targets"]:
         unit = "" if t["value"] is None else (
             " s" if t["figure"] in ("wall_s", "cpu_s") else "x")
-        lines.append(f"| {t['target']} | {_f(t['value'], '{:.3f}')}{unit} | {t['status']} |")
+        at_most = "at most " if t.get("bound") else ""
+        lines.append(f"| {t['target']} | {at_most}{_f(t['value'], '{:.3f}')}{unit} | "
+                     f"{t['status']} |")
     errs = [(n, e) for n, f in rows.items() for e in f.get("errors", [])]
     if errs:
         lines += ["", "Errors:", ""] + [f"* `{n}`: {e}" for n, e in errs]
