@@ -115,9 +115,9 @@ class DeviceMemory:
             pool._lock.wait_token()
         try:
             if pool._slow:
-                # (a before-hook set, MemoryManager.set_before: made below, then the
-                # manager's own allocate)
-                ptr = 0 if pool.before is not None else pool._hit_slow_locked(size)
+                # (a before-hook set, MemoryManager.set_before: None, run below, then
+                # the manager's own allocate)
+                ptr = None if pool.before is not None else pool._hit_slow_locked(size)
             elif type(size) is not int:
                 ptr = 0
             elif (fl := pool._free.get(size)) or (
@@ -145,10 +145,11 @@ class DeviceMemory:
             if pool._log is not None:
                 pool._log.flush()
             return ptr
-        if pool.before is not None:
+        if ptr is None:
             # blocks held outside the pool go back to it first (the interposer's repeats
-            # keep device memory between their runs), then the request as the manager
-            # makes it (a hit on them, most likely)
+            # keep device memory between their runs; another thread may have run the
+            # hook meanwhile), then the request as the manager makes it (a hit on them,
+            # most likely)
             pool._run_before()
             return pool.allocate(size)
         return pool._allocate_other(size)
@@ -201,8 +202,8 @@ class DeviceMemory:
         except IndexError:
             pool._lock.wait_token()
         try:
-            if pool._slow:                  # (a before-hook: as in alloc)
-                block = None if pool.before is not None else pool._free_slow_locked(ptr)
+            if pool._slow:                  # (a before-hook: False, as in alloc)
+                block = False if pool.before is not None else pool._free_slow_locked(ptr)
             elif (block := pool._live.pop(ptr, None)) is not None:
                 if block.cache_list is not None:
                     pool._acc -= block.free_step
@@ -214,16 +215,19 @@ class DeviceMemory:
             lockq.append(True)
             if pool._asleep:
                 pool._lock.wake()
+        if block is False:              # a before-hook: run it, then the manager's free
+            pool._run_before()
+            try:
+                pool.free(ptr)
+            except LifecycleError:
+                self._freed_by_teardown(ptr)
+            return
         if block is not None:           # cached in the slow round trip
             if pool._log is not None:
                 pool._log.flush()
             return
         try:
-            if pool.before is not None:
-                pool._run_before()
-                pool.free(ptr)
-            else:
-                pool._free_other(ptr, None)
+            pool._free_other(ptr, None)
         except LifecycleError:
             self._freed_by_teardown(ptr)
 

@@ -55,12 +55,14 @@ class ParkedFrees:
         instance's class is a subclass whose methods call it until then, so a pool
         without a hook pays nothing on its hit path; ``Device.alloc`` / ``free``,
         which inline the hit paths, find the round trip slow (``_slow``) and test
-        :attr:`before` there."""
-        self.before = hook
-        self._slow = True
-        cls = type(self)
-        if not getattr(cls, "_hooked", False):
-            self.__class__ = _hooked_class(cls)
+        :attr:`before` there.  The hook, the flag and the class change together under
+        the pool's lock (against :meth:`_run_before` of another thread)."""
+        hooked = _hooked_class(type(self)._plain if getattr(type(self), "_hooked", False)
+                               else type(self))
+        with self._lock:
+            self.before = hook
+            self._slow = True
+            self.__class__ = hooked
 
     def cached_alone(self, ptrs, distinct: bool = True) -> bool:
         """Whether each of ``ptrs`` (live blocks of this manager, of distinct sizes
@@ -89,13 +91,13 @@ class ParkedFrees:
             return True
 
     def _run_before(self) -> None:
-        cls = type(self)
-        if getattr(cls, "_hooked", False):
-            self.__class__ = cls._plain
-        hook, self.before = self.before, None
+        """Take the hook (:meth:`set_before`) and run it, outside the pool's lock."""
         with self._lock:
-            self._slow = (self._parcel is not None or self._log is not None
-                          or self.before is not None)
+            cls = type(self)
+            if getattr(cls, "_hooked", False):
+                self.__class__ = cls._plain
+            hook, self.before = self.before, None
+            self._slow = self._parcel is not None or self._log is not None
         if hook is not None:
             hook()
 

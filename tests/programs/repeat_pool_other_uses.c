@@ -3,7 +3,8 @@
    other use of it -- also the uses that are no construct of the cheap path:
    `omp_target_alloc` and `omp_target_free`, and the allocations of the general code (a
    kernel with `always`): each gets the block the nextgen plugins' memory manager would
-   give it (the least recently freed of its size first), with what the loop left in it.
+   give it (the least recently freed of its size first), with what the loop left in it;
+   a kernel construct once run with other arguments is no exception.
    feature: enter-exit-data, memory-manager, target-alloc
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -12,6 +13,11 @@
 #include <stdio.h>
 #define N 77
 static float d[N], e[N];
+/* one kernel construct, called with two argument sets */
+__attribute__((noinline)) static void bump(long *p, int init) {
+#pragma omp target map(from: p[0:1])
+  { if (init) p[0] = 100; else p[0] = p[0] + 1; }
+}
 int main(void) {
   int host = omp_get_initial_device();
   /* 1: a pair loop, then omp_target_alloc of the same size */
@@ -58,5 +64,18 @@ int main(void) {
   omp_target_memcpy(g, p, sizeof g, 0, 0, host, 0);
   printf("4 %g %g\n", g[0], g[1]);
   omp_target_free(p, 0);
+  /* 5: a construct run with two argument sets, then repeated with one while two
+     blocks of its size are cached: the memory manager hands them out in turn */
+  long a = 0, b = 0, c = 1000, w = 2000;
+  bump(&a, 1);
+  bump(&b, 1);
+#pragma omp target enter data map(to: c, w)
+#pragma omp target exit data map(release: c, w)
+  printf("5");
+  for (int it = 0; it < 12; it++) {
+    bump(&a, 0);
+    printf(" %ld", a);
+  }
+  printf("\n");
   return 0;
 }

@@ -439,7 +439,7 @@ def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark, rec=
     if not seen_before(plan, key, mark):
         return False
     return repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark,
-                             rec, prep, len(plan.seen) > 1)
+                             rec, prep)
 
 
 def repeat_rows(v) -> list[tuple]:

@@ -303,7 +303,7 @@ class Repeats:
                 pass
 
     def put_kernel(self, v, n: int, dm, launcher, args, offsets, found, maps, mark,
-                   rec=None, prep=None, shared: bool = False) -> bool:
+                   rec=None, prep=None) -> bool:
         """Hand the C side a kernel construct the cheap path has just done whose maps
         all found rows (:func:`~.plan_target.target`): ``v`` its frame, ``n`` its maps,
         ``launcher`` its :class:`~offload_shim.core.compiled.KernelLauncher`, ``args``
@@ -321,8 +321,8 @@ class Repeats:
         :data:`MAX_HELD_BYTES` bytes) and makes their copies to and from the device
         itself; the lease comes back to the pool when the construct is forgotten
         (:meth:`reset`, or another construct takes its place: the put then names
-        it); ``shared``: the construct runs with other arguments meanwhile (its plan
-        saw several sets: host threads), see :func:`_blocks_stay`."""
+        it); only where the pool would hand it the same blocks again
+        (:func:`_blocks_stay`)."""
         nargs = len(args)
         if (n > self.max_items or nargs > _MAX_KERNEL_ARGS or not 0 <= dm.number < self.devices
                 or not launcher.valid):
@@ -344,7 +344,7 @@ class Repeats:
                 return False
             sub, ret, _index = fns
             fresh = rec.fresh
-            if not _blocks_stay(dm.device, lease, fresh, maps, shared):
+            if not _blocks_stay(dm.device, lease, fresh, maps):
                 return False
         rows = []
         table = dm.table
@@ -397,23 +397,22 @@ class Repeats:
         return kept
 
 
-def _blocks_stay(dev, lease, fresh, maps, shared: bool) -> bool:
+def _blocks_stay(dev, lease, fresh, maps) -> bool:
     """Whether repeating a kernel construct with rows of its own on the same blocks
     (``lease``, one per row of ``fresh``, ``(k, hp, size)``) shows what libomptarget 16
     shows: its memory manager hands the construct the blocks its previous run freed
     only while no other block of their sizes is cached (else the free lists, least
     recently freed first, rotate through them, and a block read before it is written
-    after the loop holds another run's data: tests/programs/repeat_pool_other_uses.c)
-    -- unless the construct runs with other arguments meanwhile (``shared``: host
-    threads, whose blocks take turns in an order of their timing under libomptarget
-    too); and among blocks of one size the construct's next run gets them in the
+    after the loop holds another run's data: tests/programs/repeat_pool_other_uses.c;
+    also after host threads ran the construct with other arguments); and among blocks
+    of one size the construct's next run gets them in the
     reverse order (freed last argument first, handed out least recently freed
     first), so a map that does not copy to its block (``from``, ``alloc``) would read
     another map's block every other run (tests/programs/kernel_repeated_reuse.c):
     such a construct is left to Python, whose lease follows that order
     (``DeviceLease.reclaim``)."""
     pool = dev._pool
-    if pool is None or not (shared or pool.cached_alone(lease.ptrs, distinct=False)):
+    if pool is None or not pool.cached_alone(lease.ptrs, distinct=False):
         return False
     sizes = lease.sizes
     if len(set(sizes)) == len(sizes):
