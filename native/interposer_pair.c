@@ -219,6 +219,19 @@ int osh_ip_repeat_exit(int64_t dev, int32_t n, void **bases, void **args, int64_
   return pr_repeat(1, dev, n, bases, args, sizes, types);
 }
 
+/* n copies from Python's 5 words each: function, plugin device id, first pointer,
+ * second pointer, size */
+static void pr_ops_from(struct pr_op *ops, const uint64_t *words, int32_t n)
+{
+  for (int32_t i = 0; i < n; i++) {
+    ops[i].fn = (pr_copy_fn)(uintptr_t)words[5 * i];
+    ops[i].id = (int32_t)words[5 * i + 1];
+    ops[i].a = words[5 * i + 2];
+    ops[i].b = words[5 * i + 3];
+    ops[i].size = (int64_t)words[5 * i + 4];
+  }
+}
+
 /* Remember a pair (Python, after the exit it served removed the enter's rows and the
  * stamp of device dev went back to `stamp`): the enter's and the exit's words (4n each:
  * bases, begins, sizes, map types) and map-type arrays, the stamp and epoch read
@@ -286,21 +299,9 @@ OSH_EXPORT int osh_interposer_repeat_put_pair(int64_t dev, int32_t n, const uint
       memcpy(e->words, words, (size_t)n * 4 * 8);
       memcpy(e->xwords, xwords, (size_t)xn * 4 * 8);
       e->nto = nto;
-      for (int32_t i = 0; i < nto; i++) {
-        e->to[i].fn = (pr_copy_fn)(uintptr_t)to_ops[5 * i];
-        e->to[i].id = (int32_t)to_ops[5 * i + 1];
-        e->to[i].a = to_ops[5 * i + 2];
-        e->to[i].b = to_ops[5 * i + 3];
-        e->to[i].size = (int64_t)to_ops[5 * i + 4];
-      }
+      pr_ops_from(e->to, to_ops, nto);
       e->nback = nback;
-      for (int32_t i = 0; i < nback; i++) {
-        e->back[i].fn = (pr_copy_fn)(uintptr_t)back_ops[5 * i];
-        e->back[i].id = (int32_t)back_ops[5 * i + 1];
-        e->back[i].a = back_ops[5 * i + 2];
-        e->back[i].b = back_ops[5 * i + 3];
-        e->back[i].size = (int64_t)back_ops[5 * i + 4];
-      }
+      pr_ops_from(e->back, back_ops, nback);
       kept = 1;
     }
   }
