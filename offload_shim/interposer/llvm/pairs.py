@@ -65,18 +65,18 @@ class Pair:
 PAIRS = _maptable.PAIRS
 
 
-def offer(repeat, dm, plan, v, n: int, items, back, restored: bool) -> bool:
+def offer(repeat, dm, plan, v, n: int, items, back) -> bool:
     """An ``exit data`` the cheap path has just done (:func:`~.plan_data.end`):
     ``items`` ``(row, hp, size, from)`` of each of its items, in the order it ended
-    them, every row removed, ``back`` its copies back, ``restored`` whether the stamp
-    is back at the one before the rows' enter.  When the rows are exactly those of one
+    them, every row removed and the stamp back at the one before the rows' enter
+    (:func:`~.plan_data._pair_of` said so), ``back`` its copies back.  When the rows are exactly those of one
     :class:`Made`, item for item, and the pair ran before under the same stamp, it is
     handed to the C side with the rows' blocks (:meth:`~.repeat.Repeats.offer_pair`).
     Whether the C side kept it: then the caller must not free the blocks."""
     made = items[0][0].made
     for ent, _hp, _size, _frm in items:
         ent.made = None                 # (a reference cycle through made.rows)
-    if (made is None or not restored or len(items) != len(made.rows)
+    if (made is None or len(items) != len(made.rows)
             or made.plan.taken >= MAX_TAKEN or v[_abi.FRAME_HOST_PTR]):
         return False
     for ent, hp, size, _frm in items:

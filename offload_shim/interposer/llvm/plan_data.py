@@ -195,7 +195,7 @@ def end(v, n: int, plan, dm, repeat=None) -> bool:
     finally:
         lock.release()
     if counted is None:
-        if pair and _pairs.offer(repeat, dm, plan, v, n, items, back, True):
+        if pair and _pairs.offer(repeat, dm, plan, v, n, items, back):
             return True
         if ptrs:
             dm.device.free_many(ptrs)
@@ -229,7 +229,7 @@ def end(v, n: int, plan, dm, repeat=None) -> bool:
         lock.release()
     if err is not None:
         raise err
-    if pair and _pairs.offer(repeat, dm, plan, v, n, items, back, True):
+    if pair and _pairs.offer(repeat, dm, plan, v, n, items, back):
         return True
     if ptrs:
         dm.device.free_many(ptrs)
