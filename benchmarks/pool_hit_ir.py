@@ -54,7 +54,7 @@ run(n)
 
 def _instructions(n: int, case: str) -> int:
     out = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
-                          "--cachegrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
+                          "--cachegrind-out-file=/dev/null", sys.executable, "-P", "-c", _CHILD,
                           str(n), case], capture_output=True, text=True, check=True)
     m = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
     if m is None:

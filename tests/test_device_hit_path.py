@@ -1,6 +1,7 @@
-"""``Device.alloc`` / ``Device.free`` run the pool's hit path themselves
-(offload_shim/core/device_memory.py, a Python frame less per call): a second copy of
-``MemoryManager.allocate``'s hit and ``MemoryManager.free``'s cached free.  These tests
+"""``Device.alloc`` / ``Device.free`` check the device's state and call the pool
+(offload_shim/core/device_memory.py); the pool's hit path runs in C where it is built
+(offload_shim/memory/hitpath.py; the C and the Python path side by side:
+tests/test_pool_hit_c.py).  These tests
 drive the same random sequences through a device's ``alloc``/``free`` and through
 another device's pool directly (``MemoryManager.allocate``/``free``) on the bundled
 host plugin, and require the same answers: which earlier block each request gets back
@@ -91,8 +92,8 @@ def test_device_alloc_free_answer_as_the_pool(bundled_path, pool_opts, ops):
 @pytest.mark.parametrize("call", ["alloc", "free"])
 def test_device_alloc_free_run_the_pools_before_hook(bundled_path, call):
     """``MemoryManager.set_before`` (the interposer's repeats keep device blocks outside
-    the pool between their runs): ``Device.alloc`` / ``free``, which inline the pool's
-    hit path, run the hook first too, so the request finds the blocks the hook gives
+    the pool between their runs): ``Device.alloc`` / ``free``, which call the pool's
+    ``allocate`` / ``free`` (hooked: memory/parking.py), run the hook first too, so the request finds the blocks the hook gives
     back (an ``omp_target_alloc`` after a repeated loop gets the block the loop's last
     construct freed: tests/programs/repeat_pool_other_uses.c); a hook that sets itself
     again does not loop."""

@@ -119,7 +119,8 @@ def test_free_racing_with_deinit_never_reaches_a_new_pool(bundled_path, ctl, mon
     pass it to the plugin a second time (double free, or the free of a block
     libc has given to someone else).  Deterministic: the deinit runs from a
     stand-in for the pool's lock token deque, when ``free`` takes the pool's lock
-    (``Device.free`` does the pool's cached free inline, in that lock round trip)."""
+    (the pool's free, finding a stand-in where its C hit path wants the deque, hands
+    the call to its Python path, which takes the lock there)."""
     with osh.Runtime([bundled_path]) as rt:
         dev = rt.devices[0]
         p = dev.alloc(100)

@@ -401,7 +401,7 @@ def test_free_that_reaches_the_pool_after_a_racing_close_drained_it(bundled_path
 
     class LateLock:
         """The pool's lock token deque, whose first ``pop`` (the free taking the pool's
-        lock: ``Device.free`` does the pool's cached free inline) first lets the close
+        lock: the pool's Python free path, as the C one refuses a stand-in) first lets the close
         run up to ``release_device``."""
         def pop(self):
             pool._lockq = tokens

@@ -17,12 +17,9 @@ it (:meth:`~offload_shim.memory.pinned.PinnedRegistry.on_map`/``on_unmap``;
 gcc-patches -foffload-memory=pinned).  The copies compiled code needs beyond these
 are :class:`~.compiled.CompiledCodeForms`.
 
-``alloc`` and ``free`` run the pool's hit path themselves (``MemoryManager.allocate``'s
-hit and ``MemoryManager.free``'s cached free, the same steps in the same lock round trip)
-rather than calling it: a Python frame less per call, the larger part of what a
-``Device`` pair cost above a pool pair (docs/benchmarks.md "Issue 29's pool targets").
-Everything else goes to the pool's slow paths (``_allocate_other``, ``_free_other``).  A
-change of the pool's hit path must be made in both places.
+``alloc`` and ``free`` check the device's state and call the pool's ``allocate`` and
+``free``, whose hit paths run in C where the extension is built
+(:mod:`offload_shim.memory.hitpath`; docs/benchmarks.md "Issue 29's pool targets").
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ import operator
 
 from ..abi.buffers import host_view as _host_view, new_buffer
 from ..errors import LifecycleError, UnknownPointerError
-from ..memory.records import HITS as _HITS, SHIFT as _SHIFT
 from .device_state import READY as _READY, DeviceState, check_size as _check_size
 
 __all__ = ["DeviceMemory"]
@@ -105,54 +101,7 @@ class DeviceMemory:
                 _check_size(size)
                 self._ready()
             pool = self._pool
-        # MemoryManager.allocate's hit path, inlined (one Python frame less per call;
-        # memory/manager.py explains each step, and its tests and this module's run
-        # both): a hit in one round trip of the pool's lock, anything else after it
-        lockq = pool._lockq
-        try:
-            lockq.pop()
-        except IndexError:
-            pool._lock.wait_token()
-        try:
-            if pool._slow:
-                # (a before-hook set, MemoryManager.set_before: None, run below, then
-                # the manager's own allocate)
-                ptr = None if pool.before is not None else pool._hit_slow_locked(size)
-            elif type(size) is not int:
-                ptr = 0
-            elif (fl := pool._free.get(size)) or (
-                    pool._index is not None and 0 < size <= pool._pool_max
-                    and (fl := pool._index.larger(size, pool._free))):
-                if pool._newest_first:
-                    block = fl.pop()
-                    block.requested = size
-                else:
-                    block = fl.popleft()
-                ptr = block.ptr
-                pool._live[ptr] = block
-                pool._acc = pool._acc + block.hit_step
-                if pool._peak_open and pool._acc > pool._peak_acc:
-                    pool._peak_acc = pool._acc | _HITS
-                    pool._peak_open = (pool._acc >> _SHIFT) < pool._held
-                return ptr
-            else:
-                ptr = 0
-        finally:
-            lockq.append(True)
-            if pool._asleep:
-                pool._lock.wake()
-        if ptr:
-            if pool._log is not None:
-                pool._log.flush()
-            return ptr
-        if ptr is None:
-            # blocks held outside the pool go back to it first (the interposer's repeats
-            # keep device memory between their runs; another thread may have run the
-            # hook meanwhile), then the request as the manager makes it (a hit on them,
-            # most likely)
-            pool._run_before()
-            return pool.allocate(size)
-        return pool._allocate_other(size)
+        return pool.allocate(size)
 
     def free(self, ptr: int) -> None:
         """Free a pointer returned by :meth:`alloc`.  ``0`` (and ``None``) is a no-op;
@@ -195,39 +144,8 @@ class DeviceMemory:
             if self._pin_mapped_policy:
                 return self._free_mapped(ptr)
             pool = self._pool
-        # MemoryManager.free's cached free (strict), inlined as in alloc
-        lockq = pool._lockq
         try:
-            lockq.pop()
-        except IndexError:
-            pool._lock.wait_token()
-        try:
-            if pool._slow:                  # (a before-hook: False, as in alloc)
-                block = False if pool.before is not None else pool._free_slow_locked(ptr)
-            elif (block := pool._live.pop(ptr, None)) is not None:
-                if block.cache_list is not None:
-                    pool._acc -= block.free_step
-                    block.cache_list.append(block)
-                    return
-                pool._live[ptr] = block     # the other path books it
-                block = None
-        finally:
-            lockq.append(True)
-            if pool._asleep:
-                pool._lock.wake()
-        if block is False:              # a before-hook: run it, then the manager's free
-            pool._run_before()
-            try:
-                pool.free(ptr)
-            except LifecycleError:
-                self._freed_by_teardown(ptr)
-            return
-        if block is not None:           # cached in the slow round trip
-            if pool._log is not None:
-                pool._log.flush()
-            return
-        try:
-            pool._free_other(ptr, None)
+            pool.free(ptr)                      # strict: the device's pool is
         except LifecycleError:
             self._freed_by_teardown(ptr)
 

@@ -70,10 +70,11 @@ paths take its token deque ``_lockq`` directly):
   failed allocation deadlocked the exit).  ``tests/test_pool_records.py`` checks both
   on the source.
 
-``Device.alloc``/``Device.free`` (``core/device_memory.py``) run a copy of the hit path
-of :meth:`MemoryManager.allocate` and the cached free of :meth:`MemoryManager.free` on
-the device's pool (a Python frame less per call): a change of either must be made there
-too.
+The hit path and the cached free run in C where the extension is built
+(``native/pool_hit.c``, :mod:`.hitpath`): ``allocate`` and ``free`` are then methods of
+its ``PoolCore`` base, which hand every other call to ``_allocate_py``/``_free_py`` below
+(the whole methods without the extension); the two keep one meaning, step for step, and
+``tests/test_pool_hit_c.py`` runs them side by side.
 
 PyTorch's ``CUDACachingAllocator`` writes its rule as "public methods take the mutex,
 private ones do not"; here the slow paths must drop the lock around every backend
@@ -97,6 +98,7 @@ from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
                      PoolConfig, check_bins, check_choice, check_flag, nonneg_int,
                      read_threshold_env, resolve_debug)
+from .hitpath import hit_core
 from .locking import TOKEN, TokenLock
 from .oom import LADDERS, OutOfMemory
 from .ownership import address_space
@@ -107,6 +109,8 @@ from .queries import PoolQueries
 from .records import HITS as _HITS, SHIFT as _SHIFT, Block
 from .release import BlockRelease
 from .stats import BucketCounters, PoolStats
+
+_hit = hit_core()       # the hit path in C (native/pool_hit.c), or None
 
 __all__ = [
     "MemoryManager", "Block", "read_threshold_env", "llvm_bucket", "llvm_find_bucket_index",
@@ -158,7 +162,8 @@ def _checked_arguments(backend_alloc, backend_free, threshold, policy, oom, cach
     return threshold, cache_limit, bins, mode
 
 
-class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
+class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
+                    object if _hit is None else _hit.PoolCore):
     """Cache of freed device blocks in front of ``backend_alloc``/``backend_free``.
 
     Parameters (sizes are bytes, pointers are ``int`` device addresses):
@@ -227,11 +232,13 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
     # slots: attribute access on the hit path is a slot read/write (with more than 30
     # instance attributes CPython 3.11 gives up shared-key instance dicts and its
     # faster attribute specialisations)
-    __slots__ = ("_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max",
-                 "_cacheable", "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live",
-                 "_free", "_index", "_stamps", "_clock", "_transit", "_space", "_ref", "_acc",
-                 "_hit_unit", "_held", "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets",
-                 "_closed", "_log", "_slow", "_asleep", "_steps", "before", "__weakref__")
+    __slots__ = tuple(n for n in (
+        "_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max", "_cacheable",
+        "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live", "_free", "_index",
+        "_stamps", "_clock", "_transit", "_space", "_ref", "_acc", "_hit_unit", "_held",
+        "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets", "_closed", "_log",
+        "_slow", "_asleep", "_steps", "before", "__weakref__")
+        if _hit is None or n not in vars(_hit.PoolCore))  # C hit path: PoolCore's fields
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -306,7 +313,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     # -- allocate ------------------------------------------------------------
 
-    def allocate(self, size: int) -> int:
+    def _allocate_py(self, size: int) -> int:
         """A device pointer for ``size`` bytes.
 
         * ``size == 0`` returns 0 without touching the backend (LLVM).
@@ -536,7 +543,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
 
     # -- free ------------------------------------------------------------------
 
-    def free(self, ptr: int, strict=None) -> None:
+    def _free_py(self, ptr: int, strict=None) -> None:
         """Give back a pointer.
 
         * ``0``/``None``: no-op (``allocate(0)`` returns 0).
@@ -597,6 +604,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory):
                 self._log.flush()
             return
         self._free_other(ptr, strict)
+
+    if _hit is None:
+        # no C hit path (memory/hitpath.py): the Python methods are the entry points
+        allocate = _allocate_py
+        free = _free_py
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache

@@ -1,0 +1,459 @@
+/* offload_shim.memory._hit: the hit path of the memory manager, in C.
+ *
+ * MemoryManager (offload_shim/memory/manager.py) derives from PoolCore when this
+ * module is built.  PoolCore holds the fields the hit path reads and writes (named
+ * as the manager's Python code names them: _free, _live, _lockq, ...) and defines
+ * allocate() and free(); every call that is not a plain hit or a plain cached free
+ * goes to the manager's Python code (_allocate_py, _allocate_other, _free_py,
+ * _free_other), which is also the whole path when this module is absent or
+ * OFFLOAD_SHIM_POOL_PURE=1.  The steps are those of MemoryManager._allocate_py's
+ * and _free_py's hit round trips, in the same order; tests/test_pool_hit_c.py runs
+ * both paths side by side.
+ *
+ * Locking: the Python paths take the manager's lock by popping its one token from
+ * _lockq (memory/locking.py).  This code does not take the token: it runs only
+ * when the token is there (nobody holds the lock) and runs to its end holding the
+ * GIL, calling no Python code meanwhile (dict operations on exact int keys,
+ * deque.pop/popleft/append, slot reads of Block records, int arithmetic), so no
+ * other thread can take the lock between its test and its end.  When the token is
+ * missing, the Python path waits for it.  The module keeps the GIL on
+ * free-threaded builds (no Py_mod_gil slot).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *free_;            /* _free: size -> deque of Block (free list) */
+    PyObject *live;             /* _live: ptr -> Block */
+    PyObject *lockq;            /* _lockq: the lock's token deque */
+    PyObject *index;            /* _index: binned size index, or None */
+    /* the accounting word _acc = in_use << 64 | hits, and its peak _peak_acc, kept as
+       two 64-bit halves each (a Python int of three digits costs an allocation per
+       addition); Python reads and writes the words through getters and setters */
+    unsigned long long in_use, hits, peak_hi, peak_lo;
+    unsigned long long held;    /* _held: bytes held from the backend */
+    unsigned long long hit_unit;/* _hit_unit: 1 when hits are counted, else 0 */
+    char peak_open;             /* _peak_open */
+    char newest_first;          /* _newest_first */
+    char slow;                  /* _slow */
+} PoolCore;
+
+/* set by configure() */
+static PyObject *zero;
+static PyTypeObject *deque_type, *block_type;
+static PyCFunction deque_pop, deque_popleft, deque_append;
+static Py_ssize_t off_ptr, off_requested, off_size, off_cache_list;
+static int configured;
+/* interned names */
+static PyObject *s_allocate_py, *s_allocate_other, *s_free_py, *s_free_other;
+
+/* a slot of a Block record (borrowed), or NULL with AttributeError */
+static inline PyObject *
+slot(PyObject *block, Py_ssize_t off, const char *name)
+{
+    PyObject *v = *(PyObject **)((char *)block + off);
+    if (v == NULL)
+        PyErr_Format(PyExc_AttributeError, "Block record without %s", name);
+    return v;
+}
+
+/* the hit path may run: configured, a free lock (its token in the deque), no slow flag */
+static inline int
+may_run(PoolCore *self)
+{
+    return configured && !self->slow && self->lockq != NULL && self->free_ != NULL
+        && self->live != NULL && Py_IS_TYPE(self->lockq, deque_type)
+        && Py_SIZE(self->lockq) > 0;
+}
+
+static PyObject *
+core_allocate(PoolCore *self, PyObject *size)
+{
+    if (!PyLong_CheckExact(size) || !may_run(self))
+        return PyObject_CallMethodOneArg((PyObject *)self, s_allocate_py, size);
+    PyObject *fl = PyDict_GetItemWithError(self->free_, size);     /* borrowed */
+    if (fl == NULL && PyErr_Occurred())
+        return NULL;
+    if (fl == NULL || !Py_IS_TYPE(fl, deque_type) || Py_SIZE(fl) == 0) {
+        if ((self->index != NULL && self->index != Py_None)    /* binned: a larger size */
+            || (fl != NULL && !Py_IS_TYPE(fl, deque_type)))
+            return PyObject_CallMethodOneArg((PyObject *)self, s_allocate_py, size);
+        /* no hit: where _allocate_py goes after its round trip */
+        return PyObject_CallMethodOneArg((PyObject *)self, s_allocate_other, size);
+    }
+    PyObject *block = (self->newest_first ? deque_pop : deque_popleft)(fl, NULL);
+    if (block == NULL)
+        return NULL;
+    if (!Py_IS_TYPE(block, block_type)) {
+        PyErr_Format(PyExc_TypeError, "free list holds a %.100s, not a Block record",
+                     Py_TYPE(block)->tp_name);
+        Py_DECREF(block);
+        return NULL;
+    }
+    if (self->newest_first) {       /* it may have served another request */
+        PyObject **req = (PyObject **)((char *)block + off_requested);
+        Py_XSETREF(*req, Py_NewRef(size));
+    }
+    PyObject *ptr = slot(block, off_ptr, "ptr");
+    PyObject *bsize = ptr ? slot(block, off_size, "size") : NULL;
+    unsigned long long n = bsize ? PyLong_AsUnsignedLongLong(bsize) : 0;
+    if (bsize == NULL || (n == (unsigned long long)-1 && PyErr_Occurred())
+        || PyDict_SetItem(self->live, ptr, block) < 0) {
+        Py_DECREF(block);
+        return NULL;
+    }
+    Py_INCREF(ptr);
+    Py_DECREF(block);               /* _live holds it */
+    self->in_use += n;              /* + block.hit_step = size << 64 | hit_unit */
+    self->hits += self->hit_unit;
+    if (self->peak_open
+        && (self->in_use > self->peak_hi
+            || (self->in_use == self->peak_hi && self->hits > self->peak_lo))) {
+        self->peak_hi = self->in_use;                   /* _peak_acc = _acc | HITS */
+        self->peak_lo = ~0ULL;
+        self->peak_open = self->in_use < self->held;
+    }
+    return ptr;
+}
+
+static PyObject *
+core_free(PoolCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *ptr, *strict = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs < 1 || nargs + nkw > 2)
+        goto slow_args;
+    if (nkw) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "strict") != 0)
+            goto slow_args;
+        strict = args[1];
+    } else if (nargs == 2) {
+        strict = args[1];
+    }
+    ptr = args[0];
+    if (!PyLong_CheckExact(ptr) || !may_run(self))
+        return PyObject_CallMethodObjArgs((PyObject *)self, s_free_py, ptr, strict, NULL);
+    PyObject *block = PyDict_GetItemWithError(self->live, ptr);     /* borrowed */
+    if (block == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto other;
+    }
+    if (!Py_IS_TYPE(block, block_type))
+        return PyObject_CallMethodObjArgs((PyObject *)self, s_free_py, ptr, strict, NULL);
+    PyObject *fl = slot(block, off_cache_list, "cache_list");
+    PyObject *bsize = fl ? slot(block, off_size, "size") : NULL;
+    if (bsize == NULL)
+        return NULL;
+    if (fl == Py_None)              /* not a plain cached free: the other path books it */
+        goto other;
+    if (!Py_IS_TYPE(fl, deque_type))
+        return PyObject_CallMethodObjArgs((PyObject *)self, s_free_py, ptr, strict, NULL);
+    unsigned long long n = PyLong_AsUnsignedLongLong(bsize);
+    if (n == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_INCREF(block);
+    Py_INCREF(fl);
+    if (PyDict_DelItem(self->live, ptr) < 0) {
+        Py_DECREF(fl);
+        Py_DECREF(block);
+        return NULL;
+    }
+    self->in_use -= n;              /* - block.free_step = size << 64 */
+    PyObject *r = deque_append(fl, block);
+    Py_DECREF(fl);
+    Py_DECREF(block);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+other:
+    return PyObject_CallMethodObjArgs((PyObject *)self, s_free_other, ptr, strict, NULL);
+slow_args: {
+        /* anything but (ptr) / (ptr, strict) / (ptr, strict=...): Python says what */
+        PyObject *meth = PyObject_GetAttr((PyObject *)self, s_free_py);
+        if (meth == NULL)
+            return NULL;
+        PyObject *r = PyObject_Vectorcall(meth, args, nargs, kwnames);
+        Py_DECREF(meth);
+        return r;
+    }
+}
+
+/* _acc and _peak_acc: two halves as one Python int */
+static PyObject *
+word_get(unsigned long long hi, unsigned long long lo)
+{
+    PyObject *h = PyLong_FromUnsignedLongLong(hi), *l = PyLong_FromUnsignedLongLong(lo);
+    PyObject *sh = PyLong_FromLong(64), *t = NULL, *r = NULL;
+    if (h && l && sh && (t = PyNumber_Lshift(h, sh)) != NULL)
+        r = PyNumber_Or(t, l);
+    Py_XDECREF(h);
+    Py_XDECREF(l);
+    Py_XDECREF(sh);
+    Py_XDECREF(t);
+    return r;
+}
+
+static int
+word_set(PyObject *v, const char *name, unsigned long long *hi, unsigned long long *lo)
+{
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        return -1;
+    }
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int", name);
+        return -1;
+    }
+    PyObject *sh = PyLong_FromLong(64), *mask = PyLong_FromUnsignedLongLong(~0ULL);
+    PyObject *h = NULL, *l = NULL;
+    int rc = -1;
+    if (sh == NULL || mask == NULL)
+        goto done;
+    int neg = PyObject_RichCompareBool(v, zero, Py_LT);
+    if (neg) {
+        if (neg > 0)
+            PyErr_Format(PyExc_OverflowError, "%s must not be negative", name);
+        goto done;
+    }
+    if ((h = PyNumber_Rshift(v, sh)) == NULL || (l = PyNumber_And(v, mask)) == NULL)
+        goto done;
+    unsigned long long hv = PyLong_AsUnsignedLongLong(h), lv = PyLong_AsUnsignedLongLong(l);
+    if (PyErr_Occurred()) {
+        PyErr_Format(PyExc_OverflowError, "%s must be below 2**128", name);
+        goto done;
+    }
+    *hi = hv;
+    *lo = lv;
+    rc = 0;
+done:
+    Py_XDECREF(sh);
+    Py_XDECREF(mask);
+    Py_XDECREF(h);
+    Py_XDECREF(l);
+    return rc;
+}
+static PyObject *
+acc_get(PoolCore *self, void *c)
+{
+    (void)c;
+    return word_get(self->in_use, self->hits);
+}
+
+static int
+acc_set(PoolCore *self, PyObject *v, void *c)
+{
+    (void)c;
+    return word_set(v, "_acc", &self->in_use, &self->hits);
+}
+
+static PyObject *
+peak_get(PoolCore *self, void *c)
+{
+    (void)c;
+    return word_get(self->peak_hi, self->peak_lo);
+}
+
+static int
+peak_set(PoolCore *self, PyObject *v, void *c)
+{
+    (void)c;
+    return word_set(v, "_peak_acc", &self->peak_hi, &self->peak_lo);
+}
+
+static PyGetSetDef core_getset[] = {
+    {"_acc", (getter)acc_get, (setter)acc_set,
+     "the accounting word: bytes in use << 64 | hits (memory/records.py)", NULL},
+    {"_peak_acc", (getter)peak_get, (setter)peak_set,
+     "the accounting word's peak, low 64 bits all set", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static int
+core_traverse(PoolCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->free_);
+    Py_VISIT(self->live);
+    Py_VISIT(self->lockq);
+    Py_VISIT(self->index);
+    return 0;
+}
+
+static int
+core_clear(PoolCore *self)
+{
+    Py_CLEAR(self->free_);
+    Py_CLEAR(self->live);
+    Py_CLEAR(self->lockq);
+    Py_CLEAR(self->index);
+    return 0;
+}
+
+static void
+core_dealloc(PoolCore *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+#define MEMBER(name, type, field) {name, type, offsetof(PoolCore, field), 0, NULL}
+
+static PyMemberDef core_members[] = {
+    MEMBER("_free", T_OBJECT_EX, free_),
+    MEMBER("_live", T_OBJECT_EX, live),
+    MEMBER("_lockq", T_OBJECT_EX, lockq),
+    MEMBER("_index", T_OBJECT_EX, index),
+    MEMBER("_held", T_ULONGLONG, held),
+    MEMBER("_hit_unit", T_ULONGLONG, hit_unit),
+    MEMBER("_peak_open", T_BOOL, peak_open),
+    MEMBER("_newest_first", T_BOOL, newest_first),
+    MEMBER("_slow", T_BOOL, slow),
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(allocate_doc,
+"allocate(size) -> int\n\n"
+"A device pointer for ``size`` bytes: the hit path in C, everything else\n"
+"MemoryManager._allocate_py (offload_shim/memory/manager.py, which documents\n"
+"the call).");
+
+PyDoc_STRVAR(free_doc,
+"free(ptr, strict=None) -> None\n\n"
+"Give back a pointer: the cached free in C, everything else\n"
+"MemoryManager._free_py (offload_shim/memory/manager.py, which documents the call).");
+
+static PyMethodDef core_methods[] = {
+    {"allocate", (PyCFunction)core_allocate, METH_O, allocate_doc},
+    {"free", (PyCFunction)(void (*)(void))core_free, METH_FASTCALL | METH_KEYWORDS, free_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot core_slots[] = {
+    {Py_tp_doc, "The fields and the hit paths of a memory manager (offload_shim.memory.MemoryManager)."},
+    {Py_tp_dealloc, core_dealloc},
+    {Py_tp_traverse, core_traverse},
+    {Py_tp_clear, core_clear},
+    {Py_tp_members, core_members},
+    {Py_tp_getset, core_getset},
+    {Py_tp_methods, core_methods},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec core_spec = {
+    "offload_shim.memory._hit.PoolCore",
+    sizeof(PoolCore),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    core_slots,
+};
+
+PyDoc_STRVAR(configure_doc,
+"configure(deque, Block)\n\n"
+"collections.deque and the Block record class (offload_shim/memory/records.py;\n"
+"its slots ptr, requested, size, cache_list are read in place); called once by\n"
+"memory/hitpath.py before any allocate.  Until then every call takes the Python path.");
+
+static int
+method_of(PyTypeObject *tp, const char *name, int flags, PyCFunction *out)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMethodDescr_Type)
+        && (((PyMethodDescrObject *)d)->d_method->ml_flags & ~METH_COEXIST) == flags;
+    if (ok)
+        *out = ((PyMethodDescrObject *)d)->d_method->ml_meth;
+    Py_DECREF(d);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a C method of the expected kind",
+                     tp->tp_name, name);
+    return ok ? 0 : -1;
+}
+
+static int
+slot_of(PyTypeObject *tp, const char *name, Py_ssize_t *out)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    if (d == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
+        && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *out = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", tp->tp_name, name);
+    return ok ? 0 : -1;
+}
+
+static PyObject *
+configure(PyObject *mod, PyObject *args)
+{
+    PyObject *dq, *bt;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &dq, &PyType_Type, &bt))
+        return NULL;
+    PyTypeObject *d = (PyTypeObject *)dq, *b = (PyTypeObject *)bt;
+    PyCFunction pop, popleft, append;
+    Py_ssize_t o_ptr, o_req, o_size, o_cl;
+    if (method_of(d, "pop", METH_NOARGS, &pop) < 0
+        || method_of(d, "popleft", METH_NOARGS, &popleft) < 0
+        || method_of(d, "append", METH_O, &append) < 0
+        || slot_of(b, "ptr", &o_ptr) < 0 || slot_of(b, "requested", &o_req) < 0
+        || slot_of(b, "size", &o_size) < 0 || slot_of(b, "cache_list", &o_cl) < 0)
+        return NULL;
+    Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(dq));
+    Py_XSETREF(block_type, (PyTypeObject *)Py_NewRef(bt));
+    deque_pop = pop;
+    deque_popleft = popleft;
+    deque_append = append;
+    off_ptr = o_ptr;
+    off_requested = o_req;
+    off_size = o_size;
+    off_cache_list = o_cl;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS, configure_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_hit",
+    "The memory manager's hit path in C (native/pool_hit.c).", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+#define INTERN(var, text) \
+    do { if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL; } while (0)
+
+PyMODINIT_FUNC
+PyInit__hit(void)
+{
+    INTERN(s_allocate_py, "_allocate_py");
+    INTERN(s_allocate_other, "_allocate_other");
+    INTERN(s_free_py, "_free_py");
+    INTERN(s_free_other, "_free_other");
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    PyObject *tp = PyType_FromSpec(&core_spec);
+    if (tp == NULL || PyModule_AddObject(m, "PoolCore", tp) < 0) {
+        Py_XDECREF(tp);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
