@@ -28,7 +28,7 @@ bench: setup
 ## MUTANTS='offload_shim.core.runtime*' restricts it; results: docs/testing.md
 mutation: setup
 	$(VENV)/bin/python -m pip install -q ".[test,mutation]"
-	$(VENV)/bin/mutmut run $(MUTANTS)
+	OFFLOAD_SHIM_POOL_PURE=1 $(VENV)/bin/mutmut run $(MUTANTS)   # the pool's Python path too
 	$(VENV)/bin/mutmut results
 
 clean:

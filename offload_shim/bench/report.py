@@ -128,6 +128,8 @@ def format_markdown(out) -> str:
              f"{m['os']}; {m['date']}; profile `{meta['profile']}` "
              f"({meta['seconds']} s); timer overhead {meta['timer_overhead_ns']} ns "
              f"subtracted; emulated latency {lat['alloc']} ns alloc / {lat['free']} ns free"
+             + (f"; the pool's hit path in {'C' if meta['pool_hit_path'] == 'c' else 'Python'}"
+                if meta.get("pool_hit_path") else "")
              + (f"; 1-minute load average {meta['loadavg'][0]} before, "
                 f"{meta['loadavg'][1]} after" if meta.get("loadavg") else "") + "."]
     env = meta.get("peer_env") or {}

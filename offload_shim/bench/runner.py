@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..memory.hitpath import hit_path as _hit_path
 from . import stop
 from .backends import host_backends
 from .config import DEFAULT_ALLOC_LATENCY_NS, DEFAULT_FREE_LATENCY_NS, PROFILES, WORKLOADS
@@ -122,7 +123,7 @@ def run(profile: str = "quick", *, alloc_ns: int = DEFAULT_ALLOC_LATENCY_NS,
     skipped.update(failed)          # rows that failed keep the workloads they finished
     _ratios(results, rows)
     out = {"meta": {"machine": machine_info(), "profile": profile, "params": prm,
-                    "timer_overhead_ns": ovh,
+                    "timer_overhead_ns": ovh, "pool_hit_path": _hit_path(),
                     "emulated_latency_ns": {"alloc": alloc_ns, "free": free_ns},
                     "peer_env": {n: r["env"] for n, r in rows.items() if r["env"]},
                     "gil_switch_interval_s": sys.getswitchinterval(),

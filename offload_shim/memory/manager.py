@@ -18,7 +18,7 @@ event log with replay, debug modes; ``docs/memory-manager.md`` compares them):
   backend; in debug ``poison`` the block is filled first.
 * ``trim`` releases cached blocks, ``drain`` every block (teardown).
 
-The manager is pure Python over two callbacks, ``backend_alloc(size) -> ptr`` and
+The manager is Python (its hit path also in C: :mod:`.hitpath`) over two callbacks, ``backend_alloc(size) -> ptr`` and
 ``backend_free(ptr)``; it never imports the plugin layer.  Its parts: this module
 (the tables, the hit and miss paths, the cached frees, the batches),
 :mod:`.oom` (the out-of-memory path and its ladders), :mod:`.release` (the other frees; releasing cached blocks), :mod:`.parking` (frees
