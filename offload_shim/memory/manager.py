@@ -229,9 +229,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
     shutdown.
     """
 
-    # slots: attribute access on the hit path is a slot read/write (with more than 30
-    # instance attributes CPython 3.11 gives up shared-key instance dicts and its
-    # faster attribute specialisations)
+    # slots: a slot read/write on the hit path (CPython 3.11 gives up shared-key
+    # instance dicts above 30 attributes)
     __slots__ = tuple(n for n in (
         "_cfg", "_balloc", "_bfree", "_sizes", "_poison", "_guard", "_pool_max", "_cacheable",
         "_batch", "_parcel", "_newest_first", "_lock", "_lockq", "_live", "_free", "_index",
@@ -333,13 +332,11 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
         :class:`LifecycleError` after :meth:`drain` or when ``guard``
         refuses, and whatever ``backend_alloc`` raises.
         """
-        # The hit path of both policies (allocate_many's batch repeats it for a run of
-        # exact hits): one lock round trip, three dict operations, one addition.  The
-        # lock's token deque is used directly (memory/locking.py), given back in finally
-        # (wake-up when _asleep).  _slow (parked frees, event log): _hit_slow_locked.
-        # No closed check: drain() empties the free lists.  Only the size's type before
-        # the lookup; the rest after the round trip (_allocate_other).  No locals for
-        # the word: a local costs a store, a load and a frame slot (cachegrind).
+        # The hit path of both policies (native/pool_hit.c and allocate_many's batch
+        # repeat it): one lock round trip (the token deque, memory/locking.py), three dict
+        # operations, one addition.  _slow (parked frees, event log): _hit_slow_locked.
+        # No closed check: drain() empties the free lists.  The rest after the round
+        # trip (_allocate_other).
         lockq = self._lockq
         try:
             lockq.pop()
@@ -473,9 +470,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
         bucket = self._sizes.bucket(size) if pooled else _BYPASS
         bad = closed = False
         with self._guard:
-            # the backend; when it has no memory, the OOM ladder (cached blocks released,
-            # the cache searched again, the backend asked again); when that ends without
-            # memory, OutOfDeviceMemoryError
+            # the backend; without memory the OOM ladder (release, search, ask again)
             ptr = self._balloc(size)
             if not ptr:
                 ptr, reused = self._out_of_memory(size, bucket, pooled)
@@ -605,10 +600,8 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
             return
         self._free_other(ptr, strict)
 
-    if _hit is None:
-        # no C hit path (memory/hitpath.py): the Python methods are the entry points
-        allocate = _allocate_py
-        free = _free_py
+    if _hit is None:        # no C hit path (memory/hitpath.py): these are the entry points
+        allocate, free = _allocate_py, _free_py
 
     def free_many(self, ptrs, strict=None) -> None:
         """:meth:`free` of each of ``ptrs``, in order (the order they join the cache
