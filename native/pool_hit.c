@@ -65,6 +65,7 @@ may_run(PoolCore *self)
 {
     return configured && !self->slow && self->lockq != NULL && self->free_ != NULL
         && self->live != NULL && Py_IS_TYPE(self->lockq, deque_type)
+        && PyDict_CheckExact(self->free_) && PyDict_CheckExact(self->live)
         && Py_SIZE(self->lockq) > 0;
 }
 
@@ -221,8 +222,11 @@ word_set(PyObject *v, const char *name, unsigned long long *hi, unsigned long lo
     }
     if ((h = PyNumber_Rshift(v, sh)) == NULL || (l = PyNumber_And(v, mask)) == NULL)
         goto done;
-    unsigned long long hv = PyLong_AsUnsignedLongLong(h), lv = PyLong_AsUnsignedLongLong(l);
+    unsigned long long hv = PyLong_AsUnsignedLongLong(h), lv = 0;
+    if (!PyErr_Occurred())
+        lv = PyLong_AsUnsignedLongLong(l);
     if (PyErr_Occurred()) {
+        PyErr_Clear();
         PyErr_Format(PyExc_OverflowError, "%s must be below 2**128", name);
         goto done;
     }

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from offload_shim.errors import OffloadError
+from offload_shim.errors import LifecycleError, OffloadError
 from offload_shim.memory import MemoryManager
 from offload_shim.memory.hitpath import PURE_ENV, hit_path
 from offload_shim.memory.records import HITS, SHIFT
@@ -236,3 +236,40 @@ def test_the_pool_tests_pass_on_the_python_path():
                             "print(hit_path(), M.allocate is M._allocate_py)"],
                            env=env, capture_output=True, text=True, timeout=120, cwd=here)
     assert probe.stdout.split() == ["python", "True"], probe.stderr
+
+
+def test_more_bytes_than_64_bits_hold_are_refused_before_booking():
+    """A backend that hands out more than 2**64 bytes (overlapping blocks) is refused
+    before any booking, on either path: the C path's 64-bit fields never overflow."""
+    backend = FakeBackend(capacity=1 << 70)
+    mm = MemoryManager(backend.alloc, backend.free, threshold=8192)
+    big = (1 << 63) - 1
+    mm.allocate(big)
+    mm.allocate(big)
+    with pytest.raises(OffloadError, match="more than 64-bit memory holds"):
+        mm.allocate(big)
+    assert mm._held == 2 * big and len(mm._live) == 2 and len(backend.sizes) == 2
+
+
+def test_a_refused_free_keeps_the_order_of_live_blocks():
+    """A free the other path refuses (the guard) leaves ``_live`` in its order on both
+    paths (the Python path used to move the block to the end)."""
+    class Guard:
+        refuse = False
+
+        def __enter__(self):
+            if self.refuse:
+                raise LifecycleError("tearing down")
+
+        def __exit__(self, *exc):
+            pass
+    orders = []
+    for name in ("free", "_free_py"):
+        guard, backend = Guard(), FakeBackend(capacity=1 << 30)
+        mm = MemoryManager(backend.alloc, backend.free, threshold=8192, guard=guard)
+        a, b = mm.allocate(1 << 20), mm.allocate(1 << 20)
+        guard.refuse = True
+        with pytest.raises(LifecycleError):
+            getattr(mm, name)(a)
+        orders.append([p for p, _ in mm.live_allocations()] == [a, b])
+    assert orders == [True, True]

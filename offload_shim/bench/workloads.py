@@ -111,8 +111,10 @@ def wl_hot(backends, prm, ovh, progress, failed):
 
 def stats_overhead(backends, prm, ovh):
     """stats=True vs stats=False hit cost: ``pool:exact`` and
-    ``pool:exact,stats=off`` in alternating short batches; per batch the
-    median pair, then the median over batches of each."""
+    ``pool:exact,stats=off`` in alternating short batches of 200 pairs, each batch
+    timed as a whole (a pair of the C hit path is near the timer's own resolution,
+    so per-pair samples would quantise it); per batch the mean pair, less the
+    timer's overhead spread over the batch, then the median over batches of each."""
     by = {b.name: b for b in backends}
     on, off = by.get("pool:exact"), by.get("pool:exact,stats=off")
     if on is None or off is None:
@@ -123,13 +125,10 @@ def stats_overhead(backends, prm, ovh):
         stop.check()
         for b in ((on, off) if r % 2 == 0 else (off, on)):
             alloc, free = b.alloc, b.free
-            s = []
-            app = s.append
+            t0 = pc()
             for _ in repeat(None, 200):
-                t0 = pc()
                 free(alloc(size))
-                app(pc() - t0 - ovh)
-            med[b.name].append(statistics.median(s))
+            med[b.name].append((pc() - t0 - ovh) / 200)
     m_on, m_off = statistics.median(med[on.name]), statistics.median(med[off.name])
     return {"stats_on_ns": m_on, "stats_off_ns": m_off,
             "overhead": (m_on - m_off) / m_off if m_off > 0 else None}

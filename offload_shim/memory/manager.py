@@ -135,6 +135,17 @@ def _as_pointer(ptr) -> int:
                         f"{type(ptr).__name__}") from None
 
 
+def _corrupt_backend(ptr, size, held, why, label) -> OffloadError:
+    """The error of a block ``backend_alloc`` should not have given: one a manager of the
+    backend holds (``why`` True), or ``size`` bytes beyond ``held`` that pass 2**64."""
+    what = (f"{size} bytes at {ptr:#x} beyond the {held} bytes it gave already: more "
+            f"than 64-bit memory holds" if why == "overflow" else
+            f"{ptr:#x}, which a memory manager of this backend already holds")
+    return OffloadError(f"backend_alloc returned {what} (device {label or '?'}); the backend "
+                        f"is corrupt or the block was freed behind the manager's back",
+                        function="MemoryManager.allocate", device=label or None)
+
+
 def _checked_arguments(backend_alloc, backend_free, threshold, policy, oom, cache_limit,
                        stats, debug, device_label, poison, bins_per_pow2, strict, guard):
     """:class:`MemoryManager`'s arguments checked (TypeError, ValueError): ``(threshold,
@@ -483,22 +494,21 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
             with self._lock:
                 closed = self._closed
                 if not closed:
-                    if self._space.claim(ptr, self._ref):
+                    # more bytes held than 64-bit memory has (the C hit path's fields,
+                    # native/pool_hit.c, hold 64 bits): refused before any booking
+                    if self._held + size >= PTR_LIMIT:
+                        bad = "overflow"
+                    elif self._space.claim(ptr, self._ref):
                         self._record_obtained_locked(ptr, size, pooled, bucket)
                     else:
                         bad = True
-            if closed:
-                # drained while the backend call was in flight: give the block back
+            if closed or bad == "overflow":
+                # drained while the backend call was in flight, or refused: give it back
                 self._bfree(ptr)
         if closed:
             raise self._closed_error("allocate")
         if bad:
-            label = self._cfg.device_label
-            raise OffloadError(
-                f"backend_alloc returned {ptr:#x}, which a memory manager of this backend "
-                f"already holds (device {label or '?'}); the backend is corrupt or the "
-                f"block was freed behind the manager's back",
-                function="MemoryManager.allocate", device=label or None)
+            raise _corrupt_backend(ptr, size, self._held, bad, self._cfg.device_label)
         if self._log is not None:
             self._log.flush()
         return ptr
@@ -581,15 +591,15 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
         try:
             if self._slow:                  # parked frees or an event log
                 block = self._free_slow_locked(ptr)
-            elif (block := self._live.pop(ptr, None)) is not None:
+            elif (block := self._live.get(ptr)) is not None:
                 if block.cache_list is not None:
                     # a pooled block, no cap/poison: cache it (the hot path).  No
                     # closed check: drain() empties _live.
+                    del self._live[ptr]
                     self._acc -= block.free_step
                     block.cache_list.append(block)
                     return
-                self._live[ptr] = block     # the other path books it
-                block = None
+                block = None                # the other path books it (_live's order kept)
         finally:
             lockq.append(True)
             if self._asleep:

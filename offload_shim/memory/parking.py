@@ -255,13 +255,13 @@ class ParkedFrees:
         ``_free_other`` after the round trip)."""
         if self._parcel is not None:
             self._unpark_locked()
-        block = self._live.pop(ptr, None)
+        block = self._live.get(ptr)
         if block is None:
             return None
         fl = block.cache_list
         if fl is None:
-            self._live[ptr] = block     # the other path books it
-            return None
+            return None                 # the other path books it (_live's order kept)
+        del self._live[ptr]
         self._acc -= block.free_step
         fl.append(block)
         if self._log is not None:
