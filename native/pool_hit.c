@@ -14,7 +14,7 @@
  * _lockq (memory/locking.py).  This code does not take the token: it runs only
  * when the token is there (nobody holds the lock) and runs to its end holding the
  * GIL, calling no Python code meanwhile (dict operations on exact int keys,
- * deque.pop/popleft/append, slot reads of Block records, int arithmetic), so no
+ * the deque's own C functions, slot reads of Block records, 128-bit arithmetic), so no
  * other thread can take the lock between its test and its end.  When the token is
  * missing, the Python path waits for it.  The module keeps the GIL on
  * free-threaded builds (no Py_mod_gil slot).
@@ -23,31 +23,40 @@
 #include <Python.h>
 #include <structmember.h>
 
+typedef unsigned __int128 u128;
+
 typedef struct {
     PyObject_HEAD
     PyObject *free_;            /* _free: size -> deque of Block (free list) */
     PyObject *live;             /* _live: ptr -> Block */
     PyObject *lockq;            /* _lockq: the lock's token deque */
     PyObject *index;            /* _index: binned size index, or None */
-    /* the accounting word _acc = in_use << 64 | hits, and its peak _peak_acc, kept as
-       two 64-bit halves each (a Python int of three digits costs an allocation per
-       addition); Python reads and writes the words through getters and setters */
-    unsigned long long in_use, hits, peak_hi, peak_lo;
+    /* the accounting word _acc (bytes in use << 64 | hits) and its peak _peak_acc as
+       128-bit integers (a Python int of three digits costs an allocation per addition);
+       Python reads and writes them through getters and setters as ints */
+    u128 acc, peak;
+    /* the last hit_step and free_step objects met and their values: the blocks of a
+       size share the two objects (MemoryManager._steps), so a hit reads no int of its
+       own block -- under the exact policy a hit takes the least recently freed block,
+       whose memory is the coldest */
+    PyObject *hit_obj, *free_obj;
+    u128 hit_val, free_val;
     unsigned long long held;    /* _held: bytes held from the backend */
-    unsigned long long hit_unit;/* _hit_unit: 1 when hits are counted, else 0 */
     char peak_open;             /* _peak_open */
     char newest_first;          /* _newest_first */
     char slow;                  /* _slow */
 } PoolCore;
 
 /* set by configure() */
-static PyObject *zero;
+static PyObject *zero, *sixty_four, *low_mask;
 static PyTypeObject *deque_type, *block_type;
-static PyCFunction deque_pop, deque_popleft, deque_append;
-static Py_ssize_t off_ptr, off_requested, off_size, off_cache_list;
+static PyCFunction deque_pop, deque_popleft, deque_append, deque_appendleft;
+static Py_ssize_t off_ptr, off_requested, off_hit_step, off_free_step, off_cache_list;
 static int configured;
 /* interned names */
 static PyObject *s_allocate_py, *s_allocate_other, *s_free_py, *s_free_other;
+
+#define LOW64 ((u128)~0ULL)
 
 /* a slot of a Block record (borrowed), or NULL with AttributeError */
 static inline PyObject *
@@ -59,7 +68,56 @@ slot(PyObject *block, Py_ssize_t off, const char *name)
     return v;
 }
 
-/* the hit path may run: configured, a free lock (its token in the deque), no slow flag */
+/* a Python int in [0, 2**128) as a u128; -1 with OverflowError/TypeError */
+static int
+as_u128(PyObject *v, const char *name, u128 *out)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int", name);
+        return -1;
+    }
+    PyObject *h = NULL, *l = NULL;
+    int rc = -1;
+    int neg = PyObject_RichCompareBool(v, zero, Py_LT);
+    if (neg) {
+        if (neg > 0)
+            PyErr_Format(PyExc_OverflowError, "%s must not be negative", name);
+        return -1;
+    }
+    if ((h = PyNumber_Rshift(v, sixty_four)) == NULL || (l = PyNumber_And(v, low_mask)) == NULL)
+        goto done;
+    unsigned long long hv = PyLong_AsUnsignedLongLong(h), lv = 0;
+    if (!PyErr_Occurred())
+        lv = PyLong_AsUnsignedLongLong(l);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_OverflowError, "%s must be below 2**128", name);
+        goto done;
+    }
+    *out = ((u128)hv << 64) | lv;
+    rc = 0;
+done:
+    Py_XDECREF(h);
+    Py_XDECREF(l);
+    return rc;
+}
+
+/* the value of a step object (cached by identity, *obj holding a reference) */
+static inline int
+step_value(PyObject *step, PyObject **obj, u128 *val, const char *name)
+{
+    if (step == *obj)
+        return 0;
+    u128 v;
+    if (as_u128(step, name, &v) < 0)
+        return -1;
+    Py_XSETREF(*obj, Py_NewRef(step));
+    *val = v;
+    return 0;
+}
+
+/* the hit path may run: configured, plain tables, a free lock (its token in the
+   deque), no slow flag */
 static inline int
 may_run(PoolCore *self)
 {
@@ -84,39 +142,45 @@ core_allocate(PoolCore *self, PyObject *size)
         /* no hit: where _allocate_py goes after its round trip */
         return PyObject_CallMethodOneArg((PyObject *)self, s_allocate_other, size);
     }
-    PyObject *block = (self->newest_first ? deque_pop : deque_popleft)(fl, NULL);
+    int newest = self->newest_first;
+    PyObject *block = (newest ? deque_pop : deque_popleft)(fl, NULL);
     if (block == NULL)
         return NULL;
+    PyObject *ptr = NULL, *step = NULL;
     if (!Py_IS_TYPE(block, block_type)) {
         PyErr_Format(PyExc_TypeError, "free list holds a %.100s, not a Block record",
                      Py_TYPE(block)->tp_name);
-        Py_DECREF(block);
-        return NULL;
+        goto undo;
     }
-    if (self->newest_first) {       /* it may have served another request */
+    if ((ptr = slot(block, off_ptr, "ptr")) == NULL
+        || (step = slot(block, off_hit_step, "hit_step")) == NULL
+        || step_value(step, &self->hit_obj, &self->hit_val, "hit_step") < 0
+        || PyDict_SetItem(self->live, ptr, block) < 0)
+        goto undo;
+    if (newest) {                   /* it may have served another request */
         PyObject **req = (PyObject **)((char *)block + off_requested);
         Py_XSETREF(*req, Py_NewRef(size));
     }
-    PyObject *ptr = slot(block, off_ptr, "ptr");
-    PyObject *bsize = ptr ? slot(block, off_size, "size") : NULL;
-    unsigned long long n = bsize ? PyLong_AsUnsignedLongLong(bsize) : 0;
-    if (bsize == NULL || (n == (unsigned long long)-1 && PyErr_Occurred())
-        || PyDict_SetItem(self->live, ptr, block) < 0) {
+    Py_INCREF(ptr);
+    Py_DECREF(block);               /* _live holds it */
+    self->acc += self->hit_val;     /* bytes in use and the hit */
+    if (self->peak_open && self->acc > self->peak) {
+        self->peak = self->acc | LOW64;
+        self->peak_open = (unsigned long long)(self->acc >> 64) < self->held;
+    }
+    return ptr;
+undo: {
+        /* the block back where it was, the error kept */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = (newest ? deque_append : deque_appendleft)(fl, block);
+        Py_XDECREF(r);
+        if (r == NULL)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
         Py_DECREF(block);
         return NULL;
     }
-    Py_INCREF(ptr);
-    Py_DECREF(block);               /* _live holds it */
-    self->in_use += n;              /* + block.hit_step = size << 64 | hit_unit */
-    self->hits += self->hit_unit;
-    if (self->peak_open
-        && (self->in_use > self->peak_hi
-            || (self->in_use == self->peak_hi && self->hits > self->peak_lo))) {
-        self->peak_hi = self->in_use;                   /* _peak_acc = _acc | HITS */
-        self->peak_lo = ~0ULL;
-        self->peak_open = self->in_use < self->held;
-    }
-    return ptr;
 }
 
 static PyObject *
@@ -145,25 +209,30 @@ core_free(PoolCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     if (!Py_IS_TYPE(block, block_type))
         return PyObject_CallMethodObjArgs((PyObject *)self, s_free_py, ptr, strict, NULL);
     PyObject *fl = slot(block, off_cache_list, "cache_list");
-    PyObject *bsize = fl ? slot(block, off_size, "size") : NULL;
-    if (bsize == NULL)
+    if (fl == NULL)
         return NULL;
     if (fl == Py_None)              /* not a plain cached free: the other path books it */
         goto other;
     if (!Py_IS_TYPE(fl, deque_type))
         return PyObject_CallMethodObjArgs((PyObject *)self, s_free_py, ptr, strict, NULL);
-    unsigned long long n = PyLong_AsUnsignedLongLong(bsize);
-    if (n == (unsigned long long)-1 && PyErr_Occurred())
+    PyObject *step = slot(block, off_free_step, "free_step");
+    if (step == NULL || step_value(step, &self->free_obj, &self->free_val, "free_step") < 0)
         return NULL;
     Py_INCREF(block);
     Py_INCREF(fl);
-    if (PyDict_DelItem(self->live, ptr) < 0) {
-        Py_DECREF(fl);
-        Py_DECREF(block);
-        return NULL;
+    PyObject *r = NULL;
+    if (PyDict_DelItem(self->live, ptr) == 0) {
+        r = deque_append(fl, block);
+        if (r == NULL) {            /* still live: back in the table, the error kept */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (PyDict_SetItem(self->live, ptr, block) < 0)
+                PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        } else {
+            self->acc -= self->free_val;    /* the block's bytes no longer in use */
+        }
     }
-    self->in_use -= n;              /* - block.free_step = size << 64 */
-    PyObject *r = deque_append(fl, block);
     Py_DECREF(fl);
     Py_DECREF(block);
     if (r == NULL)
@@ -183,89 +252,56 @@ slow_args: {
     }
 }
 
-/* _acc and _peak_acc: two halves as one Python int */
+/* _acc and _peak_acc as Python ints */
 static PyObject *
-word_get(unsigned long long hi, unsigned long long lo)
+word_get(u128 w)
 {
-    PyObject *h = PyLong_FromUnsignedLongLong(hi), *l = PyLong_FromUnsignedLongLong(lo);
-    PyObject *sh = PyLong_FromLong(64), *t = NULL, *r = NULL;
-    if (h && l && sh && (t = PyNumber_Lshift(h, sh)) != NULL)
+    PyObject *h = PyLong_FromUnsignedLongLong((unsigned long long)(w >> 64));
+    PyObject *l = PyLong_FromUnsignedLongLong((unsigned long long)w), *t = NULL, *r = NULL;
+    if (h && l && (t = PyNumber_Lshift(h, sixty_four)) != NULL)
         r = PyNumber_Or(t, l);
     Py_XDECREF(h);
     Py_XDECREF(l);
-    Py_XDECREF(sh);
     Py_XDECREF(t);
     return r;
 }
 
 static int
-word_set(PyObject *v, const char *name, unsigned long long *hi, unsigned long long *lo)
+word_set(PyObject *v, const char *name, u128 *out)
 {
     if (v == NULL) {
         PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
         return -1;
     }
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int", name);
-        return -1;
-    }
-    PyObject *sh = PyLong_FromLong(64), *mask = PyLong_FromUnsignedLongLong(~0ULL);
-    PyObject *h = NULL, *l = NULL;
-    int rc = -1;
-    if (sh == NULL || mask == NULL)
-        goto done;
-    int neg = PyObject_RichCompareBool(v, zero, Py_LT);
-    if (neg) {
-        if (neg > 0)
-            PyErr_Format(PyExc_OverflowError, "%s must not be negative", name);
-        goto done;
-    }
-    if ((h = PyNumber_Rshift(v, sh)) == NULL || (l = PyNumber_And(v, mask)) == NULL)
-        goto done;
-    unsigned long long hv = PyLong_AsUnsignedLongLong(h), lv = 0;
-    if (!PyErr_Occurred())
-        lv = PyLong_AsUnsignedLongLong(l);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_OverflowError, "%s must be below 2**128", name);
-        goto done;
-    }
-    *hi = hv;
-    *lo = lv;
-    rc = 0;
-done:
-    Py_XDECREF(sh);
-    Py_XDECREF(mask);
-    Py_XDECREF(h);
-    Py_XDECREF(l);
-    return rc;
+    return as_u128(v, name, out);
 }
+
 static PyObject *
 acc_get(PoolCore *self, void *c)
 {
     (void)c;
-    return word_get(self->in_use, self->hits);
+    return word_get(self->acc);
 }
 
 static int
 acc_set(PoolCore *self, PyObject *v, void *c)
 {
     (void)c;
-    return word_set(v, "_acc", &self->in_use, &self->hits);
+    return word_set(v, "_acc", &self->acc);
 }
 
 static PyObject *
 peak_get(PoolCore *self, void *c)
 {
     (void)c;
-    return word_get(self->peak_hi, self->peak_lo);
+    return word_get(self->peak);
 }
 
 static int
 peak_set(PoolCore *self, PyObject *v, void *c)
 {
     (void)c;
-    return word_set(v, "_peak_acc", &self->peak_hi, &self->peak_lo);
+    return word_set(v, "_peak_acc", &self->peak);
 }
 
 static PyGetSetDef core_getset[] = {
@@ -284,6 +320,8 @@ core_traverse(PoolCore *self, visitproc visit, void *arg)
     Py_VISIT(self->live);
     Py_VISIT(self->lockq);
     Py_VISIT(self->index);
+    Py_VISIT(self->hit_obj);
+    Py_VISIT(self->free_obj);
     return 0;
 }
 
@@ -294,6 +332,8 @@ core_clear(PoolCore *self)
     Py_CLEAR(self->live);
     Py_CLEAR(self->lockq);
     Py_CLEAR(self->index);
+    Py_CLEAR(self->hit_obj);
+    Py_CLEAR(self->free_obj);
     return 0;
 }
 
@@ -315,7 +355,6 @@ static PyMemberDef core_members[] = {
     MEMBER("_lockq", T_OBJECT_EX, lockq),
     MEMBER("_index", T_OBJECT_EX, index),
     MEMBER("_held", T_ULONGLONG, held),
-    MEMBER("_hit_unit", T_ULONGLONG, hit_unit),
     MEMBER("_peak_open", T_BOOL, peak_open),
     MEMBER("_newest_first", T_BOOL, newest_first),
     MEMBER("_slow", T_BOOL, slow),
@@ -362,7 +401,7 @@ static PyType_Spec core_spec = {
 PyDoc_STRVAR(configure_doc,
 "configure(deque, Block)\n\n"
 "collections.deque and the Block record class (offload_shim/memory/records.py;\n"
-"its slots ptr, requested, size, cache_list are read in place); called once by\n"
+"its slots ptr, requested, hit_step, free_step, cache_list are read in place); called once by\n"
 "memory/hitpath.py before any allocate.  Until then every call takes the Python path.");
 
 static int
@@ -406,22 +445,26 @@ configure(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &dq, &PyType_Type, &bt))
         return NULL;
     PyTypeObject *d = (PyTypeObject *)dq, *b = (PyTypeObject *)bt;
-    PyCFunction pop, popleft, append;
-    Py_ssize_t o_ptr, o_req, o_size, o_cl;
+    PyCFunction pop, popleft, append, appendleft;
+    Py_ssize_t o_ptr, o_req, o_hit, o_free, o_cl;
     if (method_of(d, "pop", METH_NOARGS, &pop) < 0
         || method_of(d, "popleft", METH_NOARGS, &popleft) < 0
         || method_of(d, "append", METH_O, &append) < 0
+        || method_of(d, "appendleft", METH_O, &appendleft) < 0
         || slot_of(b, "ptr", &o_ptr) < 0 || slot_of(b, "requested", &o_req) < 0
-        || slot_of(b, "size", &o_size) < 0 || slot_of(b, "cache_list", &o_cl) < 0)
+        || slot_of(b, "hit_step", &o_hit) < 0 || slot_of(b, "free_step", &o_free) < 0
+        || slot_of(b, "cache_list", &o_cl) < 0)
         return NULL;
     Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(dq));
     Py_XSETREF(block_type, (PyTypeObject *)Py_NewRef(bt));
     deque_pop = pop;
     deque_popleft = popleft;
     deque_append = append;
+    deque_appendleft = appendleft;
     off_ptr = o_ptr;
     off_requested = o_req;
-    off_size = o_size;
+    off_hit_step = o_hit;
+    off_free_step = o_free;
     off_cache_list = o_cl;
     configured = 1;
     Py_RETURN_NONE;
@@ -448,7 +491,9 @@ PyInit__hit(void)
     INTERN(s_allocate_other, "_allocate_other");
     INTERN(s_free_py, "_free_py");
     INTERN(s_free_other, "_free_other");
-    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+    if ((zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
+        || (sixty_four == NULL && (sixty_four = PyLong_FromLong(64)) == NULL)
+        || (low_mask == NULL && (low_mask = PyLong_FromUnsignedLongLong(~0ULL)) == NULL))
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)

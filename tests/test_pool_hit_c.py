@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from offload_shim.errors import LifecycleError, OffloadError
 from offload_shim.memory import MemoryManager
-from offload_shim.memory.hitpath import PURE_ENV, hit_path
+from offload_shim.memory.hitpath import CORE_FIELDS, PURE_ENV, hit_path
 from offload_shim.memory.records import HITS, SHIFT
 
 BUILT = importlib.util.find_spec("offload_shim.memory._hit") is not None
@@ -113,6 +113,11 @@ def test_the_c_path_is_on_where_built():
     assert hit_path() == "c"
     assert type(MemoryManager.allocate).__name__ == "method_descriptor"
     assert "allocate" not in vars(MemoryManager) and "free" not in vars(MemoryManager)
+    core = MemoryManager.__mro__[-2]
+    assert core.__name__ == "PoolCore"
+    assert set(CORE_FIELDS) == {n for n in vars(core) if n.startswith("_") and
+                                not n.startswith("__")}
+    assert not set(CORE_FIELDS) & set(MemoryManager.__slots__)   # no slot shadows a field
 
 
 @needs_c

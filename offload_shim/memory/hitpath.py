@@ -32,7 +32,7 @@ PURE_ENV = "OFFLOAD_SHIM_POOL_PURE"
 
 #: the manager's fields that live in ``PoolCore`` when the C hit path is on
 CORE_FIELDS = ("_free", "_live", "_lockq", "_index", "_acc", "_peak_acc", "_peak_open",
-               "_held", "_hit_unit", "_newest_first", "_slow")
+               "_held", "_newest_first", "_slow")
 
 _core = False       # not looked up yet
 
