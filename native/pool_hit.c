@@ -266,49 +266,36 @@ word_get(u128 w)
     return r;
 }
 
-static int
-word_set(PyObject *v, const char *name, u128 *out)
+/* _acc and _peak_acc: which field, by which name */
+struct word_field {
+    Py_ssize_t off;
+    const char *name;
+};
+static struct word_field acc_field = {offsetof(PoolCore, acc), "_acc"},
+    peak_field = {offsetof(PoolCore, peak), "_peak_acc"};
+
+static PyObject *
+word_getter(PoolCore *self, void *c)
 {
+    return word_get(*(u128 *)((char *)self + ((struct word_field *)c)->off));
+}
+
+static int
+word_setter(PoolCore *self, PyObject *v, void *c)
+{
+    const struct word_field *f = c;
     if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete %s", name);
+        PyErr_Format(PyExc_AttributeError, "cannot delete %s", f->name);
         return -1;
     }
-    return as_u128(v, name, out);
-}
-
-static PyObject *
-acc_get(PoolCore *self, void *c)
-{
-    (void)c;
-    return word_get(self->acc);
-}
-
-static int
-acc_set(PoolCore *self, PyObject *v, void *c)
-{
-    (void)c;
-    return word_set(v, "_acc", &self->acc);
-}
-
-static PyObject *
-peak_get(PoolCore *self, void *c)
-{
-    (void)c;
-    return word_get(self->peak);
-}
-
-static int
-peak_set(PoolCore *self, PyObject *v, void *c)
-{
-    (void)c;
-    return word_set(v, "_peak_acc", &self->peak);
+    return as_u128(v, f->name, (u128 *)((char *)self + f->off));
 }
 
 static PyGetSetDef core_getset[] = {
-    {"_acc", (getter)acc_get, (setter)acc_set,
-     "the accounting word: bytes in use << 64 | hits (memory/records.py)", NULL},
-    {"_peak_acc", (getter)peak_get, (setter)peak_set,
-     "the accounting word's peak, low 64 bits all set", NULL},
+    {"_acc", (getter)word_getter, (setter)word_setter,
+     "the accounting word: bytes in use << 64 | hits (memory/records.py)", &acc_field},
+    {"_peak_acc", (getter)word_getter, (setter)word_setter,
+     "the accounting word's peak, low 64 bits all set", &peak_field},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

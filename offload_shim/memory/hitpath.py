@@ -7,8 +7,8 @@ path uses (:data:`CORE_FIELDS`) are C fields of the instance, and ``allocate`` a
 ``free`` are C methods that serve a cache hit and a cached free of a pooled block and
 hand every other call to ``MemoryManager._allocate_py`` / ``_free_py`` (or, for a plain
 miss or a free that is not a cached one, ``_allocate_other`` / ``_free_other``, where
-the Python path would go after its round trip).  A pair costs about a third of the
-Python one (``benchmarks/pool_hit_ir.py``; docs/benchmarks.md "Issue 29's pool
+the Python path would go after its round trip).  A pair costs about a quarter of the
+Python one's instructions (``benchmarks/pool_hit_ir.py``; docs/benchmarks.md "Issue 29's pool
 targets").  The C code runs only while the manager's lock is free and runs to its end
 holding the GIL without calling Python code, so it needs no token of its own
 (``native/pool_hit.c`` explains why).

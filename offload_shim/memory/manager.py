@@ -18,8 +18,9 @@ event log with replay, debug modes; ``docs/memory-manager.md`` compares them):
   backend; in debug ``poison`` the block is filled first.
 * ``trim`` releases cached blocks, ``drain`` every block (teardown).
 
-The manager is Python (its hit path also in C: :mod:`.hitpath`) over two callbacks, ``backend_alloc(size) -> ptr`` and
-``backend_free(ptr)``; it never imports the plugin layer.  Its parts: this module
+The manager is Python (its hit path also in C: :mod:`.hitpath`) over two callbacks,
+``backend_alloc(size) -> ptr`` and ``backend_free(ptr)``; it never imports the plugin
+layer.  Its parts: this module
 (the tables, the hit and miss paths, the cached frees, the batches),
 :mod:`.oom` (the out-of-memory path and its ladders), :mod:`.release` (the other frees; releasing cached blocks), :mod:`.parking` (frees
 put off), :mod:`.queries` (what it answers; its errors), :mod:`.records` (the
@@ -98,7 +99,7 @@ from ..errors import OffloadError
 from .config import (DEBUG_ENV, DEFAULT_THRESHOLD, MAX_SIZE, PTR_LIMIT, THRESHOLD_ENV,
                      PoolConfig, check_bins, check_choice, check_flag, nonneg_int,
                      read_threshold_env, resolve_debug)
-from .hitpath import hit_core
+from .hitpath import CORE_FIELDS, hit_core
 from .locking import TOKEN, TokenLock
 from .oom import LADDERS, OutOfMemory
 from .ownership import address_space
@@ -137,7 +138,8 @@ def _as_pointer(ptr) -> int:
 
 def _corrupt_backend(ptr, size, held, why, label) -> OffloadError:
     """The error of a block ``backend_alloc`` should not have given: one a manager of the
-    backend holds (``why`` True), or ``size`` bytes beyond ``held`` that pass 2**64."""
+    backend holds (``why`` ``"held"``), or ``size`` bytes beyond ``held`` that pass 2**64
+    (``"overflow"``)."""
     what = (f"{size} bytes at {ptr:#x} beyond the {held} bytes it gave already: more "
             f"than 64-bit memory holds" if why == "overflow" else
             f"{ptr:#x}, which a memory manager of this backend already holds")
@@ -248,7 +250,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
         "_stamps", "_clock", "_transit", "_space", "_ref", "_acc", "_hit_unit", "_held",
         "_peak_acc", "_peak_open", "_peak_held", "_foreign", "_buckets", "_closed", "_log",
         "_slow", "_asleep", "_steps", "before", "__weakref__")
-        if _hit is None or n not in vars(_hit.PoolCore))  # C hit path: PoolCore's fields
+        if _hit is None or n not in CORE_FIELDS)   # C hit path: PoolCore's fields
 
     def __init__(self, backend_alloc, backend_free, *, threshold=None, policy="exact",
                  oom="free-all", cache_limit=None, stats=True, event_log=None,
@@ -479,7 +481,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
         if self._closed:                    # re-checked under the lock below
             raise self._closed_error("allocate")
         bucket = self._sizes.bucket(size) if pooled else _BYPASS
-        bad = closed = False
+        bad, closed = None, False
         with self._guard:
             # the backend; without memory the OOM ladder (release, search, ask again)
             ptr = self._balloc(size)
@@ -501,7 +503,7 @@ class MemoryManager(PoolQueries, BlockRelease, ParkedFrees, OutOfMemory,
                     elif self._space.claim(ptr, self._ref):
                         self._record_obtained_locked(ptr, size, pooled, bucket)
                     else:
-                        bad = True
+                        bad = "held"
             if closed or bad == "overflow":
                 # drained while the backend call was in flight, or refused: give it back
                 self._bfree(ptr)
