@@ -90,6 +90,17 @@ void osh_ip_pair_forget(int64_t dev);
 /* whether rows of a repeated `enter data` are out of Python's table on device dev */
 int osh_ip_pair_out(int64_t dev);
 int32_t osh_ip_pair_drop(int64_t dev, uint64_t *tokens, int32_t max, int32_t *left);
+/* Rotations (interposer_rotation.c): a device pool's cached blocks of one size that
+ * kernel repeats take and put back, least recently freed first; OSH_ROT_MAX at once, of
+ * at most OSH_ROT_CAP blocks.  All under rp_lock.  osh_ip_rot_take: 1 and *ptr when
+ * rotation q (of generation gen) is open and holds a block; osh_ip_rot_untake gives a
+ * block taken back at the head, osh_ip_rot_put at the end (it was freed now);
+ * osh_ip_rot_forget closes every rotation (a reset). */
+enum { OSH_ROT_MAX = 32, OSH_ROT_CAP = 256 };
+int osh_ip_rot_take(int32_t q, uint32_t gen, uint64_t *ptr);
+void osh_ip_rot_untake(int32_t q, uint64_t ptr);
+void osh_ip_rot_put(int32_t q, uint64_t ptr);
+void osh_ip_rot_forget(void);
 
 #define OSH_IP_CB(call)                                                                    \
   ({ int st_ = osh_ip_gil_take(); int r_ = (call); osh_ip_gil_drop(st_); r_; })

@@ -96,14 +96,18 @@ struct rk_entry {
   unsigned char ka[RK_KA_BYTES];
   int32_t nrows;
   struct rk_row rows[OSH_REPEAT_MAXN];
-  /* rows of its own (maps that found no row): device memory Python leased to this
-   * construct (token: Python's name for the lease), their host ranges, the copies to
-   * the device before the launch (argument order) and back after it (reverse order) */
-  uint64_t token;
-  int busy;                     /* a repeat of another thread uses its memory now */
+  /* rows of its own (maps that found no row): their host ranges, the rotation each
+   * one's block comes from (interposer_rotation.c: slot and generation), the copies to
+   * the device before the launch (argument order) and back after it (reverse order),
+   * whose device address -- and that of the arguments with an arg_row -- is the offset
+   * kept here plus the block the repeat took for row to_row / back_row / arg_row */
+  int busy;                     /* a repeat of another thread runs it now */
   int32_t nfresh, nto, nback;
   uint64_t lo[OSH_REPEAT_MAXN], hi[OSH_REPEAT_MAXN];
+  int32_t rq[OSH_REPEAT_MAXN];
+  uint32_t rgen[OSH_REPEAT_MAXN];
   struct rp_op to[OSH_REPEAT_MAXN], back[OSH_REPEAT_MAXN];
+  int8_t to_row[OSH_REPEAT_MAXN], back_row[OSH_REPEAT_MAXN], arg_row[OSH_REPEAT_MAXARGS];
 };
 
 static struct rk_entry rk_tab[OSH_REPEAT_SLOTS];
@@ -273,6 +277,7 @@ OSH_EXPORT void osh_interposer_repeat_reset(int on)
   for (int i = 0; i < OSH_REPEAT_SLOTS; i++)
     rp_tab[i].used = rk_tab[i].used = 0;
   osh_ip_pair_forget(-1);
+  osh_ip_rot_forget();
   pthread_mutex_unlock(&rp_lock);
   /* this thread's own repeat (a kernel that exits, or tears a device down) ends only
    * after the reset; with OSH_REPEAT_NO_WAIT (the runtime is abandoned: nothing is
@@ -375,8 +380,10 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
   uint64_t ka[RK_KA_BYTES / 8];
   struct rk_row rows[OSH_REPEAT_MAXN];
   struct rk_entry *mine = NULL;         /* the entry whose memory this repeat uses */
-  int32_t nto = 0, nback = 0;
+  int32_t nto = 0, nback = 0, nfresh = 0;
   struct rp_op to[OSH_REPEAT_MAXN], back[OSH_REPEAT_MAXN];
+  int32_t rq[OSH_REPEAT_MAXN];
+  uint64_t blk[OSH_REPEAT_MAXN];
   if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST)) {
     uint64_t tp = (uint64_t)(uintptr_t)types, hptr = (uint64_t)(uintptr_t)host_ptr;
     unsigned s = rk_hash(dev, n, hptr, tp, (const uint64_t *)args);
@@ -395,6 +402,18 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
         if (e->nfresh && (e->busy || rk_nbusy == RK_BUSY_MAX || rk_overlaps(e)))
           break;                        /* Python does it (and waits, where it overlaps) */
         if (e->nfresh) {
+          /* the least recently freed block of each row's size, in argument order (an
+           * empty or closed rotation: Python allocates, as the pool would) */
+          int32_t j = 0;
+          while (j < e->nfresh && osh_ip_rot_take(e->rq[j], e->rgen[j], &blk[j]))
+            j++;
+          if (j < e->nfresh) {
+            while (j-- > 0)
+              osh_ip_rot_untake(e->rq[j], blk[j]);
+            break;
+          }
+          nfresh = e->nfresh;
+          memcpy(rq, e->rq, (size_t)nfresh * sizeof rq[0]);
           e->busy = 1;
           mine = e;
           rk_busy[rk_nbusy++] = e;
@@ -403,13 +422,20 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
           nback = e->nback;
           memcpy(to, e->to, (size_t)nto * sizeof to[0]);
           memcpy(back, e->back, (size_t)nback * sizeof back[0]);
+          for (int32_t i = 0; i < nto; i++)
+            to[i].a += blk[e->to_row[i]];
+          for (int32_t i = 0; i < nback; i++)
+            back[i].b += blk[e->back_row[i]];
         }
         fn = e->fn;
         id = e->id;
         entry = e->entry;
         nargs = e->nargs;
         for (int32_t i = 0; i < nargs; i++) {
-          argv[i] = (void *)(uintptr_t)e->args[i];
+          uint64_t a = e->args[i];
+          if (nfresh && e->arg_row[i] >= 0)
+            a += blk[e->arg_row[i]];
+          argv[i] = (void *)(uintptr_t)a;
           offs[i] = e->offs[i];
         }
         memcpy(ka, e->ka, RK_KA_BYTES);
@@ -448,6 +474,9 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
   int32_t nends = 0;
   if (mine) {
     pthread_mutex_lock(&rp_lock);
+    /* the blocks are freed in reverse argument order (targetDataEnd) */
+    for (int32_t j = nfresh - 1; j >= 0; j--)
+      osh_ip_rot_put(rq[j], blk[j]);
     mine->busy = 0;
     for (int i = 0; i < rk_nbusy; i++)
       if (rk_busy[i] == mine) {
@@ -523,9 +552,13 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
  * the stamp and epoch read before its look-ups; its launch (the plugin's launch
  * function, device id, kernel entry, nargs arguments and offsets, a KernelArgsTy of
  * RK_KA_BYTES whose two argument pointers are filled per launch) and the rows it holds
- * (5 words each: slot, generation, host begin, size, FROM).  Returns 1 when kept, 0
- * when refused (repeats off, the stamp moved on meanwhile, a slot not live, out of
- * range). */
+ * (5 words each: slot, generation, host begin, size, FROM); its nfresh rows of its own
+ * (4 words each: host begin, size, rotation slot and generation:
+ * osh_interposer_rotation_open), which of them each argument points into (arg_row, -1:
+ * none; args holds the offset into the block then) and its copies to the device and
+ * back (4 words each: row, offset into its block, host address, size).  Returns 1 when
+ * kept, 0 when refused (repeats off, the stamp moved on meanwhile, a slot not live, out
+ * of range). */
 OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
                                                 uint32_t version, int32_t n,
                                                 const uint64_t *words, uint64_t types_p,
@@ -534,21 +567,30 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
                                                 const uint64_t *args, const int64_t *offs,
                                                 const unsigned char *ka, int32_t nrows,
                                                 const uint64_t *rows, uint64_t sub_fn,
-                                                uint64_t ret_fn, uint64_t token,
-                                                int32_t nfresh, const uint64_t *ranges,
+                                                uint64_t ret_fn, int32_t nfresh,
+                                                const uint64_t *fresh, const int32_t *arg_row,
                                                 int32_t nto, const uint64_t *to_ops,
-                                                int32_t nback, const uint64_t *back_ops,
-                                                uint64_t *evicted)
+                                                int32_t nback, const uint64_t *back_ops)
 {
-  *evicted = 0;
   if (n < 0 || n > OSH_REPEAT_MAXN || nrows < 0 || nrows > OSH_REPEAT_MAXN || dev < 0 ||
       dev >= OSH_REPEAT_DEVS || !fn || nargs < 0 || nargs > OSH_REPEAT_MAXARGS || !ka ||
       nfresh < 0 || nfresh > OSH_REPEAT_MAXN || nto < 0 || nto > nfresh || nback < 0 ||
-      nback > nfresh || ((nto || nback) && (!sub_fn || !ret_fn)) || (nfresh && !token))
+      nback > nfresh || ((nto || nback) && (!sub_fn || !ret_fn)) || (nfresh && !arg_row))
     return 0;
   for (int32_t i = 0; i < nrows; i++)
     if (rows[5 * i] >= OSH_REPEAT_ROWS)
       return 0;
+  for (int32_t i = 0; i < nfresh; i++)
+    if (fresh[4 * i + 2] >= OSH_ROT_MAX)
+      return 0;
+  for (int32_t i = 0; i < nargs && nfresh; i++)
+    if (arg_row[i] < -1 || arg_row[i] >= nfresh)
+      return 0;
+  for (int32_t i = 0; i < nto + nback; i++) {
+    const uint64_t *op = i < nto ? &to_ops[4 * i] : &back_ops[4 * (i - nto)];
+    if (op[0] >= (uint64_t)nfresh)
+      return 0;
+  }
   unsigned s = rk_hash(dev, n, host_ptr, types_p, words + n);
   int kept = 0;
   pthread_mutex_lock(&rp_lock);
@@ -582,8 +624,6 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
     }
     if (!e)
       goto refused;
-    if (e->used && e->nfresh)
-      *evicted = e->token;              /* Python gives its memory back */
     e->used = 1;
     e->n = n;
     e->version = version;
@@ -607,28 +647,33 @@ OSH_EXPORT int osh_interposer_repeat_put_kernel(int64_t dev, uint64_t host_ptr,
       e->rows[i].size = (int64_t)rows[5 * i + 3];
       e->rows[i].from = (int32_t)rows[5 * i + 4];
     }
-    e->token = nfresh ? token : 0;
     e->busy = 0;
     e->nfresh = nfresh;
     for (int32_t i = 0; i < nfresh; i++) {
-      e->lo[i] = ranges[2 * i];
-      e->hi[i] = ranges[2 * i] + (ranges[2 * i + 1] ? ranges[2 * i + 1] : 1);
+      e->lo[i] = fresh[4 * i];
+      e->hi[i] = fresh[4 * i] + (fresh[4 * i + 1] ? fresh[4 * i + 1] : 1);
+      e->rq[i] = (int32_t)fresh[4 * i + 2];
+      e->rgen[i] = (uint32_t)fresh[4 * i + 3];
     }
+    for (int32_t i = 0; i < nargs; i++)
+      e->arg_row[i] = (int8_t)(nfresh ? arg_row[i] : -1);
     e->nto = nto;
-    for (int32_t i = 0; i < nto; i++) {
+    for (int32_t i = 0; i < nto; i++) {        /* submit(id, tgt, hst, size) */
+      e->to_row[i] = (int8_t)to_ops[4 * i];
       e->to[i].fn = (rp_copy_fn)(uintptr_t)sub_fn;
       e->to[i].id = id;
-      e->to[i].a = to_ops[3 * i];
-      e->to[i].b = to_ops[3 * i + 1];
-      e->to[i].size = (int64_t)to_ops[3 * i + 2];
+      e->to[i].a = to_ops[4 * i + 1];
+      e->to[i].b = to_ops[4 * i + 2];
+      e->to[i].size = (int64_t)to_ops[4 * i + 3];
     }
     e->nback = nback;
-    for (int32_t i = 0; i < nback; i++) {
+    for (int32_t i = 0; i < nback; i++) {      /* retrieve(id, hst, tgt, size) */
+      e->back_row[i] = (int8_t)back_ops[4 * i];
       e->back[i].fn = (rp_copy_fn)(uintptr_t)ret_fn;
       e->back[i].id = id;
-      e->back[i].a = back_ops[3 * i];
-      e->back[i].b = back_ops[3 * i + 1];
-      e->back[i].size = (int64_t)back_ops[3 * i + 2];
+      e->back[i].a = back_ops[4 * i + 2];
+      e->back[i].b = back_ops[4 * i + 1];
+      e->back[i].size = (int64_t)back_ops[4 * i + 3];
     }
     kept = 1;
   }
@@ -771,28 +816,18 @@ OSH_EXPORT int64_t osh_interposer_repeat_kernels(void)
   return __atomic_load_n(&rk_kernels, __ATOMIC_SEQ_CST);
 }
 
-/* Forget the kept kernel constructs of device dev with rows of their own that no repeat
- * uses now, and write their lease tokens to tokens (at most max): Python's pool is about
- * to be used for something else, and under libomptarget their blocks went back to it at
- * the end of their last repeat (Python gives the leases back before that use:
- * offload_shim/interposer/llvm/repeat.py Repeats._evict).  Returns how many; *busy gets
- * how many such constructs stay because a repeat uses them. */
+/* Forget the kept `enter data` / `exit data` pairs of device dev whose rows are not out
+ * and write their lease tokens to tokens (at most max): Python's pool is about to be
+ * used for something else, and under libomptarget their blocks went back to it at the
+ * end of their last repeat (Python gives the leases back before that use:
+ * offload_shim/interposer/llvm/repeat.py Repeats._evictor; the kernel constructs' blocks
+ * come back with osh_interposer_rotation_drain).  Returns how many; *busy gets how many
+ * pairs stay (rows out, no room). */
 OSH_EXPORT int32_t osh_interposer_repeat_drop_held(int64_t dev, uint64_t *tokens, int32_t max,
                                                    int32_t *busy)
 {
   int32_t got = 0, left = 0;
   pthread_mutex_lock(&rp_lock);
-  for (int i = 0; i < OSH_REPEAT_SLOTS; i++) {
-    struct rk_entry *e = &rk_tab[i];
-    if (!e->used || !e->nfresh || e->dev != dev)
-      continue;
-    if (e->busy || got >= max) {
-      left++;
-      continue;
-    }
-    tokens[got++] = e->token;
-    e->used = 0;
-  }
   got += osh_ip_pair_drop(dev, tokens + got, max - got, &left);
   pthread_mutex_unlock(&rp_lock);
   *busy = left;

@@ -106,8 +106,8 @@ def test_device_alloc_free_run_the_pools_before_hook(bundled_path, call):
         other = dev.alloc(64)
         runs = []
 
-        def hook():
-            runs.append(call)
+        def hook(op, args):
+            runs.append(op)
             if len(runs) == 1:
                 dev.pool.free(held)             # gives the kept block back
                 pool.set_before(hook)           # and stays (a repeat still busy)

@@ -195,8 +195,9 @@ def test_set_before_runs_its_hook_once_before_the_next_use(call):
     parcel = mm.park([other]) if call == "reclaim" else None
     calls = []
 
-    def hook():
-        calls.append(call)
+    def hook(op, args):
+        calls.append(op)                # the call about to run, with its arguments
+        assert op == call and isinstance(args, tuple)
         mm.free(held)                   # the pool from inside the hook
     mm.set_before(hook)
     assert isinstance(mm, cls) and type(mm) is not cls

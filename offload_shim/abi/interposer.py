@@ -158,8 +158,19 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_put_kernel.argtypes = [
         c_int64, c_uint64, ctypes.c_uint32, c_int32, c_void_p, c_uint64, c_uint64, c_uint64,
         c_uint64, c_int32, c_uint64, c_int32, c_void_p, c_void_p, c_void_p, c_int32,
-        c_void_p, c_uint64, c_uint64, c_uint64, c_int32, c_void_p, c_int32, c_void_p,
-        c_int32, c_void_p, POINTER(c_uint64)]
+        c_void_p, c_uint64, c_uint64, c_int32, c_void_p, c_void_p, c_int32, c_void_p,
+        c_int32, c_void_p]
+    lib.osh_interposer_rotation_open.restype = c_int32
+    lib.osh_interposer_rotation_open.argtypes = [c_int64, c_uint64, c_int32, c_void_p,
+                                                 POINTER(ctypes.c_uint32)]
+    lib.osh_interposer_rotation_drain.restype = c_int32
+    lib.osh_interposer_rotation_drain.argtypes = [c_int64, c_void_p, c_int32, POINTER(c_int32)]
+    lib.osh_interposer_rotation_is_open.restype = c_int
+    lib.osh_interposer_rotation_is_open.argtypes = [c_int64, c_uint64]
+    lib.osh_interposer_rotation_lend.restype = c_int
+    lib.osh_interposer_rotation_lend.argtypes = [c_int64, c_uint64, POINTER(c_uint64)]
+    lib.osh_interposer_rotation_blocks.restype = c_int64
+    lib.osh_interposer_rotation_blocks.argtypes = [c_int64]
     lib.osh_interposer_repeat_wait.restype = c_int
     lib.osh_interposer_repeat_wait.argtypes = [c_int64, c_uint64, c_int64, c_int64]
     lib.osh_interposer_repeat_drop_held.restype = c_int32

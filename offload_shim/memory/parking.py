@@ -49,14 +49,14 @@ class ParkedFrees:
     __slots__ = ()
 
     def set_before(self, hook) -> None:
-        """Call ``hook()`` (once, then forget it) before the next :meth:`allocate`,
-        :meth:`allocate_many`, :meth:`free`, :meth:`free_many`, :meth:`park` or
-        :meth:`reclaim`, outside the pool's lock (the hook may use the pool).  The
-        instance's class is a subclass whose methods call it until then, so a pool
-        without a hook pays nothing on its hit path; ``Device.alloc`` / ``free``,
-        which inline the hit paths, find the round trip slow (``_slow``) and test
-        :attr:`before` there.  The hook, the flag and the class change together under
-        the pool's lock (against :meth:`_run_before` of another thread)."""
+        """Call ``hook(op, args)`` (once, then forget it) before the next
+        :meth:`allocate`, :meth:`allocate_many`, :meth:`free`, :meth:`free_many`,
+        :meth:`park` or :meth:`reclaim` (``op``: that name, ``args``: its positional
+        arguments), outside the pool's lock (the hook may use the pool, and set
+        itself again).  The instance's class is a subclass whose methods call it
+        until then, so a pool without a hook pays nothing on its hit path.  The hook,
+        the flag and the class change together under the pool's lock (against
+        :meth:`_run_before` of another thread)."""
         hooked = _hooked_class(type(self)._plain if getattr(type(self), "_hooked", False)
                                else type(self))
         with self._lock:
@@ -90,8 +90,53 @@ class ParkedFrees:
                 seen.add(id(block.free_list))
             return True
 
-    def _run_before(self) -> None:
-        """Take the hook (:meth:`set_before`) and run it, outside the pool's lock."""
+    def take_cached(self, ptrs, sizes, most: int):
+        """Take the whole free list of each of ``ptrs`` (live blocks of this manager,
+        ``sizes[j]`` bytes each)
+        out of the pool, for a caller that keeps a size's free list outside the pool
+        for a while (the interposer's kernel repeats: native/interposer_rotation.c)
+        and frees the blocks again, in the order it keeps them, before the pool's next
+        use (:meth:`set_before`).  Each block taken is booked as a hit (live, with its
+        ``alloc`` event), least recently freed first, as that many :meth:`allocate`
+        calls of the exact policy would take them.  No hook runs.
+
+        Returns ``[(size, [ptr, ...]), ...]``: per distinct block size among ``ptrs``
+        (first appearance order, ``size`` in bytes) the blocks taken, possibly none;
+        or None, and nothing taken, when the pool cannot do it: a policy other than
+        exact, a ``cache_limit`` or poisoning, parked frees, a closed pool, a pointer
+        that is not a live pooled block of its size, or more than ``most`` cached
+        blocks of a size."""
+        if not (self._batch and self._cacheable):
+            return None
+        out = []
+        with self._lock:
+            if self._parcel is not None or self._closed:
+                return None
+            seen = set()
+            lists = []
+            live = self._live
+            for ptr, size in zip(ptrs, sizes):
+                block = live.get(ptr)
+                if block is None or block.free_list is None or block.size != size:
+                    return None
+                if block.size in seen:
+                    continue
+                if len(block.free_list) > most:
+                    return None
+                seen.add(block.size)
+                lists.append(block.size)
+            for size in lists:
+                got = []
+                for _ in range(len(self._free.get(size) or ())):
+                    got.append(self._reuse_locked(size))
+                out.append((size, got))
+        if self._log is not None:
+            self._log.flush()
+        return out
+
+    def _run_before(self, op=None, args=()) -> None:
+        """Take the hook (:meth:`set_before`) and run it, outside the pool's lock, as
+        ``hook(op, args)``: the name of the call about to run and its arguments."""
         with self._lock:
             cls = type(self)
             if getattr(cls, "_hooked", False):
@@ -99,7 +144,7 @@ class ParkedFrees:
             hook, self.before = self.before, None
             self._slow = self._parcel is not None or self._log is not None
         if hook is not None:
-            hook()
+            hook(op, args)
 
     def park(self, ptrs, known=None):
         """:meth:`free_many` of ``ptrs`` (a list, in that order) put off, for a caller
@@ -283,7 +328,7 @@ def _hooked_class(cls):
         plain = getattr(cls, name)
 
         def hooked(self, *a, **k):
-            self._run_before()
+            self._run_before(name, a)
             return plain(self, *a, **k)
         hooked.__name__ = name
         hooked.__doc__ = plain.__doc__

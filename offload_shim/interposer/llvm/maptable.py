@@ -256,11 +256,16 @@ class MappingTable:
         self.shadow: dict[int, tuple[int, int, int]] = {}
         self.private: list = []
         self.padded: dict[int, int] = {}
+        # reservations made and not yet ended or published, and the stamps the first
+        # of them moved the table's from and to (reserved / unreserved)
+        self._nres = 0
+        self._res_marks = None
 
     def publish(self) -> None:
         """Insert the rows of every reservation (see the class docstring)."""
         recs = self.private
         self.private = []
+        self._nres = 0                      # (the inserts move the stamp on)
         while recs:
             recs.pop().publish(self)
 
@@ -446,25 +451,34 @@ class MappingTable:
 
     def reserved(self):
         """A reservation joined :attr:`private` (a row a look-up would publish, that
-        the C side's repeats cannot see): the stamp moves on, the version stays (the
-        rows did not change).  Returns ``(before, after)``, the stamp before and after
+        the C side's repeats cannot see; table lock held): the first of reservations
+        that overlap in time moves the stamp on, the version stays (the rows did not
+        change).  Returns ``(before, after)``, the stamp before and after that move
         (for :meth:`unreserved`), or None without a stamp."""
         stamps = self._stamps
         if stamps is None:
             return None
-        slot = self.stamp_slot
-        before = stamps[slot]
-        after = stamps[slot] = next(_STAMPS)
-        return before, after
+        if self._nres == 0:
+            slot = self.stamp_slot
+            before = stamps[slot]
+            self._res_marks = (before, next(_STAMPS))
+            stamps[slot] = self._res_marks[1]
+        self._nres += 1
+        return self._res_marks
 
     def unreserved(self, marks) -> None:
         """The reservation whose :meth:`reserved` gave ``marks`` left :attr:`private`
         without being published (its construct ended, its rows never entered the
-        table; table lock held): when nothing moved the stamp since it did, the
-        table is what it was before it, and the stamp goes back to what it was then
-        -- the updates the C side remembered under it repeat again (a loop of an
-        update and a kernel construct with rows of its own)."""
-        if marks is not None and self._stamps[self.stamp_slot] == marks[1]:
+        table; table lock held).  When it was the last one out and nothing moved the
+        stamp since the first one did, the table is what it was before them, and the
+        stamp goes back to what it was then -- the constructs the C side remembered
+        under it repeat again (a loop of an update and a kernel construct with rows
+        of its own; host threads running kernel constructs with rows of their own at
+        once).  A :meth:`publish` meanwhile ended every reservation made before it."""
+        if marks is None or marks is not self._res_marks or self._nres == 0:
+            return
+        self._nres -= 1
+        if self._nres == 0 and self._stamps[self.stamp_slot] == marks[1]:
             self._stamps[self.stamp_slot] = marks[0]
 
     def touch(self) -> None:

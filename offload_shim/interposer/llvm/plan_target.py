@@ -407,14 +407,16 @@ def target(v, n: int, plan, dm, got, failed, repeat=None):
         except OffloadError as exc:
             err = err or exc
     elif rec is not None:
-        # the C side repeats the construct with this lease from now on (its frees
-        # happen when it is forgotten), or: reverse argument order; the frees put off
+        # the C side's rotations took the blocks (its repeats take them in turn, as
+        # the pool would hand them out), or: reverse argument order; the frees put off
         # while nobody else uses the pool (the next run of this region takes the same
         # blocks back: DeviceLease.park)
         if (mark is not None and not published and err is None and removed is None
                 and _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found,
                            mark, rec, prep)):
             pass
+        elif not adopted and repeat is not None and repeat.free_into(dm, lease):
+            pass                            # into the rotations other repeats use
         elif adopted or not lease.park():
             _release(lease, adopted)
         elif not plan.parked:
@@ -432,14 +434,15 @@ def _offer(repeat, v, n, plan, dm, key, launch, args, offsets, found, mark, rec=
            prep=None) -> bool:
     """A construct done without error, whose rows of its own (``rec``, if any) ended
     unpublished: handed to the C side (:meth:`~.repeat.Repeats.put_kernel`, which
-    keeps ``rec``'s lease when it takes the construct) when the plan saw the same
-    arguments under the same stamp before -- the construct repeats while the table
-    stands still --, else only noted in ``plan.seen`` (as
-    :meth:`~.repeat.Repeats.offer` for updates).  Whether the C side took it."""
+    frees ``rec``'s blocks into its rotations when it returns True) when the plan saw
+    the same arguments under the same stamp before -- the construct repeats while the
+    table stands still --, else only noted in ``plan.seen`` (as
+    :meth:`~.repeat.Repeats.offer` for updates).  Whether the C side took it (or, with
+    ``rec``, its blocks)."""
     if not seen_before(plan, key, mark):
         return False
     return repeat.put_kernel(v, n, dm, launch, args, offsets, found, plan.maps, mark,
-                             rec, prep)
+                             rec, prep, plan.params)
 
 
 def repeat_rows(v) -> list[tuple]:

@@ -57,9 +57,12 @@ _MAX_KERNEL_ARGS = 32
 #: free them when memory runs out)
 MAX_HELD_BYTES = 1 << 16
 _U64 = (1 << 64) - 1
-#: the names of the leases the C side keeps (kernel constructs, pairs): unique over the
-#: process, as :data:`~.pairs.PAIRS` is
+#: the names of the leases the C side keeps (pairs): unique over the process, as
+#: :data:`~.pairs.PAIRS` is
 _TOKENS = itertools.count(1)
+#: most blocks of one size a rotation holds (OSH_ROT_CAP, native/interposer_internal.h)
+ROTATION_CAP = 256
+_DRAIN_BATCH = 128
 
 
 def seen_before(plan, key: bytes, mark) -> bool:
@@ -90,9 +93,10 @@ class Repeats:
         self.stamps, self.devices, self.max_items = view
         self._fns: dict[int, tuple | None] = {}     # id(Device) -> (device, fns)
         self.wanted = os.environ.get(NO_REPEAT_VAR, "") in ("", "0")
-        #: token -> DeviceLease of the kernel constructs the C side keeps with rows
-        #: of their own (their device memory stays with the construct between repeats)
-        self._leases: dict[int, object] = {}
+        #: OpenMP device number -> (Device, init_count) of the rotations opened there
+        #: (native/interposer_rotation.c: the pool's cached blocks of a size that kernel
+        #: repeats take and put back)
+        self._rot_devs: dict[int, tuple] = {}
         self._leases_lock = threading.Lock()
         self._tokens = _TOKENS
 
@@ -102,6 +106,7 @@ class Repeats:
         for the repeats in flight before its memory is freed; they stay on."""
         self._lib.osh_interposer_repeat_reset(2)
         self._give_back(self._take_leases(keep_out=True))
+        self._drain_all()
 
     def reset(self, on: bool, wait: bool = True) -> None:
         """Forget every remembered construct, turn repeats on (``on`` and wanted) or
@@ -117,6 +122,7 @@ class Repeats:
             # an `enter data` the C side repeated hold the program's data: they stay
             # out until a look-up takes them in (MappingTable.take_out)
             self._give_back(self._take_leases(keep_out=True))
+            self._drain_all()
 
     def mark(self, table) -> tuple[int, int] | None:
         """``(stamp, epoch)`` to read under the table lock before an update's look-ups;
@@ -186,26 +192,24 @@ class Repeats:
         return self._lib.osh_interposer_repeat_kernels()
 
     def leases_held(self) -> int:
-        """How many device-memory leases the C side keeps now (constructs repeated
-        with rows of their own, ``enter``/``exit data`` pairs)."""
-        return len(self._leases) + len(_pairs.PAIRS)
+        """How many device-memory leases the C side keeps now: ``enter``/``exit data``
+        pairs, and blocks its rotations hold (cached blocks that kernel constructs
+        with rows of their own take in turn)."""
+        return len(_pairs.PAIRS) + self._lib.osh_interposer_rotation_blocks(-1)
 
     def _take_leases(self, tokens=None, keep_out: bool = False) -> list:
         """Take the leases the C side held under ``tokens`` (None: all; ``keep_out``:
-        not those of pairs whose rows are out, :mod:`.pairs`) out of the registries;
+        not those of pairs whose rows are out, :mod:`.pairs`) out of the registry;
         the caller gives them back to the pool."""
         pairs = _pairs.PAIRS
+        got = []
         with self._leases_lock:
             if tokens is None:
-                got = list(self._leases.values())
-                self._leases.clear()
                 tokens = list(pairs)
                 if keep_out:
                     buf = (ctypes.c_uint64 * 64)()
                     out = set(buf[:self._lib.osh_interposer_repeat_out_tokens(buf, 64)])
                     tokens = [t for t in tokens if t not in out]
-            else:
-                got = [self._leases.pop(t) for t in tokens if t in self._leases]
             for t in tokens:
                 pair = pairs.pop(t, None)
                 if pair is not None:
@@ -276,23 +280,101 @@ class Repeats:
     def _evictor(self, number: int, pool):
         """The hook a device's pool calls before its next allocation, free, park or
         reclaim (:meth:`~offload_shim.memory.manager.MemoryManager.set_before`) while the
-        C side keeps leases of OpenMP device ``number``: under libomptarget 16 their
-        blocks went back to the pool at the end of their constructs' last repeats
-        (``targetDataEnd``), so every other use of the pool must find them there --
-        the same block, with what the last repeat left in it, for a ``map(from:)`` or
+        C side keeps blocks of OpenMP device ``number``: under libomptarget 16 the
+        blocks of the pairs went back to the pool at the end of their last repeats
+        (``targetDataEnd``), and the blocks the kernel repeats take in turn are the
+        pool's free lists, so every other use of the pool must find them there -- the
+        same block, with what the last repeat left in it, for a ``map(from:)`` or
         ``alloc`` row that reads before it writes (tests/programs/
-        kernel_repeated_reuse.c).  Forgets those constructs (their next run goes to
-        Python) and gives their leases back; one that a repeat of another thread uses
-        now stays, and the hook with it."""
-        def evict() -> None:
+        kernel_repeated_reuse.c, repeat_pool_other_uses.c).  Forgets those pairs (their
+        next run goes to Python) and gives their leases back; a pair whose rows are
+        out stays.  Before an allocation (``allocate``, ``allocate_many``) the least
+        recently freed block of each size asked for leaves its rotation for the pool
+        (the allocation gets it, as libomptarget's would; the rotations stay open and
+        the hook with them); before anything else the device's rotations close and
+        their blocks are freed in their order (blocks that repeats in flight hold
+        come back later: the hook stays)."""
+        def evict(op=None, args=()) -> None:
             buf = (ctypes.c_uint64 * 64)()
             busy = ctypes.c_int32()
             got = self._lib.osh_interposer_repeat_drop_held(number, buf, 64,
                                                             ctypes.byref(busy))
             self._give_back(self._take_leases(buf[:got]))
-            if busy.value or got == 64:
+            sizes = _asked(op, args)
+            if sizes is not None:
+                again = self._lend(number, pool, sizes)
+            else:
+                again = self._drain(number)
+            if again or busy.value or got == 64:
                 pool.set_before(evict)
         return evict
+
+    def _lend(self, number: int, pool, sizes) -> bool:
+        """Before the pool of OpenMP device ``number`` allocates ``sizes`` (bytes):
+        for each, the least recently freed block of its open rotation, if it holds
+        one, is freed into the pool, whose free list of the size is otherwise empty
+        (the rotation took it), so that the allocation gets it.  Whether rotations
+        are left (the hook must stay)."""
+        lib = self._lib
+        ptr = ctypes.c_uint64()
+        lent = []
+        for size in sizes:
+            if lib.osh_interposer_rotation_lend(number, size, ctypes.byref(ptr)):
+                lent.append(ptr.value)
+        if lent:
+            dev_ic = self._rot_devs.get(number)
+            if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
+                try:
+                    pool.free_many(lent)
+                except OffloadError:
+                    pass
+        return lib.osh_interposer_rotation_blocks(number) > 0
+
+    def free_into(self, dm, lease) -> bool:
+        """A kernel construct with rows of its own ended without being handed to the
+        C side (``lease``: its blocks, argument order): when the rotations of all its
+        sizes are open, its blocks are freed into them (at their ends, in reverse
+        argument order, with any blocks of those sizes the pool cached meanwhile) --
+        where the pool's free would have put them, while the C side's repeats of
+        other constructs go on taking from them.  Whether it did (the lease is
+        detached then); else the caller frees the blocks."""
+        number = dm.number
+        if number not in self._rot_devs or not lease.valid:
+            return False
+        lib = self._lib
+        if not all(lib.osh_interposer_rotation_is_open(number, s) for s in set(lease.sizes)):
+            return False
+        if self._rotate(dm, lease) is None:
+            return False
+        lease.detach()
+        return True
+
+    def _drain(self, number: int) -> bool:
+        """Close OpenMP device ``number``'s rotations and free the blocks they hold,
+        each rotation's least recently freed first (``osh_interposer_rotation_drain``):
+        the pool's free lists are what libomptarget's would be.  Whether blocks stay
+        out (repeats in flight hold them: a later drain frees them)."""
+        lib = self._lib
+        buf = (ctypes.c_uint64 * (2 * _DRAIN_BATCH))()
+        busy = ctypes.c_int32()
+        while True:
+            got = lib.osh_interposer_rotation_drain(number, buf, _DRAIN_BATCH,
+                                                    ctypes.byref(busy))
+            if got:
+                dev_ic = self._rot_devs.get(number)
+                if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
+                    try:
+                        dev_ic[0].free_many(buf[1:2 * got:2])
+                    except OffloadError:
+                        pass            # torn down meanwhile: its memory is gone
+            if got < _DRAIN_BATCH:
+                return bool(busy.value)
+
+    def _drain_all(self) -> None:
+        """:meth:`_drain` of every device with rotations (a reset, a teardown: no
+        repeat is in flight then)."""
+        for number in list(self._rot_devs):
+            self._drain(number)
 
     @staticmethod
     def _give_back(leases) -> None:
@@ -303,26 +385,29 @@ class Repeats:
                 pass
 
     def put_kernel(self, v, n: int, dm, launcher, args, offsets, found, maps, mark,
-                   rec=None, prep=None) -> bool:
-        """Hand the C side a kernel construct the cheap path has just done whose maps
-        all found rows (:func:`~.plan_target.target`): ``v`` its frame, ``n`` its maps,
-        ``launcher`` its :class:`~offload_shim.core.compiled.KernelLauncher`, ``args``
-        / ``offsets`` the launch's arguments, ``found`` the row of each plain map (in
-        ``maps`` order, :attr:`~.plan.Plan.maps`), ``mark`` read under the table lock
-        before its look-ups.  Each row with a finite count gets a slot
+                   rec=None, prep=None, params=()) -> bool:
+        """Hand the C side a kernel construct the cheap path has just done
+        (:func:`~.plan_target.target`): ``v`` its frame, ``n`` its maps, ``launcher``
+        its :class:`~offload_shim.core.compiled.KernelLauncher`, ``args`` / ``offsets``
+        the launch's arguments, ``found`` the row of each plain map (in ``maps`` order,
+        :attr:`~.plan.Plan.maps`; None for a row of its own), ``mark`` read under the
+        table lock before its look-ups.  Each row with a finite count gets a slot
         (:func:`~.maptable.give_slot`) for the repeats' holds.  Whether the C side
         kept it (no: the plugin's launch is not one the C side can call, a row is
         being prepared or belongs to another construct's lease, too many maps or
         arguments, no free slot, the stamp moved on).
 
-        ``rec`` / ``prep``: the construct's rows of its own (its
-        :class:`~.plan_target._Reservation`, ended unpublished, and what
-        ``plan_target._prepare`` made for them): the C side keeps their lease (at most
-        :data:`MAX_HELD_BYTES` bytes) and makes their copies to and from the device
-        itself; the lease comes back to the pool when the construct is forgotten
-        (:meth:`reset`, or another construct takes its place: the put then names
-        it); only where the pool would hand it the same blocks again
-        (:func:`_blocks_stay`)."""
+        ``rec`` / ``prep`` / ``params``: the construct's rows of its own (its
+        :class:`~.plan_target._Reservation`, ended unpublished, what
+        ``plan_target._prepare`` made for them, :attr:`~.plan.Plan.params`).  Their
+        blocks (at most :data:`MAX_HELD_BYTES` bytes) are freed into rotations
+        (native/interposer_rotation.c) together with the pool's cached blocks of their
+        sizes (:meth:`~offload_shim.memory.manager.MemoryManager.take_cached`): each
+        repeat takes the least recently freed block of each size, as libomptarget
+        16's memory manager hands them out, and puts it back at the end; the pool's
+        next use gets them back in that order (:meth:`_evictor`).  Returns True also
+        when the rotations took the blocks but the construct was not kept: the
+        caller must not free ``rec``'s blocks then (they are freed as they would be)."""
         nargs = len(args)
         if (n > self.max_items or nargs > _MAX_KERNEL_ARGS or not 0 <= dm.number < self.devices
                 or not launcher.valid):
@@ -334,9 +419,9 @@ class Repeats:
                 or {"launch_entry", "kernel_launcher"} & vars(dm.device).keys()):
             return False
         fn, index, entry, ka = raw
-        lease = None
         fresh = ()
         sub = ret = 0
+        freshw = arg_row = tos = backs = ()
         if rec is not None:
             lease = rec.lease
             fns = self._copy_fns(dm.device)
@@ -344,83 +429,115 @@ class Repeats:
                 return False
             sub, ret, _index = fns
             fresh = rec.fresh
-            if not _blocks_stay(dm.device, lease, fresh, maps):
+            _sizes, to_ops, back_ops, places = prep
+            arg_row = [-1] * nargs
+            cargs_l = [a & _U64 for a in args]
+            first = nargs - len(params)
+            where = {k: p for p, (_i, k) in enumerate(params) if k >= 0}
+            for k, j, pad in places:
+                p = where.get(k)
+                if p is None:
+                    return False
+                arg_row[first + p] = j
+                cargs_l[first + p] = pad
+            rots = self._rotate(dm, lease)
+            if rots is None:
                 return False
+            lease.detach()                      # the rotations hold the blocks now
+            if rots is False:
+                return True
+            freshw = []
+            for (_k, hp, size), (q, gen) in zip(fresh, rots):
+                freshw += (hp, size, q, gen)
+            tos = [w for op in to_ops for w in op]
+            backs = [w for op in back_ops for w in op]
+        else:
+            cargs_l = [a & _U64 for a in args]
         rows = []
         table = dm.table
+        kept = False
         with dm.lock:
             for k, ent in enumerate(found):
                 if ent is None:
                     continue
                 if not ent.live or ent.pending or ent.leased:
-                    return False
+                    return rec is not None
                 if ent.infinite and not ent.hold:
                     continue                    # never at its last reference
                 if not give_slot(ent, table):
-                    return False
+                    return rec is not None
                 i, _to, frm, _imp = maps[k]
                 slot, gen = slot_info(ent)
                 rows += (slot, gen, v[_HEAD + n + i], v[_HEAD + 2 * n + i], int(frm))
             words = (ctypes.c_uint64 * (4 * n or 1)).from_buffer_copy(
                 v[_HEAD:_HEAD + 4 * n].tobytes() or bytes(8))
-            cargs = (ctypes.c_uint64 * (nargs or 1))(*[a & _U64 for a in args])
+            cargs = (ctypes.c_uint64 * (nargs or 1))(*cargs_l)
             coffs = (ctypes.c_int64 * (nargs or 1))(*offsets)
             crows = (ctypes.c_uint64 * (len(rows) or 1))(*rows)
-            token = 0
-            ranges, tos, backs = [], [], []
-            if lease is not None:
-                _sizes, to_ops, back_ops, _places = prep
-                ptrs = lease.ptrs
-                for _k, hp, size in fresh:
-                    ranges += (hp, size)
-                for j, pad, hp, size in to_ops:
-                    tos += (ptrs[j] + pad, hp, size)
-                for j, pad, hp, size in back_ops:
-                    backs += (hp, ptrs[j] + pad, size)
-                token = next(self._tokens)
-            evicted = ctypes.c_uint64()
             kept = bool(self._lib.osh_interposer_repeat_put_kernel(
                 dm.number, v[_abi.FRAME_HOST_PTR], v[_abi.FRAME_KARGS_VERSION], n, words,
                 v[_abi.FRAME_TYPES_P], mark[0], mark[1], fn, index, entry, nargs, cargs,
-                coffs, ka, len(rows) // 5, crows, sub, ret, token, len(fresh),
-                (ctypes.c_uint64 * (len(ranges) or 1))(*ranges), len(tos) // 3,
-                (ctypes.c_uint64 * (len(tos) or 1))(*tos), len(backs) // 3,
-                (ctypes.c_uint64 * (len(backs) or 1))(*backs), ctypes.byref(evicted)))
-            if kept and lease is not None:
-                with self._leases_lock:
-                    self._leases[token] = lease
-                pool = dm.device._pool
-                if pool is not None:
-                    pool.set_before(self._evictor(dm.number, pool))
-        if evicted.value:
-            self._give_back(self._take_leases([evicted.value]))
-        return kept
+                coffs, ka, len(rows) // 5, crows, sub, ret, len(fresh),
+                (ctypes.c_uint64 * (len(freshw) or 1))(*freshw),
+                (ctypes.c_int32 * (len(arg_row) or 1))(*arg_row), len(tos) // 4,
+                (ctypes.c_uint64 * (len(tos) or 1))(*tos), len(backs) // 4,
+                (ctypes.c_uint64 * (len(backs) or 1))(*backs)))
+        return kept or rec is not None
+
+    def _rotate(self, dm, lease):
+        """Free a kernel construct's blocks (``lease``, one per row of its own, in
+        argument order) into OpenMP device ``dm.number``'s rotations, each size's
+        joined by the pool's cached blocks of that size.  Per block of the lease
+        ``(rotation slot, generation)``; None when nothing was taken (the pool cannot
+        give its free lists away: :meth:`~offload_shim.memory.manager.MemoryManager.
+        take_cached`); False when the blocks were freed but the construct cannot be
+        repeated (a rotation could not be opened: its blocks went back to the pool, as
+        the construct's frees would have put them there)."""
+        dev = dm.device
+        pool = dev._pool
+        ptrs, sizes = lease.ptrs, lease.sizes
+        if pool is None:
+            return None
+        own = {}
+        for size in sizes:
+            own[size] = own.get(size, 0) + 1
+        taken = pool.take_cached(ptrs, sizes, ROTATION_CAP - max(own.values()))
+        if taken is None:
+            return None
+        number = dm.number
+        self._rot_devs[number] = (dev, dev.init_count)
+        lib = self._lib
+        got = {}
+        back = []
+        for size, blocks in taken:
+            # the construct's blocks freed after them, in reverse argument order
+            blocks = blocks + [p for p, s in zip(reversed(ptrs), reversed(sizes))
+                               if s == size]
+            gen = ctypes.c_uint32()
+            q = lib.osh_interposer_rotation_open(
+                number, size, len(blocks), (ctypes.c_uint64 * len(blocks))(*blocks),
+                ctypes.byref(gen))
+            if q < 0:
+                back += blocks
+            else:
+                got[size] = (q, gen.value)
+        pool.set_before(self._evictor(number, pool))
+        if back:
+            dev.free_many(back)                 # (the hook drains the rotations first)
+            return False
+        return [got[s] for s in sizes]
 
 
-def _blocks_stay(dev, lease, fresh, maps) -> bool:
-    """Whether repeating a kernel construct with rows of its own on the same blocks
-    (``lease``, one per row of ``fresh``, ``(k, hp, size)``) shows what libomptarget 16
-    shows: its memory manager hands the construct the blocks its previous run freed
-    only while no other block of their sizes is cached (else the free lists, least
-    recently freed first, rotate through them, and a block read before it is written
-    after the loop holds another run's data: tests/programs/repeat_pool_other_uses.c;
-    also after host threads ran the construct with other arguments); and among blocks
-    of one size the construct's next run gets them in the
-    reverse order (freed last argument first, handed out least recently freed
-    first), so a map that does not copy to its block (``from``, ``alloc``) would read
-    another map's block every other run (tests/programs/kernel_repeated_reuse.c):
-    such a construct is left to Python, whose lease follows that order
-    (``DeviceLease.reclaim``)."""
-    pool = dev._pool
-    if pool is None or not pool.cached_alone(lease.ptrs, distinct=False):
-        return False
-    sizes = lease.sizes
-    if len(set(sizes)) == len(sizes):
-        return True
-    count: dict[int, int] = {}
-    for size in sizes:
-        count[size] = count.get(size, 0) + 1
-    return all(maps[k][1] or count[sizes[j]] == 1 for j, (k, _hp, _size) in enumerate(fresh))
+def _asked(op, args):
+    """The sizes (bytes) a pool call ``op(*args)`` allocates, when it is an allocation
+    of int sizes; else None."""
+    if op == "allocate" and len(args) == 1 and type(args[0]) is int:
+        return (args[0],)
+    if op == "allocate_many" and len(args) == 1:
+        sizes = tuple(args[0])
+        if all(type(x) is int for x in sizes):
+            return sizes
+    return None
 
 
 __all__ = ["MAX_HELD_BYTES", "NO_REPEAT_VAR", "Repeats", "seen_before"]
