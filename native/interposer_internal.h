@@ -77,6 +77,8 @@ extern int64_t rp_inflight;
 extern __thread int64_t rp_mine;
 extern pthread_mutex_t rp_lock;
 extern int64_t rk_cres[OSH_REPEAT_DEVS];
+/* reservations of Python's cheap path outstanding per device (interposer_repeat.c) */
+extern int32_t rs_count[OSH_REPEAT_DEVS];
 /* Repeats of `target enter data` / `exit data` pairs (interposer_pair.c): 1 when the
  * construct was done there, 0 when Python must do it. */
 int osh_ip_repeat_enter(int64_t dev, int32_t n, void **bases, void **args, int64_t *sizes,

@@ -108,7 +108,7 @@ static struct pr_entry *pr_enter_locked(int64_t dev, int32_t n, void **bases, vo
 {
   /* (a kernel repeat with rows of its own in flight: libomptarget's table holds them,
    * and one of them may be an item of this enter) */
-  if (pr_pend[dev] || rk_cres[dev])
+  if (pr_pend[dev] || rk_cres[dev] || rs_count[dev])
     return NULL;
   uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
   struct pr_entry *e = NULL;
@@ -139,7 +139,7 @@ static struct pr_entry *pr_exit_locked(int64_t dev, int32_t n, void **bases, voi
                                        int32_t *nops)
 {
   struct pr_entry *e = pr_pend[dev];
-  if (!e || pr_state[dev] != 2 || e->gone || e->xn != n ||
+  if (!e || pr_state[dev] != 2 || e->gone || e->xn != n || rs_count[dev] ||
       e->xtypes_p != (uint64_t)(uintptr_t)types ||
       __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST) != e->mid ||
       !pr_same(e->xwords, n, bases, args, sizes, types))

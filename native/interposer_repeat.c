@@ -176,7 +176,8 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
     pthread_mutex_lock(&rp_lock);
     /* (a kernel repeat with rows of its own in flight: libomptarget's table would hold
      * them, Python's look-ups wait for them) */
-    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev] && !osh_ip_pair_out(dev); w++) {
+    for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev] && !rs_count[dev] &&
+                         !osh_ip_pair_out(dev); w++) {
       struct rp_entry *e = &rp_tab[s + w];
       if (e->used && e->dev == dev && e->n == n &&
           e->types_p == (uint64_t)(uintptr_t)types && e->stamp == stamp &&
@@ -351,11 +352,84 @@ static int rk_meets(int64_t dev, uint64_t lo, uint64_t hi)
   return 0;
 }
 
+/* Reservations of Python's cheap path (offload_shim/interposer/llvm/plan_target.py
+ * _Reservation): the host ranges of the new rows of a kernel construct Python runs now,
+ * kept out of its table until the construct ends (libomptarget's table holds them
+ * meanwhile).  A repeat whose look-ups could meet one goes to Python: a kernel repeat
+ * whose rows of its own meet one (its other maps found rows, which no reservation
+ * meets), every update and pair repeat of the device while any is made. */
+#define RS_MAX 128
+static struct {
+  int64_t dev;                  /* -1: a free place */
+  uint64_t lo, hi, id;
+} rs_tab[RS_MAX];
+static int rs_used;             /* places up to the last one in use */
+static uint64_t rs_next = 1;
+int32_t rs_count[OSH_REPEAT_DEVS];
+
+/* whether host [lo, hi) meets a reservation on device dev (rp_lock held) */
+static int rs_meets(int64_t dev, uint64_t lo, uint64_t hi)
+{
+  for (int i = 0; i < rs_used; i++)
+    if (rs_tab[i].id && rs_tab[i].dev == dev && lo < rs_tab[i].hi && rs_tab[i].lo < hi)
+      return 1;
+  return 0;
+}
+
+/* A reservation of n host ranges (pairs: begin, size) on device dev: its name, or 0
+ * when there is no room (Python moves the device's stamp instead). */
+OSH_EXPORT uint64_t osh_interposer_repeat_reserve(int64_t dev, int32_t n,
+                                                  const uint64_t *ranges)
+{
+  uint64_t id = 0;
+  if (dev < 0 || dev >= OSH_REPEAT_DEVS || n <= 0 || n > RS_MAX)
+    return 0;
+  pthread_mutex_lock(&rp_lock);
+  int free_ = RS_MAX - rs_used;
+  for (int i = 0; i < rs_used; i++)
+    free_ += !rs_tab[i].id;
+  if (free_ >= n) {
+    id = rs_next++;
+    for (int i = 0, k = 0; k < n; i++) {
+      if (i < rs_used && rs_tab[i].id)
+        continue;
+      rs_tab[i].dev = dev;
+      rs_tab[i].lo = ranges[2 * k];
+      rs_tab[i].hi = ranges[2 * k] + (ranges[2 * k + 1] ? ranges[2 * k + 1] : 1);
+      rs_tab[i].id = id;
+      if (i >= rs_used)
+        rs_used = i + 1;
+      k++;
+    }
+    rs_count[dev]++;
+  }
+  pthread_mutex_unlock(&rp_lock);
+  return id;
+}
+
+/* The reservation `id` ended (its construct ended, or its rows entered the table). */
+OSH_EXPORT void osh_interposer_repeat_unreserve(uint64_t id)
+{
+  int64_t dev = -1;
+  pthread_mutex_lock(&rp_lock);
+  for (int i = 0; i < rs_used; i++)
+    if (rs_tab[i].id == id) {
+      dev = rs_tab[i].dev;
+      rs_tab[i].id = 0;
+    }
+  while (rs_used && !rs_tab[rs_used - 1].id)
+    rs_used--;
+  if (dev >= 0)
+    rs_count[dev]--;
+  pthread_mutex_unlock(&rp_lock);
+}
+
 /* whether a row of its own of e meets one of a repeat in flight (rp_lock held) */
 static int rk_overlaps(const struct rk_entry *e)
 {
   for (int32_t j = 0; j < e->nfresh; j++)
-    if (rk_meets(e->dev, e->lo[j], e->hi[j]))
+    if (rk_meets(e->dev, e->lo[j], e->hi[j]) ||
+        (rs_count[e->dev] && rs_meets(e->dev, e->lo[j], e->hi[j])))
       return 1;
   return 0;
 }

@@ -30,7 +30,7 @@ PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_r
             "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c",
             "kernel_repeated_exit_general.c", "kernel_repeated_queries.c",
             "kernel_repeated_over_release.c", "pair_repeated.c", "pair_repeated_threads.c",
-            "repeat_pool_other_uses.c")
+            "repeat_pool_other_uses.c", "kernel_repeated_rotation.c")
 TIMEOUT = 120
 
 
@@ -128,6 +128,12 @@ def test_repeated_updates_equal_libomptarget(exes, tmp_path, program):
         # omp_target_free and the general code's allocations); the kernel loop does not
         # (the pool holds other blocks of its size: libomptarget rotates through them)
         assert calls_on["enter_repeated"] >= 100, calls_on
+    elif program == "kernel_repeated_rotation.c":
+        # the loop and the stale reads take the cached blocks in turn from the third
+        # run on (38 + 4 of 46), the threads' constructs too (at least 1,100 of 1,200:
+        # a thread's first two runs, and those of a thread that another one's Python
+        # run held up, go to Python)
+        assert calls_on["kernel_repeated"] >= 38 + 4 + 1100, calls_on
     elif program == "pair_repeated_threads.c":
         assert calls_on["enter_repeated"] > 0, calls_on
     elif program.startswith("kernel"):

@@ -165,6 +165,10 @@ def bind_interposer(path: str) -> ctypes.CDLL:
                                                  POINTER(ctypes.c_uint32)]
     lib.osh_interposer_rotation_drain.restype = c_int32
     lib.osh_interposer_rotation_drain.argtypes = [c_int64, c_void_p, c_int32, POINTER(c_int32)]
+    lib.osh_interposer_repeat_reserve.restype = c_uint64
+    lib.osh_interposer_repeat_reserve.argtypes = [c_int64, c_int32, c_void_p]
+    lib.osh_interposer_repeat_unreserve.restype = None
+    lib.osh_interposer_repeat_unreserve.argtypes = [c_uint64]
     lib.osh_interposer_rotation_is_open.restype = c_int
     lib.osh_interposer_rotation_is_open.argtypes = [c_int64, c_uint64]
     lib.osh_interposer_rotation_lend.restype = c_int
@@ -295,6 +299,25 @@ def repeat_steal(slot: int) -> int:
     stand for): 1 when it was the last, 0 when not, -1 when no repeat holds the row
     (or no interposer is bound)."""
     return _bound.osh_interposer_repeat_steal(slot) if _bound is not None else -1
+
+
+def repeat_reserve(dev: int, ranges) -> int:
+    """Tell the C side's repeats that host ranges ``ranges`` (``(begin, size)`` pairs,
+    bytes) of OpenMP device ``dev`` are reserved by a construct Python runs now
+    (``osh_interposer_repeat_reserve``): the repeats that could meet them go to
+    Python until :func:`repeat_unreserve`.  The reservation's name, or 0 (no room, or
+    no interposer bound)."""
+    if _bound is None:
+        return 0
+    flat = [w for r in ranges for w in r]
+    return _bound.osh_interposer_repeat_reserve(dev, len(flat) // 2,
+                                                (c_uint64 * (len(flat) or 1))(*flat))
+
+
+def repeat_unreserve(name: int) -> None:
+    """The reservation :func:`repeat_reserve` named ``name`` ended."""
+    if _bound is not None:
+        _bound.osh_interposer_repeat_unreserve(name)
 
 
 def repeat_kernels() -> int:

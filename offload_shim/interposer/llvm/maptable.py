@@ -19,6 +19,10 @@ from ...abi import interposer as _abi
 _INF = float("inf")
 #: the stamps of the tables (MappingTable.stamp_slot): unique over the process
 _STAMPS = _count(1)
+#: the first word of a reservation's marks that the C side knows by name
+#: (:meth:`MappingTable.reserved`)
+_NAMED = object()
+
 
 class MapEntry:
     """One row (libomptarget ``HostDataToTargetTy``): host ``[begin, end)`` with
@@ -266,6 +270,9 @@ class MappingTable:
         recs = self.private
         self.private = []
         self._nres = 0                      # (the inserts move the stamp on)
+        for rec in recs:
+            if rec.marks is not None and rec.marks[0] is _NAMED:
+                _abi.repeat_unreserve(rec.marks[1])
         while recs:
             recs.pop().publish(self)
 
@@ -333,23 +340,37 @@ class MappingTable:
 
     def lookup(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
         """(entry, contained, extends_before, extends_after), libomptarget 16 rules
-        (size 0: a pointer one past the end or inside [base, end) counts as contained)."""
-        entry, contained, before, after = self.lookup_raw(hp, size)
+        (size 0: a pointer one past the end or inside [base, end) counts as contained).
+        The reservations of :attr:`private` are published only when one of them
+        meets or touches the range: the rows of the others would not change the
+        result (unlike :meth:`lookup_raw`'s neighbour), so that host threads running
+        kernel constructs with rows of their own at once keep their reservations."""
+        private = self.private
+        near = False
+        if private:
+            hi = hp + size
+            for rec in private:
+                for _k, begin, n in rec.fresh:
+                    if begin <= hi and hp <= begin + n:
+                        near = True
+        entry, contained, before, after = self.lookup_raw(hp, size, near or not private)
         if size == 0:
             return (entry if contained else None), contained, False, False
         if not (contained or before or after):
             entry = None
         return entry, contained, before, after
 
-    def lookup_raw(self, hp: int, size: int) -> tuple[MapEntry | None, bool, bool, bool]:
+    def lookup_raw(self, hp: int, size: int, publish: bool = True
+                   ) -> tuple[MapEntry | None, bool, bool, bool]:
         """:meth:`lookup` with ``LookupResult.Entry`` as ``lookupMapping`` (LLVM 16
         device.cpp) leaves it: the last row it looked at -- the row below ``hp``, or
         the row above when that one does not hold ``hp`` -- even when neither holds
         the range.  ``submitData``/``retrieveData`` name that row in their
         DATA_TRANSFER lines, so a copy of memory that is not mapped (packed
         first-private arguments, ``omp_target_memcpy`` of a host buffer) shows a
-        neighbour's name."""
-        if self.private:
+        neighbour's name.  ``publish``: publish the reservations first (False: the
+        caller knows none of them meets the range)."""
+        if publish and self.private:
             self.publish()
         if self._busy is not None:
             if self._out[self.stamp_slot]:
@@ -449,15 +470,24 @@ class MappingTable:
         end = hp + (size or 1)
         return any(begin - pad < end and hp < begin for begin, pad in self.padded.items())
 
-    def reserved(self):
-        """A reservation joined :attr:`private` (a row a look-up would publish, that
-        the C side's repeats cannot see; table lock held): the first of reservations
-        that overlap in time moves the stamp on, the version stays (the rows did not
-        change).  Returns ``(before, after)``, the stamp before and after that move
-        (for :meth:`unreserved`), or None without a stamp."""
+    def reserved(self, ranges=()):
+        """A reservation of host ``ranges`` (``(k, begin, size)``) joined
+        :attr:`private` (rows a look-up would publish, that the C side's repeats
+        cannot see; table lock held).  The C side is told its ranges
+        (:func:`~offload_shim.abi.interposer.repeat_reserve`): its kernel repeats whose
+        rows of their own meet them, and its update and pair repeats, go to Python
+        while it lasts.  Without room there, the first of reservations that overlap in
+        time moves the stamp on instead (the version stays: the rows did not change).
+        Returns what :meth:`unreserved` takes: ``(_NAMED, name)``, or ``(before,
+        after)``, the stamp before and after that move; None without a stamp."""
         stamps = self._stamps
         if stamps is None:
             return None
+        if ranges:
+            name = _abi.repeat_reserve(self.stamp_slot, [(hp, size) for _k, hp, size
+                                                         in ranges])
+            if name:
+                return (_NAMED, name)
         if self._nres == 0:
             slot = self.stamp_slot
             before = stamps[slot]
@@ -475,6 +505,9 @@ class MappingTable:
         under it repeat again (a loop of an update and a kernel construct with rows
         of its own; host threads running kernel constructs with rows of their own at
         once).  A :meth:`publish` meanwhile ended every reservation made before it."""
+        if marks is not None and marks[0] is _NAMED:
+            _abi.repeat_unreserve(marks[1])
+            return
         if marks is None or marks is not self._res_marks or self._nres == 0:
             return
         self._nres -= 1

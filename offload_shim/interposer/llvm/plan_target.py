@@ -239,7 +239,7 @@ def target(v, n: int, plan, dm, got, failed, repeat=None):
             table.private.append(rec)
             # an update's look-up would publish it: the C side's repeats go to Python
             # (until the construct ends with its rows unpublished: unreserved)
-            rec.marks = table.reserved()
+            rec.marks = table.reserved(fresh)
     finally:
         lock.release()
     nfound = nm - len(fresh) if fresh is not None else nm
