@@ -324,6 +324,13 @@ OSH_EXPORT uint64_t *osh_interposer_repeat_stamps(int32_t *devs, int32_t *maxn)
  * meanwhile.  A failed launch crosses with OSH_FRAME_REPEAT_FAILED: Python takes the
  * references the general code leaves after a failed launch and reports the failure.
  *
+ * Rows of its own (maps that found no row: targetDataBegin allocates a block for each,
+ * targetDataEnd frees them): a repeat takes each row's block from the rotation of its
+ * size (interposer_rotation.c, the pool's free list held here) in argument order, adds
+ * its address to the offsets kept for its arguments and copies, and puts the blocks
+ * back in reverse argument order; a repeat whose rows of its own meet those of another
+ * repeat in flight or a reservation of Python's goes to Python.
+ *
  * A repeat counts itself in rp_inflight (and, per thread, in rp_mine) from its look-up
  * to the drop of its holds; the crossings come after, as any construct's callback.  A
  * reset waits for the repeats of the other threads only (a kernel that calls exit()

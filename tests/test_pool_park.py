@@ -250,3 +250,60 @@ def test_cached_alone_says_whether_a_kept_block_would_come_back():
     assert mm.allocate(64) == a
     mm.free_many([a, c, e])
     assert_conserved(mm, b)
+
+
+def test_take_cached_takes_each_sizes_free_list_in_its_order():
+    """``MemoryManager.take_cached`` (the kernel repeats of ``offload-shim run`` hold a
+    size's free list in C while they take its blocks in turn): per distinct size of the
+    given live blocks, every cached block of that size, least recently freed first --
+    the blocks and the order of that many ``allocate`` calls --, booked as hits; those
+    blocks freed again in that order give the pool back its free lists."""
+    b, mm = make()
+    own64, own32 = mm.allocate_many([64, 32])
+    c64 = mm.allocate_many([64, 64, 64])
+    c32 = mm.allocate_many([32])
+    other = mm.allocate(128)
+    mm.free_many([c64[1], c32[0], c64[2], c64[0], other])
+    hits = mm.stats.hits
+    got = mm.take_cached([own64, own32], [64, 32], most=8)
+    assert got == [(64, [c64[1], c64[2], c64[0]]), (32, [c32[0]])]
+    assert mm.stats.hits == hits + 4
+    assert mm.stats.cached_blocks == 1                  # the 128-byte block stays
+    for ptr in (c64[1], c64[2], c64[0], c32[0]):
+        assert mm.size_of(ptr, None) is not None        # live: the caller holds them
+    assert mm.take_cached([own64], [64], most=8) == [(64, [])]   # nothing cached now
+    # freed back in the order taken, then the caller's own: the order of the frees
+    mm.free_many([c64[1], c64[2], c64[0], own64, c32[0], own32])
+    assert mm.allocate_many([64, 64, 64, 64]) == [c64[1], c64[2], c64[0], own64]
+    assert_conserved(mm, b)
+
+
+def test_take_cached_refuses_without_taking_anything():
+    """None, and the pool unchanged, where the caller could not keep the pool's order:
+    another policy, poisoning or a cap, parked frees, an unknown or freed pointer, a
+    size given wrongly, more than ``most`` blocks of a size cached."""
+    b, mm = make()
+    own = mm.allocate(64)
+    extra = mm.allocate_many([64, 64])
+    mm.free_many(extra)
+    figures = _figures(mm)
+    assert mm.take_cached([own], [64], most=1) is None      # two cached, at most one
+    assert mm.take_cached([own], [32], most=8) is None      # not its size
+    assert mm.take_cached([12345], [64], most=8) is None    # not a block of this pool
+    assert mm.take_cached([extra[0]], [64], most=8) is None  # cached, not live
+    assert _figures(mm) == figures                          # nothing taken
+    x = mm.allocate(32)
+    parcel = mm.park([x])
+    assert parcel is not None
+    assert mm.take_cached([own], [64], most=8) is None      # a parked free
+    assert mm.reclaim(parcel)
+    mm.free(x)
+    assert mm.take_cached([own], [64], most=8) == [(64, extra)]
+    mm.free_many(extra + [own])
+    assert_conserved(mm, b)
+    for opts in ({"policy": "binned"}, {"cache_limit": 1 << 20}):
+        b2, mm2 = make(**opts)
+        p = mm2.allocate(64)
+        mm2.free(mm2.allocate(64))
+        assert mm2.take_cached([p], [64], most=8) is None
+        mm2.free(p)
