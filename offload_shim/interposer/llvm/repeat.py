@@ -288,12 +288,14 @@ class Repeats:
         ``alloc`` row that reads before it writes (tests/programs/
         kernel_repeated_reuse.c, repeat_pool_other_uses.c).  Forgets those pairs (their
         next run goes to Python) and gives their leases back; a pair whose rows are
-        out stays.  Before an allocation (``allocate``, ``allocate_many``) the least
-        recently freed block of each size asked for leaves its rotation for the pool
-        (the allocation gets it, as libomptarget's would; the rotations stay open and
-        the hook with them); before anything else the device's rotations close and
-        their blocks are freed in their order (blocks that repeats in flight hold
-        come back later: the hook stays)."""
+        out stays.  Before an allocation (``allocate``, ``allocate_many``) whose
+        sizes all have a block in an open rotation, the least recently freed block
+        of each leaves its rotation for the pool (the allocation gets it, a hit, as
+        libomptarget's would; the rotations stay open and the hook with them); before
+        anything else -- an allocation that may reach the backend and its
+        out-of-memory ladder included -- the device's rotations close and their
+        blocks are freed in their order (blocks that repeats in flight hold come back
+        later: the hook stays)."""
         def evict(op=None, args=()) -> None:
             buf = (ctypes.c_uint64 * 64)()
             busy = ctypes.c_int32()
@@ -311,16 +313,22 @@ class Repeats:
 
     def _lend(self, number: int, pool, sizes) -> bool:
         """Before the pool of OpenMP device ``number`` allocates ``sizes`` (bytes):
-        for each, the least recently freed block of its open rotation, if it holds
-        one, is freed into the pool, whose free list of the size is otherwise empty
-        (the rotation took it), so that the allocation gets it.  Whether rotations
-        are left (the hook must stay)."""
+        for each, the least recently freed block of its open rotation is freed into
+        the pool, whose free list of the size is otherwise empty (the rotation took
+        it), so that the allocation gets it.  When a size has none, the rotations are
+        drained (:meth:`_drain`) after the blocks lent: the allocation may reach the
+        backend, whose out-of-memory ladder must see every cached block (the blocks
+        lent were the oldest of their rotations, so the order holds).  Whether blocks
+        are left in rotations (the hook must stay)."""
         lib = self._lib
         ptr = ctypes.c_uint64()
         lent = []
+        short = False
         for size in sizes:
             if lib.osh_interposer_rotation_lend(number, size, ctypes.byref(ptr)):
                 lent.append(ptr.value)
+            else:
+                short = True
         if lent:
             dev_ic = self._rot_devs.get(number)
             if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
@@ -328,6 +336,8 @@ class Repeats:
                     pool.free_many(lent)
                 except OffloadError:
                     pass
+        if short:
+            return self._drain(number)
         return lib.osh_interposer_rotation_blocks(number) > 0
 
     def free_into(self, dm, lease) -> bool:
