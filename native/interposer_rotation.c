@@ -174,15 +174,25 @@ OSH_EXPORT int64_t osh_interposer_rotation_blocks(int64_t dev)
   return n;
 }
 
-/* Whether device dev's rotation of `size`-byte blocks is open (1) or not (0). */
-OSH_EXPORT int osh_interposer_rotation_is_open(int64_t dev, uint64_t size)
+/* The state of device dev's rotation of `size`-byte blocks: 0 none, 1 open (repeats take
+ * from it), 2 closed (its blocks go back to the pool at the next drain); *resident: the
+ * blocks in it, *out: those repeats in flight hold. */
+OSH_EXPORT int osh_interposer_rotation_state(int64_t dev, uint64_t size, int32_t *resident,
+                                             int32_t *out)
 {
-  int open = 0;
+  int state = 0;
+  *resident = *out = 0;
   pthread_mutex_lock(&rp_lock);
-  for (int q = 0; q < OSH_ROT_MAX && !open; q++)
-    open = rot_tab[q].state == ROT_OPEN && rot_tab[q].dev == dev && rot_tab[q].size == size;
+  for (int q = 0; q < OSH_ROT_MAX && !state; q++) {
+    const struct rot *r = &rot_tab[q];
+    if (r->state != ROT_FREE && r->dev == dev && r->size == size) {
+      state = r->state;
+      *resident = r->count;
+      *out = r->out;
+    }
+  }
   pthread_mutex_unlock(&rp_lock);
-  return open;
+  return state;
 }
 
 /* Take the least recently freed block out of device dev's open rotation of `size`-byte

@@ -169,8 +169,9 @@ def bind_interposer(path: str) -> ctypes.CDLL:
     lib.osh_interposer_repeat_reserve.argtypes = [c_int64, c_int32, c_void_p]
     lib.osh_interposer_repeat_unreserve.restype = None
     lib.osh_interposer_repeat_unreserve.argtypes = [c_uint64]
-    lib.osh_interposer_rotation_is_open.restype = c_int
-    lib.osh_interposer_rotation_is_open.argtypes = [c_int64, c_uint64]
+    lib.osh_interposer_rotation_state.restype = c_int
+    lib.osh_interposer_rotation_state.argtypes = [c_int64, c_uint64, POINTER(c_int32),
+                                                  POINTER(c_int32)]
     lib.osh_interposer_rotation_lend.restype = c_int
     lib.osh_interposer_rotation_lend.argtypes = [c_int64, c_uint64, POINTER(c_uint64)]
     lib.osh_interposer_rotation_blocks.restype = c_int64

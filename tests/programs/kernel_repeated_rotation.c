@@ -4,8 +4,10 @@
    loop of one construct rotates through every cached block of its size, leaving its
    values in all of them; an allocation between two runs gets the next block in turn
    (omp_target_alloc), and a `map(from:)` region after the loop reads the values the
-   loop's last runs left, block after block.  Then host threads run one construct each
-   on data of their own: the blocks pass from thread to thread.
+   loop's last runs left, block after block.  A loop of a construct with two rows of
+   one size (one read before written) with an `enter data` / `exit data` pair of that
+   size every fourth run: the pair's block joins the rotation.  Then host threads run
+   one construct each on data of their own: the blocks pass from thread to thread.
    feature: map-from, memory-manager, target-alloc
    run: -
    run: OFFLOAD_SHIM_NO_REPEAT=1
@@ -13,7 +15,7 @@
 #include <omp.h>
 #include <stdio.h>
 #define T 4
-static long a, b, c, d, y, z;
+static long a, b, c, d, y, z, t, m;
 static long xs[T][8];               /* a cache line per thread */
 /* reads its block before writing it */
 __attribute__((noinline)) static long stale(void) {
@@ -44,7 +46,22 @@ int main(void) {
   for (int k = 0; k < 6; k++)
     printf(" %ld", stale());
   printf("\n");
-  /* 2: host threads, each its own data, the same construct */
+  /* 2: two rows of one size, and a pair of that size now and then */
+  y = 0;
+  for (int it = 0; it < 40; it++) {
+#pragma omp target map(tofrom: y) map(alloc: t)
+    { y = (y * 3 + t) % 1000003; t = y + 1; }
+    if (it % 4 == 0) {
+      m = it;
+#pragma omp target enter data map(to: m)
+#pragma omp target exit data map(from: m)
+    }
+  }
+  printf("y %ld\nstale", y);
+  for (int k = 0; k < 7; k++)
+    printf(" %ld", stale());
+  printf("\n");
+  /* 3: host threads, each its own data, the same construct */
 #pragma omp parallel num_threads(T)
   {
     int t = omp_get_thread_num();

@@ -63,6 +63,8 @@ _TOKENS = itertools.count(1)
 #: most blocks of one size a rotation holds (OSH_ROT_CAP, native/interposer_internal.h)
 ROTATION_CAP = 256
 _DRAIN_BATCH = 128
+#: states of a rotation (osh_interposer_rotation_state)
+_OPEN, _CLOSED = 1, 2
 
 
 def seen_before(plan, key: bytes, mark) -> bool:
@@ -244,6 +246,10 @@ class Repeats:
         ptrs = [e.alloc for e in rows]
         if sum(sizes) > MAX_HELD_BYTES or pool is None or not pool.cached_alone(ptrs):
             return False
+        # (blocks of those sizes in a rotation are cached blocks too: the pair's
+        # blocks would not come back to it)
+        if any(self._rotation(dm.number, pool.size_of(p, None) or 0)[0] for p in ptrs):
+            return False
         lease = dev.lease_of(ptrs, sizes)
         if lease is None:
             return False
@@ -311,6 +317,16 @@ class Repeats:
                 pool.set_before(evict)
         return evict
 
+    def _rotation(self, number: int, size: int) -> tuple[int, int, int]:
+        """``(state, resident, out)`` of OpenMP device ``number``'s rotation of
+        ``size``-byte blocks (``osh_interposer_rotation_state``): state 0 none,
+        :data:`_OPEN`, :data:`_CLOSED`; the blocks in it, those repeats in flight
+        hold."""
+        resident, out = ctypes.c_int32(), ctypes.c_int32()
+        state = self._lib.osh_interposer_rotation_state(number, size, ctypes.byref(resident),
+                                                        ctypes.byref(out))
+        return state, resident.value, out.value
+
     def _lend(self, number: int, pool, sizes) -> bool:
         """Before the pool of OpenMP device ``number`` allocates ``sizes`` (bytes):
         for each, the least recently freed block of its open rotation is freed into
@@ -351,8 +367,7 @@ class Repeats:
         number = dm.number
         if number not in self._rot_devs or not lease.valid:
             return False
-        lib = self._lib
-        if not all(lib.osh_interposer_rotation_is_open(number, s) for s in set(lease.sizes)):
+        if not all(self._rotation(number, s)[0] == _OPEN for s in set(lease.sizes)):
             return False
         if self._rotate(dm, lease) is None:
             return False
@@ -511,10 +526,18 @@ class Repeats:
         own = {}
         for size in sizes:
             own[size] = own.get(size, 0) + 1
+        number = dm.number
+        for size in own:
+            state, resident, _out = self._rotation(number, size)
+            if state == _CLOSED and resident:
+                # blocks came back to a closed rotation (repeats that were in flight
+                # at its drain): freed after the pool's cached blocks of their size,
+                # they join its free list behind them before it is taken
+                self._drain(number)
+                break
         taken = pool.take_cached(ptrs, sizes, ROTATION_CAP - max(own.values()))
         if taken is None:
             return None
-        number = dm.number
         self._rot_devs[number] = (dev, dev.init_count)
         lib = self._lib
         got = {}
