@@ -415,7 +415,11 @@ class MappingTable:
 
     def insert(self, entry: MapEntry) -> None:
         """Put ``entry`` into the table; the stamp moves on (``entry.marks``: the stamp
-        before and after, for :meth:`remove`)."""
+        before and after, for :meth:`remove`).  Then a kernel repeat of the C side
+        with rows of its own meeting the row that started between this thread's
+        look-up and the stamp's move (it read the stamp before) is waited for
+        (:meth:`wait_for_repeats`; its lock orders the two), so that the row's copies
+        come after that construct's, as they would under libomptarget's table lock."""
         i = self._index(entry.begin)
         self.entries.insert(i, entry)
         self._begins.insert(i, entry.begin)
@@ -427,6 +431,8 @@ class MappingTable:
             before = stamps[slot]
             after = stamps[slot] = next(_STAMPS)
             entry.marks = (before, after)
+            if self._busy is not None:
+                _abi.repeat_wait(slot, entry.begin, entry.end - entry.begin)
 
     def remove(self, entry: MapEntry) -> bool:
         """Take ``entry`` out of the table (and the shadow pointers inside its range);
@@ -483,18 +489,25 @@ class MappingTable:
         stamps = self._stamps
         if stamps is None:
             return None
+        marks = None
         if ranges:
             name = _abi.repeat_reserve(self.stamp_slot, [(hp, size) for _k, hp, size
                                                          in ranges])
             if name:
-                return (_NAMED, name)
-        if self._nres == 0:
-            slot = self.stamp_slot
-            before = stamps[slot]
-            self._res_marks = (before, next(_STAMPS))
-            stamps[slot] = self._res_marks[1]
-        self._nres += 1
-        return self._res_marks
+                marks = (_NAMED, name)
+        if marks is None:
+            if self._nres == 0:
+                slot = self.stamp_slot
+                before = stamps[slot]
+                self._res_marks = (before, next(_STAMPS))
+                stamps[slot] = self._res_marks[1]
+            self._nres += 1
+            marks = self._res_marks
+        # a repeat meeting the ranges that started after this thread's look-ups (no
+        # repeat meeting them starts from now on) is waited for, as at an insertion
+        for _k, hp, size in ranges:
+            self.wait_for_repeats(hp, size)
+        return marks
 
     def unreserved(self, marks) -> None:
         """The reservation whose :meth:`reserved` gave ``marks`` left :attr:`private`
