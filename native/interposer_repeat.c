@@ -171,9 +171,11 @@ int osh_ip_repeat_update(int64_t dev, int32_t n, void **bases, void **args,
   if (__atomic_load_n(&rp_on, __ATOMIC_SEQ_CST)) {
     struct rp_op ops[OSH_REPEAT_MAXN];
     int32_t nops = -1;
-    uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
     unsigned s = rp_slot(dev, n, (uint64_t)(uintptr_t)types, (const uint64_t *)args);
     pthread_mutex_lock(&rp_lock);
+    /* (read under the lock: Python moves the stamp before it ends a reservation, which
+     * takes this lock) */
+    uint64_t stamp = __atomic_load_n(&rp_stamps[dev], __ATOMIC_SEQ_CST);
     /* (a kernel repeat with rows of its own in flight: libomptarget's table would hold
      * them, Python's look-ups wait for them) */
     for (unsigned w = 0; w < OSH_REPEAT_WAYS && !rk_cres[dev] && !rs_count[dev] &&
@@ -431,13 +433,21 @@ OSH_EXPORT void osh_interposer_repeat_unreserve(uint64_t id)
   pthread_mutex_unlock(&rp_lock);
 }
 
-/* whether a row of its own of e meets one of a repeat in flight (rp_lock held) */
+/* whether a map of e meets a row of its own of a repeat in flight or a reservation of
+ * Python's (rp_lock held): rows libomptarget's table would hold that e's look-ups did
+ * not see -- its rows of its own, and a map found by implicit extension, whose range
+ * reaches past its row, would find them */
 static int rk_overlaps(const struct rk_entry *e)
 {
-  for (int32_t j = 0; j < e->nfresh; j++)
-    if (rk_meets(e->dev, e->lo[j], e->hi[j]) ||
-        (rs_count[e->dev] && rs_meets(e->dev, e->lo[j], e->hi[j])))
+  int64_t dev = e->dev;
+  if (!rk_nbusy && !rs_count[dev])
+    return 0;
+  for (int32_t i = 0; i < e->n; i++) {
+    uint64_t lo = e->words[e->n + i], size = e->words[2 * e->n + i];
+    uint64_t hi = lo + (size ? size : 1);
+    if (rk_meets(dev, lo, hi) || (rs_count[dev] && rs_meets(dev, lo, hi)))
       return 1;
+  }
   return 0;
 }
 
@@ -480,7 +490,7 @@ int osh_ip_repeat_kernel(int64_t dev, void *loc, void *host_ptr, uint32_t versio
           memcmp(e->words + n, args, (size_t)n * 8) == 0 &&
           memcmp(e->words + 2 * n, sizes, (size_t)n * 8) == 0 &&
           memcmp(e->words + 3 * n, types, (size_t)n * 8) == 0) {
-        if (e->nfresh && (e->busy || rk_nbusy == RK_BUSY_MAX || rk_overlaps(e)))
+        if ((e->nfresh && (e->busy || rk_nbusy == RK_BUSY_MAX)) || rk_overlaps(e))
           break;                        /* Python does it (and waits, where it overlaps) */
         if (e->nfresh) {
           /* the least recently freed block of each row's size, in argument order (an

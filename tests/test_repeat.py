@@ -30,7 +30,8 @@ PROGRAMS = ("update_repeated.c", "update_repeated_threads.c", "update_repeated_r
             "kernel_repeated.c", "kernel_repeated_threads.c", "kernel_repeated_reuse.c",
             "kernel_repeated_exit_general.c", "kernel_repeated_queries.c",
             "kernel_repeated_over_release.c", "pair_repeated.c", "pair_repeated_threads.c",
-            "repeat_pool_other_uses.c", "kernel_repeated_rotation.c")
+            "repeat_pool_other_uses.c", "kernel_repeated_rotation.c",
+            "kernel_repeated_reservations.c")
 TIMEOUT = 120
 
 

@@ -270,11 +270,14 @@ class MappingTable:
         recs = self.private
         self.private = []
         self._nres = 0                      # (the inserts move the stamp on)
-        for rec in recs:
-            if rec.marks is not None and rec.marks[0] is _NAMED:
-                _abi.repeat_unreserve(rec.marks[1])
+        named = [rec.marks[1] for rec in recs
+                 if rec.marks is not None and rec.marks[0] is _NAMED]
         while recs:
             recs.pop().publish(self)
+        # the C side forgets them after the inserts moved the stamp (a repeat that
+        # finds no reservation then finds the new stamp)
+        for name in named:
+            _abi.repeat_unreserve(name)
 
     def rows(self) -> list[MapEntry]:
         """Every row, reservations published first (the list itself: copy it before
@@ -342,12 +345,13 @@ class MappingTable:
         """(entry, contained, extends_before, extends_after), libomptarget 16 rules
         (size 0: a pointer one past the end or inside [base, end) counts as contained).
         The reservations of :attr:`private` are published only when one of them
-        meets or touches the range: the rows of the others would not change the
-        result (unlike :meth:`lookup_raw`'s neighbour), so that host threads running
-        kernel constructs with rows of their own at once keep their reservations."""
+        meets or touches the range, or the range is empty (a row whose base is at or
+        below ``hp`` holds it): the rows of the others would not change the result
+        (unlike :meth:`lookup_raw`'s neighbour), so that host threads running kernel
+        constructs with rows of their own at once keep their reservations."""
         private = self.private
-        near = False
-        if private:
+        near = size == 0                    # (a row whose base is at or below hp holds it)
+        if private and not near:
             hi = hp + size
             for rec in private:
                 for _k, begin, n in rec.fresh:

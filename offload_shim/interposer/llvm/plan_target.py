@@ -560,6 +560,7 @@ def _launch_failed(v, dm, rec, lease) -> None:
                                       lease.ptrs[j], 1, 0,
                                       name=(names, i) if names else 0))
                 keep.append(j)
+            table.unreserved(rec.marks)     # (after the inserts moved the stamp)
         else:
             for j, e in enumerate(rec.entries):
                 if e.live:
