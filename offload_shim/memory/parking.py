@@ -92,8 +92,7 @@ class ParkedFrees:
 
     def take_cached(self, ptrs, sizes, most: int):
         """Take the whole free list of each of ``ptrs`` (live blocks of this manager,
-        ``sizes[j]`` bytes each)
-        out of the pool, for a caller that keeps a size's free list outside the pool
+        ``sizes[j]`` bytes each) out of the pool, for a caller that keeps a size's free list outside the pool
         for a while (the interposer's kernel repeats: native/interposer_rotation.c)
         and frees the blocks again, in the order it keeps them, before the pool's next
         use (:meth:`set_before`).  Each block taken is booked as a hit (live, with its
@@ -112,24 +111,17 @@ class ParkedFrees:
         with self._lock:
             if self._parcel is not None or self._closed:
                 return None
-            seen = set()
-            lists = []
+            lists = {}                          # size -> its free list, first seen first
             live = self._live
             for ptr, size in zip(ptrs, sizes):
                 block = live.get(ptr)
                 if block is None or block.free_list is None or block.size != size:
                     return None
-                if block.size in seen:
-                    continue
                 if len(block.free_list) > most:
                     return None
-                seen.add(block.size)
-                lists.append(block.size)
-            for size in lists:
-                got = []
-                for _ in range(len(self._free.get(size) or ())):
-                    got.append(self._reuse_locked(size))
-                out.append((size, got))
+                lists[size] = block.free_list
+            for size, fl in lists.items():
+                out.append((size, [self._reuse_locked(size) for _ in range(len(fl))]))
         if self._log is not None:
             self._log.flush()
         return out

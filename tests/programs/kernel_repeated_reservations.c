@@ -24,6 +24,14 @@ static void wait_for(int v) {
   while (flag != v)
     ;
 }
+#pragma omp declare target
+/* (in a kernel) the row exists: the other thread's turn, until it hands it back */
+static void hold(uintptr_t fp) {
+  *(volatile int *)fp = 1;
+  while (*(volatile int *)fp != 2)
+    ;
+}
+#pragma omp end declare target
 int main(void) {
   uintptr_t fp = (uintptr_t)&flag;
   /* 1: the reader's implicit map of x extends the row x[8:4]; the writer's row x[2:2]
@@ -37,12 +45,7 @@ int main(void) {
   {
     if (omp_get_thread_num() == 0) {
 #pragma omp target map(tofrom: x[2:2])
-      {
-        x[2] = 555;
-        *(volatile int *)fp = 1;
-        while (*(volatile int *)fp != 2)
-          ;
-      }
+      { x[2] = 555; hold(fp); }
     } else {
       wait_for(1);
       reader();
@@ -61,12 +64,7 @@ int main(void) {
   {
     if (omp_get_thread_num() == 0) {
 #pragma omp target map(tofrom: y[4:4])
-      {
-        y[4] = 777;
-        *(volatile int *)fp = 1;
-        while (*(volatile int *)fp != 2)
-          ;
-      }
+      { y[4] = 777; hold(fp); }
     } else {
       wait_for(1);
       long *p = &y[1];

@@ -353,10 +353,8 @@ class MappingTable:
         near = size == 0                    # (a row whose base is at or below hp holds it)
         if private and not near:
             hi = hp + size
-            for rec in private:
-                for _k, begin, n in rec.fresh:
-                    if begin <= hi and hp <= begin + n:
-                        near = True
+            near = any(begin <= hi and hp <= begin + n
+                       for rec in private for _k, begin, n in rec.fresh)
         entry, contained, before, after = self.lookup_raw(hp, size, near or not private)
         if size == 0:
             return (entry if contained else None), contained, False, False

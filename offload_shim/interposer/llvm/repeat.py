@@ -310,7 +310,7 @@ class Repeats:
             self._give_back(self._take_leases(buf[:got]))
             sizes = _asked(op, args)
             if sizes is not None:
-                again = self._lend(number, pool, sizes)
+                again = self._lend(number, sizes)
             else:
                 again = self._drain(number)
             if again or busy.value or got == 64:
@@ -327,7 +327,7 @@ class Repeats:
                                                         ctypes.byref(out))
         return state, resident.value, out.value
 
-    def _lend(self, number: int, pool, sizes) -> bool:
+    def _lend(self, number: int, sizes) -> bool:
         """Before the pool of OpenMP device ``number`` allocates ``sizes`` (bytes):
         for each, the least recently freed block of its open rotation is freed into
         the pool, whose free list of the size is otherwise empty (the rotation took
@@ -346,12 +346,7 @@ class Repeats:
             else:
                 short = True
         if lent:
-            dev_ic = self._rot_devs.get(number)
-            if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
-                try:
-                    pool.free_many(lent)
-                except OffloadError:
-                    pass
+            self._free_rotated(number, lent)
         if short:
             return self._drain(number)
         return lib.osh_interposer_rotation_blocks(number) > 0
@@ -386,14 +381,19 @@ class Repeats:
             got = lib.osh_interposer_rotation_drain(number, buf, _DRAIN_BATCH,
                                                     ctypes.byref(busy))
             if got:
-                dev_ic = self._rot_devs.get(number)
-                if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
-                    try:
-                        dev_ic[0].free_many(buf[1:2 * got:2])
-                    except OffloadError:
-                        pass            # torn down meanwhile: its memory is gone
+                self._free_rotated(number, buf[1:2 * got:2])
             if got < _DRAIN_BATCH:
                 return bool(busy.value)
+
+    def _free_rotated(self, number: int, ptrs) -> None:
+        """Free blocks that left OpenMP device ``number``'s rotations into its pool, in
+        order (none once the device was torn down since: its memory is gone)."""
+        dev_ic = self._rot_devs.get(number)
+        if dev_ic is not None and dev_ic[0].init_count == dev_ic[1]:
+            try:
+                dev_ic[0].free_many(ptrs)
+            except OffloadError:
+                pass                    # torn down meanwhile
 
     def _drain_all(self) -> None:
         """:meth:`_drain` of every device with rotations (a reset, a teardown: no
@@ -447,6 +447,7 @@ class Repeats:
         fresh = ()
         sub = ret = 0
         freshw = arg_row = tos = backs = ()
+        cargs_l = [a & _U64 for a in args]
         if rec is not None:
             lease = rec.lease
             fns = self._copy_fns(dm.device)
@@ -456,7 +457,6 @@ class Repeats:
             fresh = rec.fresh
             _sizes, to_ops, back_ops, places = prep
             arg_row = [-1] * nargs
-            cargs_l = [a & _U64 for a in args]
             first = nargs - len(params)
             where = {k: p for p, (_i, k) in enumerate(params) if k >= 0}
             for k, j, pad in places:
@@ -476,11 +476,8 @@ class Repeats:
                 freshw += (hp, size, q, gen)
             tos = [w for op in to_ops for w in op]
             backs = [w for op in back_ops for w in op]
-        else:
-            cargs_l = [a & _U64 for a in args]
         rows = []
         table = dm.table
-        kept = False
         with dm.lock:
             for k, ent in enumerate(found):
                 if ent is None:
